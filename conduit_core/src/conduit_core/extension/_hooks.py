@@ -1,0 +1,95 @@
+"""The pluggy markers of project ``conduit`` and the hook specifications.
+
+A plugin package declares an entry point in group ``conduit`` pointing at a module (or object)
+with ``@hookimpl`` functions. Hooks are synchronous and return registrations or plain values;
+the objects they return have async methods. Implementations may take only the arguments they
+need, so new arguments can be added later without breaking anyone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pluggy
+
+from conduit_core.extension._executor import Executor
+from conduit_core.extension._gates import StartGate
+from conduit_core.extension._results import Result, RetryHint
+
+__all__ = [
+    "ExecutorRegistration",
+    "GateRegistration",
+    "PROJECT_NAME",
+    "hookimpl",
+    "hookspec",
+]
+
+#: The pluggy project name and the entry point group.
+PROJECT_NAME = "conduit"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecutorRegistration:
+    """One executor generation's implementation. Register one per generation you support."""
+
+    name: str
+    generation: int
+    executor: Executor
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateRegistration:
+    """A start gate under a registration name (unique across every installed package)."""
+
+    name: str
+    gate: StartGate
+
+
+class HookSpecs:
+    """The hook specifications of project ``conduit``."""
+
+    @hookspec
+    def conduit_executors(self) -> Sequence[ExecutorRegistration]:
+        """Return the executor implementations this plugin provides, one per generation.
+
+        Called once when plugins load. Each (name, generation) must be declared by the plugin's
+        manifest (as ``generation`` or in ``historical_generations``) and registered by exactly one
+        plugin. Return an empty sequence when the plugin has no executors.
+        """
+        raise NotImplementedError
+
+    @hookspec
+    def conduit_start_gates(self) -> Sequence[GateRegistration]:
+        """Return the start gates this plugin provides.
+
+        Called once when plugins load. Gate names are unique across plugins and must be declared
+        in the plugin's manifest ``gates``. Return an empty sequence when there are none.
+        """
+        raise NotImplementedError
+
+    @hookspec
+    def conduit_run_environment(self, scope_chain: Sequence[str]) -> Mapping[str, str] | None:
+        """Return environment variables for an attempt in this scope chain (root first).
+
+        Called before every run and resume (never for a recovery). Return ``None`` to add
+        nothing. The values are never persisted or logged. Raising fails the attempt as
+        ``environment_unavailable`` before its executor is called. Two plugins giving different
+        values for one name is also ``environment_unavailable``.
+        """
+        raise NotImplementedError
+
+    @hookspec
+    def conduit_retry_hint(
+        self, executor: str, error: BaseException | None, result: Result | None
+    ) -> RetryHint | None:
+        """Classify a failed attempt: return a :class:`RetryHint` or ``None`` to say nothing.
+
+        Called after an attempt fails, outside any transaction, with the executor's name and
+        either the exception its handle raised or its failed result. When several plugins answer,
+        the latest reset wins (the most conservative delay).
+        """
+        raise NotImplementedError

@@ -1,0 +1,414 @@
+"""Durable records: msgspec Structs the stores keep and the runtime reads.
+
+Schema evolution rules: every field added later gets a default; a field never changes its type;
+no ``array_like``. Unknown fields are ignored on decode, so an older conduit reading a newer row
+keeps working (the store's schema version guards incompatible changes). All instants are integer
+epoch milliseconds (UTC).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+import msgspec
+
+from conduit_core.extension import Capability, PhaseOutcome, Result
+
+__all__ = [
+    "AttemptSnapshot",
+    "BudgetLedger",
+    "ConfigGeneration",
+    "ControlIntent",
+    "ControlKind",
+    "ControlStatus",
+    "ErrorFallback",
+    "Event",
+    "Execution",
+    "ExecutionStatus",
+    "HandoffPolicy",
+    "Hold",
+    "HoldKind",
+    "Invoke",
+    "LaunchPhase",
+    "Lease",
+    "MAX_LAUNCH_PHASES",
+    "MAX_SEGMENTS",
+    "MisfirePolicy",
+    "RetryPolicy",
+    "Routine",
+    "RoutineStatus",
+    "Segment",
+    "Timer",
+    "TimerKind",
+    "Wait",
+    "Work",
+    "WorkKind",
+    "WorkStatus",
+    "WorkTemplate",
+]
+
+MAX_SEGMENTS = 50
+MAX_LAUNCH_PHASES = 32
+
+
+class Record(msgspec.Struct, frozen=True, kw_only=True):
+    """Base of every durable record."""
+
+
+# --- Work and input -------------------------------------------------------------------------
+
+
+class WorkKind(StrEnum):
+    #: Completes after a completed attempt; a handoff leaves it ready for more input.
+    TASK = "task"
+    #: Returns to ready after every completed attempt; a hintless failure arms no retry.
+    STANDING = "standing"
+    #: Does all its work in one attempt: a handoff settles it as completed.
+    RUN_ONCE = "run_once"
+
+
+class WorkStatus(StrEnum):
+    READY = "ready"  # eligible when it has pending input and no retry backoff
+    RUNNING = "running"  # has a live (unfinished, not parked) attempt
+    WAITING = "waiting"  # its attempt is parked on a wait
+    HELD = "held"  # a budget or gate hold stops its next start
+    COMPLETED = "completed"
+    FAILED = "failed"  # exhausted with terminal_on_exhaustion
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (WorkStatus.COMPLETED, WorkStatus.FAILED, WorkStatus.CANCELLED)
+
+
+class Work(Record, frozen=True, kw_only=True):
+    id: str
+    scope: str
+    binding: str
+    kind: WorkKind = WorkKind.TASK
+    status: WorkStatus = WorkStatus.READY
+    #: The firing owner of record: ``manual`` or ``routine:<id>``.
+    scheduled_by: str = "manual"
+    correlation_keys: list[str] = []
+    created_at_ms: int
+    updated_at_ms: int
+    #: Highest attempt number so far (attempt numbers are monotonic, never reused).
+    last_attempt: int = 0
+    #: Failures since the last success or manual retry (separate from attempt numbers).
+    failure_count: int = 0
+    #: Why the Work may not start by itself (``permanent_failure``, ``retry_exhausted``, …).
+    blocked_reason: str | None = None
+    #: Set while a retry timer is armed: no start before that timer fires.
+    retry_timer_id: str | None = None
+    #: Acceptance sequence of the failure a retry must follow.
+    failure_seq: int = 0
+    #: A gate pass left by an admitted gate hold, spent by the next admitted start.
+    gate_pass: bool = False
+    budget_pass: bool = False
+    gated: bool = False  # the start gates were asked and let it start
+
+
+class Event(Record, frozen=True, kw_only=True):
+    """An accepted event. ``seq`` orders input; ``delivery_id`` makes acceptance idempotent."""
+
+    id: str
+    seq: int = 0
+    delivery_id: str
+    type: str
+    payload: Any = None
+    work_id: str | None = None
+    correlation_key: str | None = None
+    scope: str | None = None
+    #: The execution that published it (its own Work's waits never wake on it).
+    published_by: str | None = None
+    #: Input addressed to a Work and not yet presented to an attempt.
+    pending: bool = False
+    #: Accepted but not routed to any Work (turn events, notices).
+    unmatched: bool = False
+    accepted_at_ms: int
+
+
+# --- Attempts -------------------------------------------------------------------------------
+
+
+class ExecutionStatus(StrEnum):
+    LAUNCHING = "launching"
+    RUNNING = "running"
+    RESUMING = "resuming"
+    RECOVERING = "recovering"
+    PARKED = "parked"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    HANDOFF = "handoff"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL_EXECUTION
+
+    @property
+    def live(self) -> bool:
+        """Unfinished and not parked: holds a capacity slot and a lease."""
+        return self in (
+            ExecutionStatus.LAUNCHING,
+            ExecutionStatus.RUNNING,
+            ExecutionStatus.RESUMING,
+            ExecutionStatus.RECOVERING,
+        )
+
+
+_TERMINAL_EXECUTION = frozenset(
+    {
+        ExecutionStatus.COMPLETED,
+        ExecutionStatus.FAILED,
+        ExecutionStatus.HANDOFF,
+        ExecutionStatus.CANCELLED,
+        ExecutionStatus.TIMED_OUT,
+    }
+)
+
+
+class ErrorFallback(StrEnum):
+    """What a control does with its input when the executor errors: keep it queued or drop it."""
+
+    QUEUE = "queue"
+    DROP = "drop"
+
+
+class HandoffPolicy(StrEnum):
+    STOP = "stop"  # default: a handoff ends the attempt and leaves Work ready
+    CONTINUE = "continue"  # publish a derived core.execution.handoff event
+
+
+class RetryPolicy(Record, frozen=True, kw_only=True):
+    #: Delays between failures; len + 1 attempts in total (at most 100 delays).
+    delays_seconds: list[float] = msgspec.field(default_factory=lambda: [300.0, 600.0])
+    terminal_on_exhaustion: bool = False
+
+
+class AttemptSnapshot(Record, frozen=True, kw_only=True):
+    """Everything an attempt pins at claim: recovery and control use exactly this."""
+
+    config_generation: int
+    binding: str
+    binding_config: dict[str, Any] = {}
+    executor: str
+    executor_generation: int
+    pool: str | None = None
+    capabilities: list[Capability] = []
+    retry_policy: RetryPolicy = RetryPolicy()
+    timeout_seconds: float
+    deadline_ms: int
+    control_fallback: ErrorFallback = ErrorFallback.QUEUE
+    handoff_policy: HandoffPolicy = HandoffPolicy.STOP
+
+
+class Invoke(StrEnum):
+    PENDING = "pending"  # set by the claim that began the segment
+    CALLED = "called"  # set by the fenced write just before the executor is called
+
+
+class LaunchPhase(Record, frozen=True, kw_only=True):
+    name: str
+    started_at_ms: int
+    ended_at_ms: int | None = None
+    outcome: PhaseOutcome | None = None
+
+
+class Segment(Record, frozen=True, kw_only=True):
+    """A stretch of lease-held time of one attempt."""
+
+    epoch: int
+    started_at_ms: int
+    ended_at_ms: int | None = None
+    recovered: bool = False
+    relaunched: bool = False
+    wake_event_id: str | None = None
+    invoke: Invoke | None = None
+    isolated: bool = False
+    pin: str | None = None
+    launch: list[LaunchPhase] = []
+
+
+class Execution(Record, frozen=True, kw_only=True):
+    """One attempt of a Work, with its pinned snapshot, segments and outcome."""
+
+    id: str
+    work_id: str
+    attempt: int
+    epoch: int = 1
+    status: ExecutionStatus = ExecutionStatus.LAUNCHING
+    snapshot: AttemptSnapshot
+    scope: str
+    #: Ids of the input events presented to this attempt (consumed-input history).
+    inputs: list[str] = []
+    segments: list[Segment] = []
+    dropped_segments: int = 0
+    dropped_active_ms: int = 0
+    recovery: dict[str, Any] | None = None
+    remaining_budget_ms: int | None = None
+    result: Result | None = None
+    failure_code: str | None = None
+    failure_message: str | None = None
+    #: Resource exclusion: False until the attempt's resources are proven stopped.
+    exclusion_confirmed: bool = False
+    #: Usage already staged for budgets (so a stale copy never charges twice).
+    charged: dict[str, float] = {}
+    started_at_ms: int
+    ended_at_ms: int | None = None
+
+
+class Lease(Record, frozen=True, kw_only=True):
+    """Authority over one attempt at one epoch, until ``expires_at_ms``."""
+
+    execution_id: str
+    work_id: str
+    epoch: int
+    owner: str
+    token: str
+    expires_at_ms: int
+    duration_ms: int
+
+
+# --- Holds, waits, timers, controls, budgets ------------------------------------------------
+
+
+class HoldKind(StrEnum):
+    BUDGET = "budget"
+    GATE = "gate"
+
+
+class Hold(Record, frozen=True, kw_only=True):
+    work_id: str
+    kind: HoldKind
+    holder: str  # the budget key or the gate registration name
+    reason: str
+    created_at_ms: int
+
+
+class Wait(Record, frozen=True, kw_only=True):
+    """A parked attempt's wake predicate."""
+
+    execution_id: str
+    work_id: str
+    event_type: str | None = None
+    correlation_key: str | None = None
+    timer_id: str | None = None
+    created_at_ms: int
+
+
+class TimerKind(StrEnum):
+    RETRY = "retry"
+    WAIT_TIMEOUT = "wait_timeout"
+    DEADLINE = "deadline"
+
+
+class Timer(Record, frozen=True, kw_only=True):
+    id: str
+    kind: TimerKind
+    due_at_ms: int
+    work_id: str | None = None
+    execution_id: str | None = None
+    #: For retry timers: the failure generation (Work.failure_seq) it was armed for.
+    generation: int = 0
+    payload: dict[str, Any] = {}
+
+
+class ControlKind(StrEnum):
+    INJECT = "inject"
+    INTERRUPT = "interrupt"
+
+
+class ControlStatus(StrEnum):
+    PENDING = "pending"
+    DISPATCHING = "dispatching"
+    ACKNOWLEDGED = "acknowledged"
+    CONSUMED = "consumed"
+    NOT_ACCEPTING = "not_accepting"
+    DROPPED = "dropped"
+    FAILED = "failed"
+
+
+class ControlIntent(Record, frozen=True, kw_only=True):
+    id: str
+    work_id: str
+    execution_id: str
+    epoch: int
+    kind: ControlKind
+    status: ControlStatus = ControlStatus.PENDING
+    input_ids: list[str] = []
+    dispatch_token: str | None = None
+    fallback: ErrorFallback = ErrorFallback.QUEUE
+    created_at_ms: int
+    settled_at_ms: int | None = None
+
+
+class BudgetLedger(Record, frozen=True, kw_only=True):
+    """Usage of one unit for one Work, scope or everything, in one window."""
+
+    key: str  # budget name + subject + window start
+    budget: str
+    unit: str
+    subject: str  # "work:<id>", "scope:<id>" or "all"
+    window_start_ms: int
+    used: float = 0.0
+    warned: bool = False
+    exceeded: bool = False
+
+
+class ConfigGeneration(Record, frozen=True, kw_only=True):
+    generation: int
+    digest: str
+    created_at_ms: int
+
+
+# --- Routines --------------------------------------------------------------------------------
+
+
+class RoutineStatus(StrEnum):
+    IDLE = "idle"
+    QUEUED = "queued"
+    CLAIMED = "claimed"
+    RUNNING = "running"
+    ERROR = "error"
+    PAUSED = "paused"
+
+
+class MisfirePolicy(StrEnum):
+    COALESCE = "coalesce"
+    SKIP = "skip"
+
+
+class WorkTemplate(Record, frozen=True, kw_only=True):
+    """What a Routine fire creates: a new Work, or input for a bound existing Work."""
+
+    binding: str | None = None
+    scope: str | None = None
+    kind: WorkKind = WorkKind.TASK
+    input: Any = None
+    work_id: str | None = None  # bound: deliver input to this existing Work instead
+
+
+class Routine(Record, frozen=True, kw_only=True):
+    id: str
+    scope: str
+    target: WorkTemplate
+    cron_spec: str
+    timezone: str = "UTC"
+    misfire: MisfirePolicy = MisfirePolicy.COALESCE
+    grace_seconds: float = 60.0
+    status: RoutineStatus = RoutineStatus.IDLE
+    next_run_at_ms: int | None = None
+    last_run_at_ms: int | None = None
+    scheduled_for_ms: int | None = None
+    last_error: str | None = None
+    scheduled_by: str = "conduit"
+    claim_owner: str | None = None
+    claim_token: str | None = None
+    claim_expires_at_ms: int | None = None
+    fired_work_id: str | None = None
+    from_config: bool = False
+    created_at_ms: int
+    updated_at_ms: int

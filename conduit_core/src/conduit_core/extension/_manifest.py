@@ -117,4 +117,3 @@ def manifest_json_schema() -> dict[str, Any]:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "conduit plugin manifest"
     return schema
-

@@ -1,0 +1,3 @@
+from conduit_core.cli import main
+
+main()

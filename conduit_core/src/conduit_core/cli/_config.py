@@ -1,0 +1,40 @@
+"""``conduit config``: check a configuration file before a daemon uses it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from conduit_core.config import check_against_plugins, load_config
+from conduit_core.plugins import Plugins
+
+
+@click.group("config")
+def config_group() -> None:
+    """Configuration files."""
+
+
+@config_group.command("check")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary when valid.")
+def check(file: Path, as_json: bool) -> None:
+    """Validate FILE against the schema and the installed plugins (exit 0 when usable)."""
+    config = load_config(file)
+    check_against_plugins(config, Plugins.load())
+    summary = {
+        "file": str(file),
+        "digest": config.digest,
+        "scopes": sorted(config.scopes),
+        "bindings": sorted(config.bindings),
+        "routines": [r.id for r in config.routines],
+        "budgets": [b.name for b in config.budgets],
+    }
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        click.echo(
+            f"ok: {file}: {len(config.bindings)} binding(s), {len(config.scopes)} scope(s), "
+            f"{len(config.routines)} routine(s), {len(config.budgets)} budget(s)"
+        )

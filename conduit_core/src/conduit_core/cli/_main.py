@@ -1,0 +1,44 @@
+"""The root ``conduit`` group and the error handling every subcommand shares."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from conduit_core._version import __version__
+from conduit_core.cli._config import config_group
+from conduit_core.cli._plugins import plugins_group
+from conduit_core.errors import ConduitError
+
+__all__ = ["cli", "main"]
+
+#: Exit status of a command refused because of bad input or a failed check.
+EXIT_ERROR = 1
+
+
+class _ConduitGroup(click.Group):
+    """Turns a :class:`ConduitError` into one clear line on stderr and a non-zero exit."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ConduitError as exc:
+            click.echo(f"error [{exc.code}]: {exc.message}", err=True)
+            ctx.exit(EXIT_ERROR)
+
+
+@click.group(cls=_ConduitGroup)
+@click.version_option(__version__, prog_name="conduit")
+def cli() -> None:
+    """conduit: a durable execution scheduler."""
+
+
+cli.add_command(plugins_group)
+cli.add_command(config_group)
+
+
+def main() -> None:
+    cli(prog_name="conduit")
+    sys.exit(0)

@@ -1,0 +1,308 @@
+"""``conduit.toml``: decoded into msgspec Structs with errors that name the key path.
+
+The loader is pure: it reads a file (or bytes) and returns a :class:`Config` with a content
+``digest``; the store maps digests to monotonically increasing config generations.
+:func:`check_against_plugins` then checks what needs the installed plugins (executor names,
+pinned generations).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import msgspec
+
+from conduit_core.errors import ConfigError, UnsupportedGenerationError
+from conduit_core.plugins import Plugins
+
+__all__ = [
+    "Binding",
+    "Budget",
+    "Config",
+    "HttpSettings",
+    "RoutineSpec",
+    "Scope",
+    "ScopeLimits",
+    "Settings",
+    "check_against_plugins",
+    "load_config",
+    "parse_config",
+]
+
+T = TypeVar("T")
+
+Name = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")]
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
+Unit = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
+
+ROOT_SCOPE = "root"
+MAX_RETRY_DELAYS = 100
+
+
+class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class HttpSettings(_Section, frozen=True, kw_only=True):
+    listen: str = "127.0.0.1:8765"
+    unix_socket: str | None = None
+    token_file: str | None = None
+
+
+class Settings(_Section, frozen=True, kw_only=True):
+    #: Store URL: a SQLite file path or ``sqlite:///path``, or ``postgresql://…``.
+    store: str = "conduit.db"
+    #: Where executors keep workspaces and the daemon its token; relative to the config file.
+    data_dir: str = ".conduit"
+    #: Attempts of executors without a pool (agent turns and the like).
+    concurrency: PositiveInt = 4
+    #: Attempts of executors in pool ``jobs`` (shell, container).
+    job_concurrency: PositiveInt = 4
+    lease_seconds: PositiveSeconds = 60.0
+    timeout_seconds: PositiveSeconds = 3600.0
+    #: Default delays between failures: three attempts in total.
+    retry_delays_seconds: list[Annotated[float, msgspec.Meta(ge=0)]] = msgspec.field(
+        default_factory=lambda: [300.0, 600.0]
+    )
+    http: HttpSettings = HttpSettings()
+
+
+class ScopeLimits(_Section, frozen=True, kw_only=True):
+    concurrency: PositiveInt | None = None
+
+
+class Scope(_Section, frozen=True, kw_only=True):
+    parent: str | None = None
+    limits: ScopeLimits = ScopeLimits()
+    description: str = ""
+
+
+class Binding(_Section, frozen=True, kw_only=True):
+    executor: Name
+    #: Pin new attempts to this generation (default: the executor's current generation).
+    generation: PositiveInt | None = None
+    scope: str = ROOT_SCOPE
+    config: dict[str, Any] = {}
+    timeout_seconds: PositiveSeconds | None = None
+    retry_delays_seconds: list[Annotated[float, msgspec.Meta(ge=0)]] | None = None
+    terminal_on_exhaustion: bool = False
+    control_fallback: Literal["queue", "drop"] = "queue"
+    handoff: Literal["stop", "continue"] = "stop"
+
+
+class RoutineSpec(_Section, frozen=True, kw_only=True):
+    id: Name
+    cron: str
+    binding: str
+    scope: str | None = None
+    timezone: str = "UTC"
+    kind: Literal["task", "standing", "run_once"] = "task"
+    input: Any = None
+    misfire: Literal["coalesce", "skip"] = "coalesce"
+    grace_seconds: Annotated[float, msgspec.Meta(ge=0)] = 60.0
+
+
+class Budget(_Section, frozen=True, kw_only=True):
+    name: Name
+    unit: Unit
+    max: Annotated[float, msgspec.Meta(ge=0)]
+    per: Literal["work", "scope", "all"] = "work"
+    period: Literal["life", "day", "week"] = "life"
+    scope: str | None = None
+    warn_at: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
+
+
+class Config(msgspec.Struct, frozen=True, kw_only=True):
+    settings: Settings
+    scopes: dict[str, Scope]
+    bindings: dict[str, Binding]
+    routines: list[RoutineSpec]
+    budgets: list[Budget]
+    source: str
+    digest: str
+
+    def scope_chain(self, scope: str) -> tuple[str, ...]:
+        """The scope and its ancestors, root first."""
+        chain: list[str] = []
+        current: str | None = scope
+        while current is not None:
+            chain.append(current)
+            current = self.scopes[current].parent if current in self.scopes else None
+        return tuple(reversed(chain))
+
+
+_TOP_LEVEL = {"settings", "scopes", "bindings", "routines", "budgets"}
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a config file. Nothing is loaded unless all of it is valid."""
+    file = Path(path)
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot read config: {exc.strerror}") from exc
+    return parse_config(data, source=str(file))
+
+
+def parse_config(data: bytes | str, *, source: str = "conduit.toml") -> Config:
+    raw_bytes = data.encode() if isinstance(data, str) else data
+    try:
+        raw = msgspec.toml.decode(raw_bytes)
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: $: expected a table")
+    unknown = sorted(set(raw) - _TOP_LEVEL)
+    if unknown:
+        raise ConfigError(
+            f"{source}: $.{unknown[0]}: unknown key "
+            f"(expected one of: {', '.join(sorted(_TOP_LEVEL))})"
+        )
+    settings = _convert(raw.get("settings", {}), Settings, "$.settings", source)
+    scopes = _convert_table(raw.get("scopes", {}), Scope, "$.scopes", source)
+    bindings = _convert_table(raw.get("bindings", {}), Binding, "$.bindings", source)
+    routines = _convert_list(raw.get("routines", []), RoutineSpec, "$.routines", source)
+    budgets = _convert_list(raw.get("budgets", []), Budget, "$.budgets", source)
+    if len(settings.retry_delays_seconds) > MAX_RETRY_DELAYS:
+        raise ConfigError(
+            f"{source}: $.settings.retry_delays_seconds: at most {MAX_RETRY_DELAYS} delays"
+        )
+    scopes = {ROOT_SCOPE: Scope(), **scopes}
+    _check_scopes(scopes, source)
+    _check_bindings(bindings, scopes, source)
+    _check_routines(routines, bindings, scopes, source)
+    _check_budgets(budgets, scopes, source)
+    digest = hashlib.sha256(
+        msgspec.json.encode([settings, scopes, bindings, routines, budgets], order="sorted")
+    ).hexdigest()
+    return Config(
+        settings=settings,
+        scopes=scopes,
+        bindings=bindings,
+        routines=routines,
+        budgets=budgets,
+        source=source,
+        digest=digest,
+    )
+
+
+def check_against_plugins(config: Config, plugins: Plugins) -> None:
+    """Every binding names an installed executor and, if pinned, a declared generation."""
+    for name, binding in config.bindings.items():
+        field = _path("$.bindings", name)
+        installed = {info.name: info for info in plugins.executors()}
+        info = installed.get(binding.executor)
+        if info is None:
+            raise ConfigError(
+                f"{config.source}: {field}.executor: executor {binding.executor!r} is not "
+                f"installed (installed: {', '.join(sorted(installed)) or 'none'})",
+                code="unknown_executor",
+            )
+        if binding.generation is not None:
+            gens = (info.generation, *info.historical_generations)
+            if binding.generation not in gens:
+                err = UnsupportedGenerationError(
+                    binding.executor, binding.generation, installed=gens
+                )
+                raise ConfigError(
+                    f"{config.source}: {field}.generation: {err}", code=err.code
+                ) from err
+
+
+def _path(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if _KEY.match(key) else f"{prefix}[{key!r}]"
+
+
+def _convert(value: Any, typ: type[T], path: str, source: str) -> T:
+    try:
+        return msgspec.convert(value, typ)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        # msgspec says "... - at `$.x`"; re-root its path at the section's own path.
+        message = re.sub(r"`\$", f"`{path}", message)
+        if "- at `" not in message:
+            message = f"{message} - at `{path}`"
+        raise ConfigError(f"{source}: {message}") from exc
+
+
+def _convert_table(value: Any, typ: type[T], path: str, source: str) -> dict[str, T]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: {path}: expected a table")
+    return {key: _convert(item, typ, _path(path, key), source) for key, item in value.items()}
+
+
+def _convert_list(value: Any, typ: type[T], path: str, source: str) -> list[T]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{source}: {path}: expected an array of tables")
+    return [_convert(item, typ, f"{path}[{i}]", source) for i, item in enumerate(value)]
+
+
+def _check_scopes(scopes: dict[str, Scope], source: str) -> None:
+    if scopes[ROOT_SCOPE].parent is not None:
+        raise ConfigError(f"{source}: $.scopes.root.parent: the root scope has no parent")
+    for name, scope in scopes.items():
+        if name != ROOT_SCOPE and scope.parent is None:
+            scopes[name] = msgspec.structs.replace(scope, parent=ROOT_SCOPE)
+    for name, scope in scopes.items():
+        if scope.parent is not None and scope.parent not in scopes:
+            raise ConfigError(
+                f"{source}: {_path('$.scopes', name)}.parent: unknown scope {scope.parent!r}"
+            )
+        seen = {name}
+        current = scope.parent
+        while current is not None:
+            if current in seen:
+                raise ConfigError(
+                    f"{source}: {_path('$.scopes', name)}.parent: scopes form a cycle"
+                )
+            seen.add(current)
+            current = scopes[current].parent
+
+
+def _check_bindings(bindings: dict[str, Binding], scopes: dict[str, Scope], source: str) -> None:
+    for name, binding in bindings.items():
+        field = _path("$.bindings", name)
+        if binding.scope not in scopes:
+            raise ConfigError(f"{source}: {field}.scope: unknown scope {binding.scope!r}")
+        delays = binding.retry_delays_seconds or []
+        if len(delays) > MAX_RETRY_DELAYS:
+            raise ConfigError(
+                f"{source}: {field}.retry_delays_seconds: at most {MAX_RETRY_DELAYS} delays"
+            )
+
+
+def _check_routines(
+    routines: list[RoutineSpec], bindings: dict[str, Binding], scopes: dict[str, Scope], source: str
+) -> None:
+    ids: set[str] = set()
+    for i, routine in enumerate(routines):
+        field = f"$.routines[{i}]"
+        if routine.id in ids:
+            raise ConfigError(f"{source}: {field}.id: routine {routine.id!r} is declared twice")
+        ids.add(routine.id)
+        if routine.binding not in bindings:
+            raise ConfigError(f"{source}: {field}.binding: unknown binding {routine.binding!r}")
+        if routine.scope is not None and routine.scope not in scopes:
+            raise ConfigError(f"{source}: {field}.scope: unknown scope {routine.scope!r}")
+
+
+def _check_budgets(budgets: list[Budget], scopes: dict[str, Scope], source: str) -> None:
+    names: set[str] = set()
+    for i, budget in enumerate(budgets):
+        field = f"$.budgets[{i}]"
+        if budget.name in names:
+            raise ConfigError(f"{source}: {field}.name: budget {budget.name!r} is declared twice")
+        names.add(budget.name)
+        if budget.scope is not None:
+            if budget.per == "all":
+                raise ConfigError(
+                    f"{source}: {field}.scope: a per-all budget is shared by every scope and "
+                    "cannot be narrowed to one"
+                )
+            if budget.scope not in scopes:
+                raise ConfigError(f"{source}: {field}.scope: unknown scope {budget.scope!r}")

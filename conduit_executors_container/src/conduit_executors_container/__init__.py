@@ -1,0 +1,1 @@
+"""Docker container executor for conduit (docker SDK)."""

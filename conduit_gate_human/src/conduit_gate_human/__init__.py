@@ -1,0 +1,1 @@
+"""Human-approval start gate for conduit."""

@@ -1,0 +1,163 @@
+"""conduit.toml: decoding, key-path errors and the CLI check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conduit_core.config import check_against_plugins, load_config, parse_config
+from conduit_core.errors import ConfigError
+from conduit_core.plugins import Plugins
+
+GOOD = """
+[settings]
+store = "state/conduit.db"
+concurrency = 3
+job_concurrency = 2
+lease_seconds = 30
+
+[scopes.team]
+limits.concurrency = 2
+
+[scopes.team-a]
+parent = "team"
+
+[bindings.build]
+executor = "echo"
+scope = "team-a"
+timeout_seconds = 120
+retry_delays_seconds = [1, 2, 3]
+terminal_on_exhaustion = true
+config = { command = ["make"] }
+
+[bindings.old]
+executor = "echo"
+generation = 1
+
+[[routines]]
+id = "nightly"
+cron = "0 3 * * *"
+binding = "build"
+
+[[budgets]]
+name = "turns-per-work"
+unit = "turns"
+max = 10
+warn_at = 0.8
+"""
+
+
+def test_good_config_decodes_with_defaults_and_scope_tree() -> None:
+    config = parse_config(GOOD, source="c.toml")
+    assert config.settings.concurrency == 3
+    assert config.settings.timeout_seconds == 3600.0
+    assert config.bindings["build"].timeout_seconds == 120
+    assert config.bindings["build"].retry_delays_seconds == [1, 2, 3]
+    assert config.scope_chain("team-a") == ("root", "team", "team-a")
+    assert config.scopes["team"].limits.concurrency == 2
+    check_against_plugins(config, Plugins.load(disabled=()))
+
+
+def test_digest_is_stable_and_changes_with_content() -> None:
+    a = parse_config(GOOD)
+    assert parse_config(GOOD).digest == a.digest
+    assert parse_config(GOOD.replace("concurrency = 3", "concurrency = 5")).digest != a.digest
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        ("[settings\n", "not valid TOML"),
+        (
+            "[bindings.build]\nexecutor = 'echo'\ntimeout_seconds = 'soon'\n",
+            "Expected `float | null`, got `str` - at `$.bindings.build.timeout_seconds`",
+        ),
+        (
+            "[bindings.build]\nexecutor = 'echo'\ncolour = 1\n",
+            "unknown field `colour` - at `$.bindings.build`",
+        ),
+        ("[settings]\nconcurrency = 0\n", "Expected `int` >= 1 - at `$.settings.concurrency`"),
+        ("[setings]\nconcurrency = 2\n", "$.setings: unknown key"),
+        (
+            "[bindings.build]\nscope = 'x'\n",
+            "missing required field `executor` - at `$.bindings.build`",
+        ),
+        (
+            "[bindings.build]\nexecutor = 'echo'\nscope = 'nowhere'\n",
+            "$.bindings.build.scope: unknown scope 'nowhere'",
+        ),
+        ("[scopes.a]\nparent = 'b'\n[scopes.b]\nparent = 'a'\n", "scopes form a cycle"),
+        (
+            "[[routines]]\nid = 'r'\ncron = '* * * * *'\nbinding = 'missing'\n",
+            "$.routines[0].binding: unknown binding 'missing'",
+        ),
+        (
+            "[[budgets]]\nname = 'b'\nunit = 'usd'\nmax = 1\nper = 'all'\nscope = 'root'\n",
+            "$.budgets[0].scope: a per-all budget",
+        ),
+        ("[[budgets]]\nname = 'b'\nunit = 'USD'\nmax = 1\n", "at `$.budgets[0].unit`"),
+        (
+            "[settings]\nretry_delays_seconds = [" + ",".join(["1"] * 101) + "]\n",
+            "$.settings.retry_delays_seconds: at most 100 delays",
+        ),
+    ],
+)
+def test_bad_config_names_the_key_path(doc: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(doc, source="bad.toml")
+    assert caught.value.code == "invalid_config"
+    assert caught.value.message.startswith("bad.toml: ")
+    assert expected in caught.value.message
+
+
+def test_binding_pinned_to_undeclared_generation_is_refused() -> None:
+    config = parse_config("[bindings.b]\nexecutor = 'echo'\ngeneration = 9\n", source="g.toml")
+    with pytest.raises(ConfigError) as caught:
+        check_against_plugins(config, Plugins.load(disabled=()))
+    assert caught.value.code == "unsupported_generation"
+    assert "g.toml: $.bindings.b.generation:" in caught.value.message
+    assert "'echo' generation 9 is not installed" in caught.value.message
+
+
+def test_binding_naming_unknown_executor_is_refused() -> None:
+    config = parse_config("[bindings.b]\nexecutor = 'nosuch'\n", source="u.toml")
+    with pytest.raises(ConfigError, match=r"u\.toml: \$\.bindings\.b\.executor: executor 'nosuch'"):
+        check_against_plugins(config, Plugins.load(disabled=()))
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path / "absent.toml")
+
+
+def test_cli_config_check_ok_and_errors(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    good = tmp_path / "good.toml"
+    good.write_text(GOOD)
+    proc = run_cli("config", "check", str(good))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"ok: {good}: 2 binding(s)")
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[bindings.build]\nexecutor = 'echo'\ntimeout_seconds = 'soon'\n")
+    proc = run_cli("config", "check", str(bad))
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert proc.stderr.strip() == (
+        f"error [invalid_config]: {bad}: Expected `float | null`, got `str` - at "
+        "`$.bindings.build.timeout_seconds`"
+    )
+
+    pinned = tmp_path / "pinned.toml"
+    pinned.write_text("[bindings.b]\nexecutor = 'echo'\ngeneration = 9\n")
+    proc = run_cli("config", "check", str(pinned))
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error [unsupported_generation]: ")
+
+
+def test_cli_version(run_cli) -> None:  # type: ignore[no-untyped-def]
+    from conduit_core import __version__
+
+    proc = run_cli("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"conduit, version {__version__}"

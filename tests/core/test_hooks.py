@@ -1,0 +1,92 @@
+"""Each hook spec has a test of its own here, and a meta-test keeps that (and the docs) true."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+from conduit_core.errors import ConduitError
+from conduit_core.extension import GateRequest, HookSpecs, InputEvent, RetryHint, StartHold
+from conduit_core.plugins import Plugins
+
+REPO = Path(__file__).resolve().parents[2]
+HOOK_NAMES = sorted(n for n in vars(HookSpecs) if n.startswith("conduit_"))
+
+
+def test_hook_conduit_executors_registers_each_generation() -> None:
+    plugins = Plugins.load(disabled=())
+    assert plugins.executor("echo", 1) is not plugins.executor("echo", 2)
+
+
+@pytest.mark.anyio
+async def test_hook_conduit_start_gates_registers_gates_in_name_order() -> None:
+    plugins = Plugins.load(disabled=())
+    gates = plugins.start_gates()
+    assert [g.name for g in gates] == sorted(g.name for g in gates)
+    gate = next(g for g in gates if g.name == "test-allow").gate
+    request = GateRequest(
+        work_id="w1",
+        scope="root",
+        kind="task",
+        binding="b",
+        executor="echo",
+        first_input=InputEvent(id="e1", type="input", payload={"hold": "needs a person"}),
+    )
+    assert await gate.check(request) == StartHold(reason="needs a person")
+    let = GateRequest(work_id="w2", scope="root", kind="task", binding="b", executor="echo")
+    assert await gate.check(let) is None
+
+
+def test_hook_conduit_run_environment_merges_per_scope_chain() -> None:
+    plugins = Plugins.load(disabled=())
+    assert plugins.run_environment(("root", "test-env")) == {"CONDUIT_TEST_ENV": "from-test-plugin"}
+    assert plugins.run_environment(("root",)) == {}
+
+
+def test_hook_conduit_run_environment_failure_is_environment_unavailable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import conduit_test_plugin.plugin as tp
+
+    plugins = Plugins.load(disabled=())
+
+    def broken(scope_chain: object) -> None:
+        raise RuntimeError("vault sealed: secret=hunter2")
+
+    impl = next(
+        i for i in plugins._pm.hook.conduit_run_environment.get_hookimpls() if i.plugin is tp
+    )
+    monkeypatch.setattr(impl, "function", broken)
+    with pytest.raises(ConduitError) as caught:
+        plugins.run_environment(("root",))
+    assert caught.value.code == "environment_unavailable"
+    assert "hunter2" not in caught.value.message  # the error text may carry a secret
+
+
+def test_hook_conduit_retry_hint_classifies_failures() -> None:
+    plugins = Plugins.load(disabled=())
+    hint = plugins.retry_hint("echo", RuntimeError("rate limited by provider"), None)
+    assert hint == RetryHint(unknown_reset=True, reason="rate limited")
+    assert plugins.retry_hint("echo", RuntimeError("boom"), None) is None
+    assert plugins.retry_hint("shell", RuntimeError("rate limited"), None) is None
+
+
+def test_every_hook_spec_is_documented_and_has_a_test_of_its_own() -> None:
+    assert HOOK_NAMES == [
+        "conduit_executors",
+        "conduit_retry_hint",
+        "conduit_run_environment",
+        "conduit_start_gates",
+    ]
+    docs = (REPO / "docs" / "plugins.md").read_text()
+    tests = "\n".join(p.read_text() for p in (REPO / "tests").rglob("test_*.py"))
+    for name in HOOK_NAMES:
+        spec = getattr(HookSpecs, name)
+        assert inspect.getdoc(spec), f"hook spec {name} has no docstring"
+        assert re.search(rf"^#+ .*`{name}`", docs, re.M), (
+            f"docs/plugins.md has no section on {name}"
+        )
+        assert re.search(rf"def test_hook_{name}_", tests), f"no test named test_hook_{name}_*"

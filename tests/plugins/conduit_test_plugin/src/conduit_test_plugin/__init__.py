@@ -1,0 +1,1 @@
+"""Test-only conduit plugin."""

@@ -1,0 +1,91 @@
+"""An in-process executor with two generations, a start gate, and the other hooks.
+
+Everything here is deterministic and quick so the core's tests can drive real plugin loading.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from conduit_core.extension import (
+    ExecutionContext,
+    Executor,
+    ExecutorRegistration,
+    GateRegistration,
+    GateRequest,
+    Handle,
+    OutcomeKind,
+    Result,
+    RetryHint,
+    StartGate,
+    StartHold,
+    StopEvidence,
+    StopTarget,
+    hookimpl,
+)
+
+
+class _Done(Handle):
+    def __init__(self, result: Result) -> None:
+        self._result = result
+
+    async def wait(self) -> Result:
+        return self._result
+
+
+class EchoExecutor(Executor):
+    def __init__(self, generation: int) -> None:
+        self.generation = generation
+
+    def _result(self, ctx: ExecutionContext, how: str) -> Result:
+        return Result(
+            outcome=OutcomeKind.COMPLETED,
+            summary=f"echo generation {self.generation} {how}",
+            data={"inputs": [event.payload for event in ctx.inputs]},
+        )
+
+    async def run(self, ctx: ExecutionContext) -> Handle:
+        await ctx.persist_recovery({"generation": self.generation})
+        return _Done(self._result(ctx, "ran"))
+
+    async def recover(self, ctx: ExecutionContext) -> Handle:
+        return _Done(self._result(ctx, "recovered"))
+
+    async def stop(self, target: StopTarget) -> StopEvidence:
+        return StopEvidence(verified=True, detail="nothing runs outside the call")
+
+
+class AllowGate(StartGate):
+    async def check(self, request: GateRequest) -> StartHold | None:
+        payload = request.first_input.payload if request.first_input else None
+        if isinstance(payload, dict) and payload.get("hold"):
+            return StartHold(reason=str(payload["hold"]))
+        return None
+
+
+@hookimpl
+def conduit_executors() -> Sequence[ExecutorRegistration]:
+    return [
+        ExecutorRegistration(name="echo", generation=2, executor=EchoExecutor(2)),
+        ExecutorRegistration(name="echo", generation=1, executor=EchoExecutor(1)),
+    ]
+
+
+@hookimpl
+def conduit_start_gates() -> Sequence[GateRegistration]:
+    return [GateRegistration(name="test-allow", gate=AllowGate())]
+
+
+@hookimpl
+def conduit_run_environment(scope_chain: Sequence[str]) -> Mapping[str, str] | None:
+    # Only scopes named for it get a value, so other tests' attempts see nothing from here.
+    if "test-env" in scope_chain:
+        return {"CONDUIT_TEST_ENV": "from-test-plugin"}
+    return None
+
+
+@hookimpl
+def conduit_retry_hint(executor: str, error: BaseException | None) -> RetryHint | None:
+    if executor == "echo" and error is not None and "rate limited" in str(error):
+        return RetryHint(unknown_reset=True, reason="rate limited")
+    return None

@@ -1,0 +1,115 @@
+"""Starting a job: a ``/bin/sh`` wrapper that leads a new session and records the exit status.
+
+The wrapper is the session and process-group leader, so a signal to the group reaches the job and
+everything it started, and killing the daemon (another session) reaches none of them. When the job
+ends the wrapper creates ``exit-status.<N>`` in the workspace, so the status survives a daemon
+that is gone by then.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+
+import msgspec
+import psutil
+
+from conduit_core.extension import InputEvent, OperationError
+from conduit_executors_shell._config import ShellConfig
+from conduit_executors_shell._metadata import JobRecord
+from conduit_executors_shell._workspace import Workspace
+
+__all__ = ["EXECUTION_TAG", "LaunchedJob", "json_lines", "launch_job"]
+
+#: The environment variable that tags every process of a job with its execution id; stop finds
+#: the job's processes by it even when no recovery metadata was recorded.
+EXECUTION_TAG = "CONDUIT_EXECUTION_ID"
+
+# Variables of the daemon's own environment a job inherits. Everything else (the daemon's
+# credentials, say) stays out; the run environment and the binding's env are added over these.
+_INHERITED_VARIABLES = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ", "TMPDIR")
+
+# "$1" is the workspace, the rest is the job's argv. The status file is created, not written,
+# so its appearance is atomic (see _workspace).
+_WRAPPER = """ws=$1; shift
+"$@" <"$ws/input.jsonl" >"$ws/stdout" 2>"$ws/stderr"
+status=$?
+: >"$ws/exit-status.$status"
+exit "$status"
+"""
+
+# With accept_input the job reads a FIFO that ``tail -f`` feeds from input.jsonl, so lines
+# appended later by inject reach it. The job opens the FIFO read-write so it never waits for the
+# feeder to open it (and, like any inject stream, it sees no end of input).
+_WRAPPER_ACCEPTING_INPUT = """ws=$1; shift
+tail -c +1 -f "$ws/input.jsonl" >"$ws/input.fifo" &
+feeder=$!
+"$@" 0<>"$ws/input.fifo" >"$ws/stdout" 2>"$ws/stderr"
+status=$?
+kill "$feeder" 2>/dev/null
+: >"$ws/exit-status.$status"
+exit "$status"
+"""
+
+
+class LaunchedJob:
+    """A job this process started: its record and the wrapper's ``Popen`` (to reap it)."""
+
+    def __init__(self, record: JobRecord, wrapper: subprocess.Popen[bytes]) -> None:
+        self.record = record
+        self.wrapper = wrapper
+
+
+def launch_job(
+    config: ShellConfig,
+    workspace: Workspace,
+    *,
+    inputs: Sequence[InputEvent],
+    run_environment: Mapping[str, str],
+    job_variables: Mapping[str, str],
+) -> LaunchedJob:
+    """Start the job detached; blocking (call it from a worker thread)."""
+    workspace.input.write_bytes(json_lines(inputs))
+    script = _WRAPPER
+    if config.accept_input:
+        os.mkfifo(workspace.input_fifo, 0o600)
+        script = _WRAPPER_ACCEPTING_INPUT
+    env = {name: os.environ[name] for name in _INHERITED_VARIABLES if name in os.environ}
+    env.update(run_environment)
+    env.update(config.env)
+    env.update(job_variables)
+    launched_at = time.time()
+    try:
+        wrapper = subprocess.Popen(
+            ["/bin/sh", "-c", script, "conduit-shell", str(workspace.path), *config.argv()],
+            cwd=config.cwd if config.cwd is not None else workspace.path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as exc:
+        # The wrapper is /bin/sh, so this is the cwd (or the system refusing a process).
+        raise OperationError(
+            "invalid_config",
+            f"shell job could not start in cwd {config.cwd!r}: {exc.strerror or exc}",
+            permanent=True,
+        ) from exc
+    # Our own child stays visible (as a zombie at worst) until we reap it, so this cannot fail.
+    create_time = psutil.Process(wrapper.pid).create_time()
+    record = JobRecord(
+        pid=wrapper.pid,
+        pgid=wrapper.pid,
+        create_time=create_time,
+        workspace=str(workspace.path),
+        launched_at=launched_at,
+    )
+    return LaunchedJob(record, wrapper)
+
+
+def json_lines(inputs: Sequence[InputEvent]) -> bytes:
+    return b"".join(msgspec.json.encode(event) + b"\n" for event in inputs)

@@ -1,0 +1,209 @@
+"""Finding, watching and stopping a job's processes, by identity rather than by pid alone.
+
+A pid is only trusted together with its psutil create time, so a pid the system has since given
+to an unrelated process is never adopted or signalled. Stopping is verified by looking, not
+assumed from having sent a signal.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+
+import anyio
+import anyio.to_thread
+import psutil
+
+from conduit_core.extension import StopEvidence
+from conduit_executors_shell._launch import EXECUTION_TAG
+from conduit_executors_shell._metadata import JobRecord
+
+__all__ = ["find_wrapper", "group_is_empty", "stop_job", "wait_for_wrapper_exit"]
+
+# psutil derives create times from the boot time, which two processes may read a whole second
+# apart after a clock adjustment. A pid reused within that second by an unrelated process is also
+# required to lead our process group to be taken for ours, which it does not.
+_CREATE_TIME_TOLERANCE = 1.0
+# How long SIGKILL gets to take effect before a stop is reported unverified.
+_KILL_DEADLINE_SECONDS = 5.0
+_POLL_FIRST_SECONDS = 0.005
+_POLL_LONGEST_SECONDS = 0.1
+
+
+def find_wrapper(record: JobRecord) -> psutil.Process | None:
+    """The job's wrapper if that very process still exists (as a zombie, even), else ``None``."""
+    try:
+        process = psutil.Process(record.pid)
+        if abs(process.create_time() - record.create_time) > _CREATE_TIME_TOLERANCE:
+            return None
+        if os.getpgid(record.pid) != record.pgid:
+            return None
+    except (psutil.NoSuchProcess, ProcessLookupError):
+        return None
+    return process
+
+
+def group_is_empty(pgid: int) -> bool:
+    """True when no process (not even a zombie) is left in the process group."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+async def wait_for_wrapper_exit(
+    record: JobRecord, reap: Callable[[], object], *, our_child: bool
+) -> None:
+    """Wait until the wrapper has exited, without a busy loop: a pidfd where the OS has them.
+
+    ``our_child``: this process started the wrapper and has not reaped it, so its pid cannot
+    have been reused and needs no identity check.
+    """
+    try:
+        pidfd = os.pidfd_open(record.pid)
+    except ProcessLookupError:
+        reap()
+        return
+    except (AttributeError, OSError):
+        await _poll_until_gone(record)
+        reap()
+        return
+    try:
+        # The pidfd pins whatever process has the pid now; make sure that is still the wrapper.
+        if our_child or await anyio.to_thread.run_sync(find_wrapper, record) is not None:
+            await anyio.wait_readable(pidfd)
+    finally:
+        os.close(pidfd)
+    reap()
+
+
+async def _poll_until_gone(record: JobRecord) -> None:
+    delay = _POLL_FIRST_SECONDS
+    while True:
+        wrapper = await anyio.to_thread.run_sync(find_wrapper, record)
+        if wrapper is None or _is_zombie(wrapper):
+            return
+        await anyio.sleep(delay)
+        delay = min(delay * 2, _POLL_LONGEST_SECONDS)
+
+
+async def stop_job(
+    record: JobRecord | None,
+    *,
+    execution_id: str,
+    stop_signal: signal.Signals,
+    grace_seconds: float,
+    reap: Callable[[], object],
+) -> StopEvidence:
+    """Signal every process of the job, wait the grace, escalate to SIGKILL, then verify.
+
+    A job's processes are the members of its process group and session while its wrapper is
+    verified to be ours (a group id cannot be reused while the group lives), and every process
+    tagged with the execution id, which finds a job that left its group, or whose metadata was
+    never recorded.
+    """
+    trust_group = False
+    if record is not None:
+        trust_group = await anyio.to_thread.run_sync(find_wrapper, record) is not None
+    scan = _Scanner(record, execution_id, trust_group=trust_group)
+    found = await anyio.to_thread.run_sync(scan.processes)
+    if not found:
+        reap()
+        return StopEvidence(verified=True, detail=f"no process of {scan.description} was running")
+    await anyio.to_thread.run_sync(_send, found, stop_signal)
+    remaining = await scan.wait_until_gone(grace_seconds, reap)
+    killed = 0
+    deadline = time.monotonic() + _KILL_DEADLINE_SECONDS
+    while remaining and time.monotonic() < deadline:
+        killed += await anyio.to_thread.run_sync(_send, remaining, signal.SIGKILL)
+        remaining = await scan.wait_until_gone(_KILL_DEADLINE_SECONDS / 10, reap)
+    reap()
+    if remaining:
+        pids = ", ".join(str(p.pid) for p in remaining)
+        return StopEvidence(
+            verified=False, detail=f"{scan.description}: still running after SIGKILL: {pids}"
+        )
+    return StopEvidence(
+        verified=True,
+        detail=(
+            f"sent {stop_signal.name} to {len(found)} process(es) of {scan.description}; "
+            f"{killed} needed SIGKILL; none remain"
+        ),
+    )
+
+
+class _Scanner:
+    def __init__(self, record: JobRecord | None, execution_id: str, *, trust_group: bool) -> None:
+        self._record = record
+        self._execution_id = execution_id
+        self._trust_group = trust_group
+        # Nothing created before the wrapper can belong to the job.
+        self._created_after = record.create_time - _CREATE_TIME_TOLERANCE if record else 0.0
+        group = f"process group {record.pgid}" if record and trust_group else "no trusted group"
+        self.description = f"execution {execution_id} ({group})"
+
+    def processes(self) -> list[psutil.Process]:
+        """The job's live processes (zombies run nothing and are left to their parents)."""
+        found = []
+        for process in psutil.process_iter(["create_time", "status"]):
+            created = process.info["create_time"]
+            if process.info["status"] == psutil.STATUS_ZOMBIE or created is None:
+                continue
+            if created < self._created_after or process.pid == os.getpid():
+                continue
+            if self._in_job_group(process.pid) or self._tagged(process):
+                found.append(process)
+        return found
+
+    async def wait_until_gone(
+        self, within_seconds: float, reap: Callable[[], object]
+    ) -> list[psutil.Process]:
+        deadline = time.monotonic() + within_seconds
+        delay = _POLL_FIRST_SECONDS
+        while True:
+            reap()
+            remaining = await anyio.to_thread.run_sync(self.processes)
+            if not remaining or time.monotonic() >= deadline:
+                return remaining
+            await anyio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, _POLL_LONGEST_SECONDS)
+
+    def _in_job_group(self, pid: int) -> bool:
+        if not self._trust_group or self._record is None:
+            return False
+        try:
+            return self._record.pgid in (os.getpgid(pid), os.getsid(pid))
+        except ProcessLookupError:
+            return False
+
+    def _tagged(self, process: psutil.Process) -> bool:
+        try:
+            tag: str | None = process.environ().get(EXECUTION_TAG)
+        except psutil.Error:
+            return False
+        return tag == self._execution_id
+
+
+def _send(processes: list[psutil.Process], sig: signal.Signals) -> int:
+    sent = 0
+    for process in processes:
+        try:
+            # psutil refuses to signal a process whose pid was reused since it was listed.
+            process.send_signal(sig)
+            sent += 1
+        except psutil.Error:
+            pass
+    return sent
+
+
+def _is_zombie(process: psutil.Process) -> bool:
+    try:
+        status: str = process.status()
+        return bool(status == psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return True

@@ -107,6 +107,8 @@ class Work(Record, frozen=True, kw_only=True):
     gate_pass: bool = False
     budget_pass: bool = False
     gated: bool = False  # the start gates were asked and let it start
+    #: Accepted input addressed to this Work not yet presented to an attempt (kept by the store).
+    pending_inputs: int = 0
 
 
 class Event(Record, frozen=True, kw_only=True):

@@ -1,0 +1,40 @@
+"""Durable storage: the ``Store`` contract, its SQLite and PostgreSQL backends, ``open_store``.
+
+The conformance suite every backend passes is :mod:`conduit_core.storage.conformance`.
+"""
+
+from conduit_core.storage._contract import (
+    AttemptEnd,
+    CapacityLimits,
+    Claim,
+    ClaimRefusal,
+    ClaimRequest,
+    ExecutionChange,
+    NotEligibleError,
+    StaleDispatchError,
+    Store,
+    WorkChange,
+)
+from conduit_core.storage._open import mask_url, open_store, open_store_sync
+from conduit_core.storage._schema import SCHEMA_VERSION
+from conduit_core.storage._sqlite import SqliteStore
+from conduit_core.storage._sqlstore import SqlStore
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AttemptEnd",
+    "CapacityLimits",
+    "Claim",
+    "ClaimRefusal",
+    "ClaimRequest",
+    "ExecutionChange",
+    "NotEligibleError",
+    "SqlStore",
+    "SqliteStore",
+    "StaleDispatchError",
+    "Store",
+    "WorkChange",
+    "mask_url",
+    "open_store",
+    "open_store_sync",
+]

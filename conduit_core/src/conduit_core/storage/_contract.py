@@ -1,0 +1,548 @@
+"""The storage contract the runtime uses: domain operations, not a generic ORM.
+
+Every method is async; a backend runs its blocking driver in worker threads and never keeps a
+transaction open across an ``await`` of anything but its own driver call. All instants are epoch
+milliseconds supplied by the caller (time is injected). Callables passed in (``WorkChange``,
+``ExecutionChange``, ``snapshot_for``…) run inside the transaction: they must be pure, fast and
+never block or await.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, Self
+
+import msgspec
+
+from conduit_core.errors import ConduitError
+from conduit_core.extension import PhaseOutcome, Result
+from conduit_core.model import (
+    MAX_LAUNCH_PHASES,
+    AttemptSnapshot,
+    BudgetLedger,
+    ConfigGeneration,
+    ControlIntent,
+    ControlStatus,
+    Event,
+    Execution,
+    ExecutionStatus,
+    Hold,
+    HoldKind,
+    Invoke,
+    LaunchPhase,
+    Lease,
+    Routine,
+    Timer,
+    Wait,
+    Work,
+    WorkStatus,
+)
+
+__all__ = [
+    "AttemptEnd",
+    "CapacityLimits",
+    "Claim",
+    "ClaimRefusal",
+    "ClaimRequest",
+    "ExecutionChange",
+    "NotEligibleError",
+    "StaleDispatchError",
+    "Store",
+    "WorkChange",
+]
+
+WorkChange = Callable[[Work], Work]
+ExecutionChange = Callable[[Execution], Execution]
+
+#: The pool bounded by ``settings.job_concurrency``; other pools report ``capacity_concurrency``.
+JOBS_POOL = "jobs"
+
+
+class NotEligibleError(ConduitError):
+    """A claim refused because the Work cannot start now (terminal, running, held, backoff…)."""
+
+    code = "not_eligible"
+
+
+class StaleDispatchError(ConduitError):
+    """A control settlement whose dispatch token is no longer the live one."""
+
+    code = "stale_dispatch_token"
+
+
+class CapacityLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """Limits checked inside the claim transaction; ``None`` or a missing key means unbounded.
+
+    An attempt counts against its snapshot's pool (``pool_limits``) or, without a pool, against
+    ``global_limit``. Scope limits count every pool, for the scope and each of its ancestors
+    (``scope_parents`` maps a scope to its parent). Attempts hold a slot while live and after
+    they end until their resource exclusion is confirmed.
+    """
+
+    global_limit: int | None = None
+    pool_limits: dict[str, int] = {}
+    scope_limits: dict[str, int] = {}
+    scope_parents: dict[str, str] = {}
+
+    def ancestry(self, scope: str) -> list[str]:
+        """``scope`` and its ancestors, nearest first (cycles are cut)."""
+        chain = [scope]
+        while (parent := self.scope_parents.get(chain[-1])) is not None and parent not in chain:
+            chain.append(parent)
+        return chain
+
+
+class ClaimRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Start the next attempt of ``work_id`` pinned to ``snapshot``.
+
+    ``max_inputs`` bounds how many pending inputs (oldest first) the attempt consumes; ``None``
+    takes them all. ``update_work`` lets the runtime spend a gate/budget pass in the same commit.
+    """
+
+    work_id: str
+    snapshot: AttemptSnapshot
+    max_inputs: int | None = None
+    update_work: WorkChange | None = None
+
+
+class Claim(msgspec.Struct, frozen=True, kw_only=True):
+    """A successful claim: the attempt, its lease, its Work and the input presented to it."""
+
+    execution: Execution
+    lease: Lease
+    work: Work
+    inputs: list[Event] = []
+
+
+class ClaimRefusal(msgspec.Struct, frozen=True, kw_only=True):
+    """A batched claim that did not start; ``code`` is the error code a single claim raises."""
+
+    work_id: str
+    code: str
+    message: str
+    #: For capacity refusals: the pool, ``global`` or ``scope:<id>`` that is full.
+    limit_name: str = ""
+
+
+class AttemptEnd(msgspec.Struct, frozen=True, kw_only=True):
+    """What the runtime decided about an attempt: a terminal status, or ``parked``."""
+
+    status: ExecutionStatus
+    result: Result | None = None
+    failure_code: str | None = None
+    failure_message: str | None = None
+    exclusion_confirmed: bool = False
+    remaining_budget_ms: int | None = None
+
+
+class Store(ABC):
+    """A durable conduit store. Backends: ``SqliteStore``, ``PostgresStore``; see ``open_store``."""
+
+    #: The store's URL with any password masked (for messages).
+    url: str
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Release connections; the store's data stays."""
+
+    # --- Work and input ----------------------------------------------------------------------
+
+    @abstractmethod
+    async def create_work(self, work: Work, *, first_input: Event | None = None) -> Work:
+        """Store new Work (code ``work_exists`` if the id is taken) with optional first input."""
+
+    @abstractmethod
+    async def accept_event(self, event: Event) -> Event:
+        """Accept an Event, assigning its ``seq``; a known ``delivery_id`` returns the stored one.
+
+        A ``pending`` event with a ``work_id`` becomes that Work's input (``NotFoundError`` if the
+        Work does not exist).
+        """
+
+    @abstractmethod
+    async def get_event(self, event_id: str) -> Event: ...
+
+    @abstractmethod
+    async def pending_inputs(self, work_id: str) -> list[Event]:
+        """The Work's input not yet presented to an attempt, in acceptance order."""
+
+    @abstractmethod
+    async def get_work(self, work_id: str) -> Work: ...
+
+    @abstractmethod
+    async def list_work(
+        self,
+        *,
+        status: WorkStatus | None = None,
+        scope: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> list[Work]:
+        """Work ordered by id, after the id ``after`` (keyset pagination)."""
+
+    @abstractmethod
+    async def update_work(self, work_id: str, change: WorkChange, *, now_ms: int) -> Work:
+        """Apply a runtime decision (manual retry, clearing a backoff…) to the stored Work."""
+
+    @abstractmethod
+    async def cancel_work(self, work_id: str, *, now_ms: int) -> Work:
+        """Cancel Work: fence its unfinished attempts (keeping their resource holds), remove its
+        waits and timers. Physical cleanup is the caller's, after this commit."""
+
+    # --- Claims ------------------------------------------------------------------------------
+
+    @abstractmethod
+    async def ready_work(self, *, limit: int, after: str | None = None) -> list[Work]:
+        """Work that could start now (ready, no backoff or hold, has input), oldest first."""
+
+    @abstractmethod
+    async def claim_attempts(
+        self,
+        requests: Sequence[ClaimRequest],
+        *,
+        owner: str,
+        now_ms: int,
+        lease_ms: int,
+        capacity: CapacityLimits | None = None,
+    ) -> list[Claim | ClaimRefusal]:
+        """Claim several attempts in one transaction, rechecking eligibility and capacity for each.
+
+        Each claim takes the Work's next attempt number, creates the Execution at epoch 1 with its
+        snapshot, a lease, consumes the selected pending input and begins segment 1 (invoke
+        pending). Results are in request order.
+        """
+
+    async def claim_attempt(
+        self,
+        request: ClaimRequest,
+        *,
+        owner: str,
+        now_ms: int,
+        lease_ms: int,
+        capacity: CapacityLimits | None = None,
+    ) -> Claim:
+        """Claim one attempt or raise ``NotEligibleError``/``CapacityError``/``NotFoundError``."""
+        (outcome,) = await self.claim_attempts(
+            [request], owner=owner, now_ms=now_ms, lease_ms=lease_ms, capacity=capacity
+        )
+        if isinstance(outcome, Claim):
+            return outcome
+        raise refusal_error(outcome)
+
+    @abstractmethod
+    async def claim_ready(
+        self,
+        *,
+        limit: int,
+        snapshot_for: Callable[[Work], AttemptSnapshot | None],
+        owner: str,
+        now_ms: int,
+        lease_ms: int,
+        capacity: CapacityLimits | None = None,
+    ) -> list[Claim | ClaimRefusal]:
+        """Pick up to ``limit`` ready Work and claim them in one transaction.
+
+        ``snapshot_for`` pins each attempt (``None`` skips that Work). Capacity refusals are
+        returned; the batch goes on with the next Work, which may fit another pool.
+        """
+
+    # --- Leases and recovery -----------------------------------------------------------------
+
+    @abstractmethod
+    async def renew_lease(self, lease: Lease, *, now_ms: int) -> Lease:
+        """Extend to ``max(stored expiry, now + duration)``: a renewal never shortens a lease.
+
+        Raises ``LeaseLostError`` after expiry, release, cancellation or a newer epoch.
+        """
+
+    @abstractmethod
+    async def release_lease(self, lease: Lease, *, now_ms: int) -> None:
+        """Give the lease up: the same attempt becomes recoverable at once."""
+
+    @abstractmethod
+    async def expired_attempts(self, *, now_ms: int, limit: int = 100) -> list[Execution]:
+        """Unfinished, unparked attempts whose lease expired or was released."""
+
+    @abstractmethod
+    async def claim_recovery(
+        self, execution_id: str, *, owner: str, now_ms: int, lease_ms: int
+    ) -> Claim:
+        """Take over an expired/released attempt at epoch + 1 with status ``recovering``.
+
+        Ends the open segment and begins a ``recovered`` one at the same instant. The old holder's
+        writes are refused from then on. ``NotEligibleError`` if its lease is still live or it
+        has finished.
+        """
+
+    @abstractmethod
+    async def resume_attempt(
+        self,
+        execution_id: str,
+        *,
+        owner: str,
+        now_ms: int,
+        lease_ms: int,
+        wake_event_id: str | None = None,
+        capacity: CapacityLimits | None = None,
+    ) -> Claim:
+        """Resume a parked attempt at epoch + 1 (status ``resuming``, a new pending segment)."""
+
+    @abstractmethod
+    async def adoptable(self, lease: Lease) -> bool:
+        """Whether the attempt still belongs to recovery: unfinished, Work open, epoch ≥ lease's."""
+
+    # --- Fenced attempt writes ---------------------------------------------------------------
+
+    @abstractmethod
+    async def update_attempt(
+        self, lease: Lease, change: ExecutionChange, *, now_ms: int
+    ) -> Execution:
+        """Apply ``change`` to the attempt, fenced by (execution, epoch, token) and expiry.
+
+        Identity fields (id, work, attempt, epoch) are kept; raises ``LeaseLostError``.
+        """
+
+    @abstractmethod
+    async def finish_attempt(
+        self,
+        lease: Lease,
+        end: AttemptEnd,
+        *,
+        now_ms: int,
+        work: WorkChange,
+        arm: Sequence[Timer] = (),
+        wait: Wait | None = None,
+    ) -> Execution:
+        """End or park the attempt, update its Work, arm timers and register a wait, atomically.
+
+        Fenced like ``update_attempt``. The open segment ends at ``now_ms``; the lease is gone.
+        """
+
+    async def begin_launch_phase(self, lease: Lease, name: str, *, now_ms: int) -> Execution:
+        """Record a launch phase of the open segment as begun."""
+
+        def change(ex: Execution) -> Execution:
+            def seg(s: Any) -> Any:
+                launch = [*s.launch, LaunchPhase(name=name, started_at_ms=now_ms)]
+                return msgspec.structs.replace(s, launch=launch[-MAX_LAUNCH_PHASES:])
+
+            return _with_open_segment(ex, seg)
+
+        return await self.update_attempt(lease, change, now_ms=now_ms)
+
+    async def end_launch_phase(
+        self, lease: Lease, name: str, outcome: PhaseOutcome, *, now_ms: int
+    ) -> Execution:
+        """Record the latest open phase called ``name`` as ended with ``outcome``."""
+
+        def change(ex: Execution) -> Execution:
+            def seg(s: Any) -> Any:
+                launch = list(s.launch)
+                for i in range(len(launch) - 1, -1, -1):
+                    if launch[i].name == name and launch[i].ended_at_ms is None:
+                        launch[i] = msgspec.structs.replace(
+                            launch[i], ended_at_ms=now_ms, outcome=outcome
+                        )
+                        break
+                return msgspec.structs.replace(s, launch=launch)
+
+            return _with_open_segment(ex, seg)
+
+        return await self.update_attempt(lease, change, now_ms=now_ms)
+
+    async def mark_invoked(self, lease: Lease, *, isolated: bool, now_ms: int) -> Execution:
+        """The fenced write just before the executor is called."""
+        return await self.update_attempt(
+            lease,
+            lambda ex: _with_open_segment(
+                ex, lambda s: msgspec.structs.replace(s, invoke=Invoke.CALLED, isolated=isolated)
+            ),
+            now_ms=now_ms,
+        )
+
+    async def pin_segment(self, lease: Lease, pin: str, *, now_ms: int) -> Execution:
+        """Pin the sandbox/container digest to the open segment."""
+        return await self.update_attempt(
+            lease,
+            lambda ex: _with_open_segment(ex, lambda s: msgspec.structs.replace(s, pin=pin)),
+            now_ms=now_ms,
+        )
+
+    async def persist_recovery(
+        self, lease: Lease, metadata: dict[str, Any], *, now_ms: int
+    ) -> Execution:
+        """Store the executor's opaque recovery metadata."""
+        return await self.update_attempt(
+            lease, lambda ex: msgspec.structs.replace(ex, recovery=metadata), now_ms=now_ms
+        )
+
+    async def set_attempt_status(
+        self, lease: Lease, status: ExecutionStatus, *, now_ms: int
+    ) -> Execution:
+        """Move a live attempt between live statuses (launching → running, recovering → …)."""
+        if not status.live:
+            raise ValueError(f"{status} is not a live status; use finish_attempt")
+        return await self.update_attempt(
+            lease, lambda ex: msgspec.structs.replace(ex, status=status), now_ms=now_ms
+        )
+
+    @abstractmethod
+    async def get_execution(self, execution_id: str) -> Execution: ...
+
+    @abstractmethod
+    async def list_executions(self, work_id: str) -> list[Execution]:
+        """The Work's attempts by attempt number."""
+
+    @abstractmethod
+    async def get_lease(self, execution_id: str) -> Lease | None:
+        """The attempt's current lease, released or expired included; ``None`` once finished."""
+
+    @abstractmethod
+    async def live_executions(self) -> list[Execution]:
+        """Unfinished, unparked attempts."""
+
+    @abstractmethod
+    async def unconfirmed_exclusions(self) -> list[Execution]:
+        """Ended attempts whose resource exclusion is not confirmed yet (they hold capacity)."""
+
+    @abstractmethod
+    async def confirm_stopped(
+        self, execution_id: str, expected_epoch: int, *, now_ms: int
+    ) -> Execution:
+        """Record that the attempt's resources stopped; ``LeaseLostError`` if it was adopted at
+        another epoch since."""
+
+    # --- Timers ------------------------------------------------------------------------------
+
+    @abstractmethod
+    async def arm_timer(self, timer: Timer) -> None:
+        """Store (or replace) a durable timer."""
+
+    @abstractmethod
+    async def disarm_timer(self, timer_id: str) -> bool: ...
+
+    @abstractmethod
+    async def due_timers(self, *, now_ms: int, limit: int = 100) -> list[Timer]: ...
+
+    @abstractmethod
+    async def fire_timer(
+        self,
+        timer_id: str,
+        *,
+        accept: Event | None = None,
+        update_work: WorkChange | None = None,
+        now_ms: int = 0,
+    ) -> Timer | None:
+        """Remove the timer and return it if this caller fired it; ``None`` if someone else did.
+
+        ``accept`` (an Event) and ``update_work`` (applied to the timer's Work) join the same
+        transaction, only when this caller fires it.
+        """
+
+    # --- Holds, waits, controls --------------------------------------------------------------
+
+    @abstractmethod
+    async def put_hold(self, hold: Hold) -> None:
+        """Hold the Work's next start (a ready Work becomes ``held``)."""
+
+    @abstractmethod
+    async def list_holds(self, work_id: str | None = None) -> list[Hold]: ...
+
+    @abstractmethod
+    async def delete_hold(self, work_id: str, kind: HoldKind, holder: str) -> bool:
+        """Remove a hold; the last one's removal makes ``held`` Work ``ready`` again."""
+
+    @abstractmethod
+    async def register_wait(self, wait: Wait) -> None: ...
+
+    @abstractmethod
+    async def matching_waits(
+        self, *, event_type: str | None, correlation_key: str | None
+    ) -> list[Wait]:
+        """Waits for this event type (or any type) and this key (or any key)."""
+
+    @abstractmethod
+    async def remove_wait(self, execution_id: str) -> bool: ...
+
+    @abstractmethod
+    async def create_control(self, intent: ControlIntent) -> ControlIntent: ...
+
+    @abstractmethod
+    async def get_control(self, intent_id: str) -> ControlIntent: ...
+
+    @abstractmethod
+    async def open_controls(self, *, limit: int = 100) -> list[ControlIntent]:
+        """Intents pending or being dispatched, oldest first."""
+
+    @abstractmethod
+    async def claim_control(self, intent_id: str, *, now_ms: int) -> ControlIntent:
+        """Mark an open intent dispatching under a fresh token (the previous token goes stale)."""
+
+    @abstractmethod
+    async def settle_control(
+        self, intent_id: str, token: str, status: ControlStatus, *, now_ms: int
+    ) -> ControlIntent:
+        """Settle with the live token only; ``StaleDispatchError`` otherwise."""
+
+    # --- Budgets, config generations, routines -----------------------------------------------
+
+    @abstractmethod
+    async def get_ledger(self, key: str) -> BudgetLedger | None: ...
+
+    @abstractmethod
+    async def update_ledger(
+        self, key: str, change: Callable[[BudgetLedger | None], BudgetLedger]
+    ) -> BudgetLedger:
+        """Read-modify-write one ledger in a transaction."""
+
+    @abstractmethod
+    async def list_ledgers(self) -> list[BudgetLedger]: ...
+
+    @abstractmethod
+    async def record_config_generation(self, digest: str, *, now_ms: int) -> ConfigGeneration:
+        """The generation for this config digest: the known one, or the next number."""
+
+    @abstractmethod
+    async def latest_config_generation(self) -> ConfigGeneration | None: ...
+
+    @abstractmethod
+    async def put_routine(self, routine: Routine) -> None: ...
+
+    @abstractmethod
+    async def get_routine(self, routine_id: str) -> Routine: ...
+
+    @abstractmethod
+    async def list_routines(self) -> list[Routine]: ...
+
+    @abstractmethod
+    async def delete_routine(self, routine_id: str) -> bool: ...
+
+
+def _with_open_segment(ex: Execution, change: Callable[[Any], Any]) -> Execution:
+    if not ex.segments or ex.segments[-1].ended_at_ms is not None:
+        return ex
+    return msgspec.structs.replace(ex, segments=[*ex.segments[:-1], change(ex.segments[-1])])
+
+
+def refusal_error(refusal: ClaimRefusal) -> ConduitError:
+    """The exception a single claim raises for a batched refusal."""
+    from conduit_core.errors import CapacityError, NotFoundError
+
+    if refusal.code.startswith("capacity_"):
+        return CapacityError(refusal.message, code=refusal.code, limit_name=refusal.limit_name)
+    if refusal.code == "not_found":
+        return NotFoundError("work", refusal.work_id)
+    return NotEligibleError(refusal.message, code=refusal.code)

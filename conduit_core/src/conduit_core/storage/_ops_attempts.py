@@ -1,0 +1,270 @@
+"""Leases, recovery and fenced attempt writes as synchronous operations in one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from conduit_core.errors import LeaseLostError
+from conduit_core.model import (
+    Execution,
+    ExecutionStatus,
+    Lease,
+    Segment,
+    Timer,
+    Wait,
+    WorkStatus,
+)
+from conduit_core.storage._contract import (
+    AttemptEnd,
+    CapacityLimits,
+    Claim,
+    ExecutionChange,
+    NotEligibleError,
+    WorkChange,
+    refusal_error,
+)
+from conduit_core.storage._ops_misc import arm_timer, register_wait
+from conduit_core.storage._ops_work import Slots, new_lease
+from conduit_core.storage._sql import (
+    LEASE_COLUMNS,
+    Codec,
+    Cx,
+    changed_work,
+    close_open_segment,
+    first,
+    first_segment,
+    lease_of,
+    load_execution,
+    load_work,
+    put_lease,
+    save_execution,
+    save_work,
+    with_new_segment,
+)
+
+
+def find_lease(cx: Cx, execution_id: str) -> tuple[Lease, bool] | None:
+    row = first(
+        cx, f"SELECT {LEASE_COLUMNS} FROM conduit_lease WHERE execution_id = ?", (execution_id,)
+    )
+    return None if row is None else lease_of(row)
+
+
+def fenced(cx: Cx, lease: Lease, now_ms: int, *, check_expiry: bool = True) -> Execution:
+    """The attempt, if ``lease`` still holds it; ``LeaseLostError`` otherwise."""
+    where = f"attempt {lease.execution_id} epoch {lease.epoch}"
+    found = find_lease(cx, lease.execution_id)
+    if found is None:
+        raise LeaseLostError(f"{where}: no lease (finished, parked or cancelled)")
+    stored, released = found
+    if stored.epoch != lease.epoch:
+        raise LeaseLostError(f"{where}: superseded by epoch {stored.epoch}")
+    if stored.token != lease.token:
+        raise LeaseLostError(f"{where}: the lease token does not match")
+    if released:
+        raise LeaseLostError(f"{where}: the lease was released")
+    if check_expiry and stored.expires_at_ms <= now_ms:
+        raise LeaseLostError(f"{where}: the lease expired at {stored.expires_at_ms} ms")
+    ex = load_execution(cx, lease.execution_id)
+    if not ex.status.live:
+        raise LeaseLostError(f"{where}: the attempt is {ex.status}")
+    return ex
+
+
+def renew_lease(cx: Cx, lease: Lease, now_ms: int) -> Lease:
+    fenced(cx, lease, now_ms)
+    stored, _ = find_lease(cx, lease.execution_id) or (lease, False)
+    # A clock stepped back must never shorten the lease: keep the later expiry.
+    expiry = max(stored.expires_at_ms, now_ms + stored.duration_ms)
+    cx.run(
+        "UPDATE conduit_lease SET expires_at_ms = ? WHERE execution_id = ?",
+        (expiry, lease.execution_id),
+    )
+    return msgspec.structs.replace(stored, expires_at_ms=expiry)
+
+
+def release_lease(cx: Cx, lease: Lease, now_ms: int) -> None:
+    fenced(cx, lease, now_ms, check_expiry=False)
+    # A released lease reads as expired, so recovery finds it through the expiry index.
+    cx.run(
+        "UPDATE conduit_lease SET released = 1, "
+        "expires_at_ms = CASE WHEN expires_at_ms < ? THEN expires_at_ms ELSE ? END "
+        "WHERE execution_id = ?",
+        (now_ms, now_ms, lease.execution_id),
+    )
+
+
+def expired_attempts(cx: Cx, now_ms: int, limit: int) -> list[Execution]:
+    rows = cx.rows(
+        "SELECT e.data FROM conduit_lease l JOIN conduit_execution e ON e.id = l.execution_id "
+        "WHERE l.expires_at_ms <= ? AND e.live = 1 ORDER BY l.expires_at_ms LIMIT ?",
+        (now_ms, limit),
+    )
+    return [Codec.execution.decode(r[0]) for r in rows]
+
+
+def claim_recovery(cx: Cx, execution_id: str, owner: str, now_ms: int, lease_ms: int) -> Claim:
+    ex = load_execution(cx, execution_id)
+    if not ex.status.live:
+        raise NotEligibleError(f"attempt {execution_id} is {ex.status}, not recoverable")
+    found = find_lease(cx, execution_id)
+    if found is not None and not found[1] and found[0].expires_at_ms > now_ms:
+        raise NotEligibleError(
+            f"attempt {execution_id} is held until {found[0].expires_at_ms} ms "
+            f"(epoch {found[0].epoch})"
+        )
+    epoch = ex.epoch + 1
+    previous = ex.segments[-1] if ex.segments else None
+    segment = Segment(
+        epoch=epoch,
+        started_at_ms=now_ms,
+        recovered=True,
+        pin=previous.pin if previous is not None else None,
+    )
+    ex = msgspec.structs.replace(
+        with_new_segment(ex, segment, now_ms), epoch=epoch, status=ExecutionStatus.RECOVERING
+    )
+    save_execution(cx, ex)
+    lease = new_lease(ex, owner, now_ms, lease_ms)
+    put_lease(cx, lease)
+    return Claim(execution=ex, lease=lease, work=load_work(cx, ex.work_id))
+
+
+def resume_attempt(
+    cx: Cx,
+    execution_id: str,
+    owner: str,
+    now_ms: int,
+    lease_ms: int,
+    wake_event_id: str | None,
+    capacity: CapacityLimits | None,
+) -> Claim:
+    ex = load_execution(cx, execution_id)
+    if ex.status is not ExecutionStatus.PARKED:
+        raise NotEligibleError(f"attempt {execution_id} is {ex.status}, not parked")
+    work = load_work(cx, ex.work_id)
+    if work.status.terminal:
+        raise NotEligibleError(f"work {work.id!r} is {work.status}")
+    if first(cx, "SELECT 1 FROM conduit_execution WHERE work_id = ? AND live = 1", (work.id,)):
+        raise NotEligibleError(f"work {work.id!r} has a live attempt")
+    if capacity is not None and (
+        refused := Slots(cx, capacity).refusal(work.id, ex.snapshot.pool, ex.scope)
+    ):
+        raise refusal_error(refused)
+    epoch = ex.epoch + 1
+    ex = msgspec.structs.replace(
+        with_new_segment(ex, first_segment(epoch, now_ms, wake_event_id), now_ms),
+        epoch=epoch,
+        status=ExecutionStatus.RESUMING,
+    )
+    save_execution(cx, ex)
+    lease = new_lease(ex, owner, now_ms, lease_ms)
+    put_lease(cx, lease)
+    cx.run("DELETE FROM conduit_wait WHERE execution_id = ?", (execution_id,))
+    work = msgspec.structs.replace(work, status=WorkStatus.RUNNING, updated_at_ms=now_ms)
+    save_work(cx, work)
+    return Claim(execution=ex, lease=lease, work=work)
+
+
+def adoptable(cx: Cx, lease: Lease) -> bool:
+    row = first(cx, "SELECT data FROM conduit_execution WHERE id = ?", (lease.execution_id,))
+    if row is None:
+        return False
+    ex = Codec.execution.decode(row[0])
+    if not ex.status.live or ex.epoch < lease.epoch:
+        return False
+    return not load_work(cx, ex.work_id).status.terminal
+
+
+def _kept_identity(before: Execution, after: Execution) -> Execution:
+    return msgspec.structs.replace(
+        after,
+        id=before.id,
+        work_id=before.work_id,
+        attempt=before.attempt,
+        epoch=before.epoch,
+        snapshot=before.snapshot,
+        scope=before.scope,
+        started_at_ms=before.started_at_ms,
+    )
+
+
+def update_attempt(cx: Cx, lease: Lease, change: ExecutionChange, now_ms: int) -> Execution:
+    before = fenced(cx, lease, now_ms)
+    after = _kept_identity(before, change(before))
+    if not after.status.live:
+        raise ValueError(f"update_attempt cannot end an attempt ({after.status}); use finish")
+    save_execution(cx, after)
+    return after
+
+
+def finish_attempt(
+    cx: Cx,
+    lease: Lease,
+    end: AttemptEnd,
+    now_ms: int,
+    work_change: WorkChange,
+    arm: Sequence[Timer],
+    wait: Wait | None,
+) -> Execution:
+    if end.status.live:
+        raise ValueError(f"finish_attempt needs a terminal or parked status, not {end.status}")
+    ex = fenced(cx, lease, now_ms)
+    ex = msgspec.structs.replace(
+        ex,
+        status=end.status,
+        segments=close_open_segment(ex, now_ms),
+        result=end.result,
+        failure_code=end.failure_code,
+        failure_message=end.failure_message,
+        exclusion_confirmed=end.exclusion_confirmed,
+        remaining_budget_ms=end.remaining_budget_ms,
+        ended_at_ms=None if end.status is ExecutionStatus.PARKED else now_ms,
+    )
+    save_execution(cx, ex)
+    cx.run("DELETE FROM conduit_lease WHERE execution_id = ?", (ex.id,))
+    work = load_work(cx, ex.work_id)
+    save_work(cx, changed_work(work, work_change(work), now_ms))
+    for timer in arm:
+        arm_timer(cx, timer)
+    if wait is not None:
+        register_wait(cx, wait)
+    return ex
+
+
+def get_lease(cx: Cx, execution_id: str) -> Lease | None:
+    found = find_lease(cx, execution_id)
+    return None if found is None else found[0]
+
+
+def list_executions(cx: Cx, work_id: str) -> list[Execution]:
+    rows = cx.rows(
+        "SELECT data FROM conduit_execution WHERE work_id = ? ORDER BY attempt", (work_id,)
+    )
+    return [Codec.execution.decode(r[0]) for r in rows]
+
+
+def live_executions(cx: Cx) -> list[Execution]:
+    rows = cx.rows("SELECT data FROM conduit_execution WHERE live = 1 ORDER BY id")
+    return [Codec.execution.decode(r[0]) for r in rows]
+
+
+def unconfirmed_exclusions(cx: Cx) -> list[Execution]:
+    rows = cx.rows(
+        "SELECT data FROM conduit_execution WHERE holds_slot = 1 AND live = 0 ORDER BY id"
+    )
+    return [Codec.execution.decode(r[0]) for r in rows]
+
+
+def confirm_stopped(cx: Cx, execution_id: str, expected_epoch: int) -> Execution:
+    ex = load_execution(cx, execution_id)
+    if ex.epoch != expected_epoch:
+        raise LeaseLostError(
+            f"attempt {execution_id}: stop confirmed for epoch {expected_epoch}, "
+            f"but it was adopted at epoch {ex.epoch} since"
+        )
+    ex = msgspec.structs.replace(ex, exclusion_confirmed=True)
+    save_execution(cx, ex)
+    return ex

@@ -1,0 +1,335 @@
+"""Work, input and claims as synchronous operations inside one transaction."""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgspec
+
+from conduit_core.errors import ConduitError, NotFoundError
+from conduit_core.model import (
+    AttemptSnapshot,
+    Event,
+    Execution,
+    ExecutionStatus,
+    Lease,
+    Work,
+    WorkKind,
+    WorkStatus,
+)
+from conduit_core.storage._contract import (
+    JOBS_POOL,
+    CapacityLimits,
+    Claim,
+    ClaimRefusal,
+    ClaimRequest,
+    WorkChange,
+)
+from conduit_core.storage._sql import (
+    Codec,
+    Cx,
+    changed_work,
+    close_open_segment,
+    dump,
+    find_work,
+    first,
+    first_segment,
+    insert_execution,
+    insert_work,
+    load_work,
+    next_counter,
+    put_lease,
+    save_execution,
+    save_work,
+)
+
+# --- Work and input -------------------------------------------------------------------------
+
+
+def create_work(cx: Cx, work: Work, first_input: Event | None) -> Work:
+    if find_work(cx, work.id) is not None:
+        raise ConduitError(f"work {work.id!r} already exists", code="work_exists")
+    insert_work(cx, msgspec.structs.replace(work, pending_inputs=0, last_attempt=0))
+    if first_input is not None:
+        accept_event(cx, msgspec.structs.replace(first_input, work_id=work.id, pending=True))
+    return load_work(cx, work.id)
+
+
+def accept_event(cx: Cx, event: Event) -> Event:
+    row = first(cx, "SELECT data FROM conduit_event WHERE delivery_id = ?", (event.delivery_id,))
+    if row is not None:
+        return Codec.event.decode(row[0])
+    pending = event.pending and event.work_id is not None
+    stored = msgspec.structs.replace(event, seq=next_counter(cx, "event_seq"), pending=pending)
+    if pending:
+        assert event.work_id is not None
+        work = load_work(cx, event.work_id)
+        save_work(cx, msgspec.structs.replace(work, pending_inputs=work.pending_inputs + 1))
+    cx.run(
+        "INSERT INTO conduit_event (id, delivery_id, seq, work_id, pending, data) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (stored.id, stored.delivery_id, stored.seq, stored.work_id, int(pending), dump(stored)),
+    )
+    return stored
+
+
+def get_event(cx: Cx, event_id: str) -> Event:
+    row = first(cx, "SELECT data FROM conduit_event WHERE id = ?", (event_id,))
+    if row is None:
+        raise NotFoundError("event", event_id)
+    return Codec.event.decode(row[0])
+
+
+def pending_inputs(cx: Cx, work_id: str, limit: int | None = None) -> list[Event]:
+    sql = "SELECT data FROM conduit_event WHERE work_id = ? AND pending = 1 ORDER BY seq"
+    params: tuple[Any, ...] = (work_id,)
+    if limit is not None:
+        sql += " LIMIT ?"
+        params += (limit,)
+    return [Codec.event.decode(r[0]) for r in cx.rows(sql, params)]
+
+
+def list_work(
+    cx: Cx, status: WorkStatus | None, scope: str | None, limit: int, after: str | None
+) -> list[Work]:
+    where, params = ["id > ?"], [after or ""]
+    if status is not None:
+        where.append("status = ?")
+        params.append(str(status))
+    if scope is not None:
+        where.append("scope = ?")
+        params.append(scope)
+    sql = f"SELECT data FROM conduit_work WHERE {' AND '.join(where)} ORDER BY id LIMIT ?"
+    return [Codec.work.decode(r[0]) for r in cx.rows(sql, (*params, limit))]
+
+
+def update_work(cx: Cx, work_id: str, change: WorkChange, now_ms: int) -> Work:
+    before = load_work(cx, work_id)
+    after = changed_work(before, change(before), now_ms)
+    save_work(cx, after)
+    return after
+
+
+def cancel_work(cx: Cx, work_id: str, now_ms: int) -> Work:
+    work = load_work(cx, work_id)
+    rows = cx.rows(
+        "SELECT data FROM conduit_execution WHERE work_id = ? AND (live = 1 OR status = ?)",
+        (work_id, str(ExecutionStatus.PARKED)),
+    )
+    for (data,) in rows:
+        ex = Codec.execution.decode(data)
+        save_execution(
+            cx,
+            msgspec.structs.replace(
+                ex,
+                status=ExecutionStatus.CANCELLED,
+                segments=close_open_segment(ex, now_ms),
+                ended_at_ms=now_ms,
+            ),
+        )
+        cx.run("DELETE FROM conduit_lease WHERE execution_id = ?", (ex.id,))
+    cx.run("DELETE FROM conduit_wait WHERE work_id = ?", (work_id,))
+    cx.run("DELETE FROM conduit_timer WHERE work_id = ?", (work_id,))
+    if not work.status.terminal:
+        work = msgspec.structs.replace(
+            work, status=WorkStatus.CANCELLED, retry_timer_id=None, updated_at_ms=now_ms
+        )
+        save_work(cx, work)
+    return work
+
+
+# --- Capacity -------------------------------------------------------------------------------
+
+
+class Slots:
+    """Slot holders counted once per transaction, then kept current as claims are made."""
+
+    def __init__(self, cx: Cx, limits: CapacityLimits) -> None:
+        self.limits = limits
+        self.by_pool: Counter[str | None] = Counter()
+        self.by_scope: Counter[str] = Counter()
+        rows = cx.rows(
+            "SELECT pool, scope, COUNT(*) FROM conduit_execution WHERE holds_slot = 1 "
+            "GROUP BY pool, scope"
+        )
+        for pool, scope, count in rows:
+            self.take(pool, scope, int(count))
+
+    def _pool_key(self, pool: str | None) -> str | None:
+        # A pool without a limit of its own shares the global limit with pool-less executors.
+        return pool if pool is not None and pool in self.limits.pool_limits else None
+
+    def take(self, pool: str | None, scope: str, n: int = 1) -> None:
+        self.by_pool[self._pool_key(pool)] += n
+        for name in self.limits.ancestry(scope):
+            self.by_scope[name] += n
+
+    def refusal(self, work_id: str, pool: str | None, scope: str) -> ClaimRefusal | None:
+        key = self._pool_key(pool)
+        if key is not None:
+            limit: int | None = self.limits.pool_limits[key]
+            code = "capacity_job_concurrency" if key == JOBS_POOL else "capacity_concurrency"
+            name = key
+        else:
+            limit, code, name = self.limits.global_limit, "capacity_concurrency", "global"
+        if limit is not None and self.by_pool[key] >= limit:
+            return ClaimRefusal(
+                work_id=work_id,
+                code=code,
+                limit_name=name,
+                message=f"pool {name!r} is full ({self.by_pool[key]} of {limit} slots in use)",
+            )
+        for scope_name in self.limits.ancestry(scope):
+            scope_limit = self.limits.scope_limits.get(scope_name)
+            if scope_limit is not None and self.by_scope[scope_name] >= scope_limit:
+                return ClaimRefusal(
+                    work_id=work_id,
+                    code="capacity_scope",
+                    limit_name=f"scope:{scope_name}",
+                    message=f"scope {scope_name!r} is full "
+                    f"({self.by_scope[scope_name]} of {scope_limit} slots in use)",
+                )
+        return None
+
+
+# --- Claims ---------------------------------------------------------------------------------
+
+
+def ineligibility(work: Work) -> str | None:
+    if work.status is not WorkStatus.READY:
+        return f"work {work.id!r} is {work.status}"
+    if work.retry_timer_id is not None:
+        return f"work {work.id!r} is backing off (retry timer {work.retry_timer_id!r})"
+    if work.blocked_reason is not None:
+        return f"work {work.id!r} is blocked ({work.blocked_reason})"
+    if work.pending_inputs <= 0 and work.kind is not WorkKind.STANDING:
+        return f"work {work.id!r} has no pending input"
+    return None
+
+
+def new_lease(ex: Execution, owner: str, now_ms: int, lease_ms: int) -> Lease:
+    return Lease(
+        execution_id=ex.id,
+        work_id=ex.work_id,
+        epoch=ex.epoch,
+        owner=owner,
+        token=secrets.token_hex(16),
+        expires_at_ms=now_ms + lease_ms,
+        duration_ms=lease_ms,
+    )
+
+
+def claim_one(
+    cx: Cx,
+    work: Work | None,
+    request: ClaimRequest,
+    owner: str,
+    now_ms: int,
+    lease_ms: int,
+    slots: Slots | None,
+) -> Claim | ClaimRefusal:
+    work_id = request.work_id
+    if work is None:
+        return ClaimRefusal(work_id=work_id, code="not_found", message=f"unknown work {work_id!r}")
+    reason = ineligibility(work)
+    if reason is None and first(cx, "SELECT 1 FROM conduit_hold WHERE work_id = ?", (work_id,)):
+        reason = f"work {work_id!r} is held"
+    if reason is None and first(
+        cx, "SELECT 1 FROM conduit_execution WHERE work_id = ? AND live = 1", (work_id,)
+    ):
+        reason = f"work {work_id!r} has a live attempt"
+    if reason is not None:
+        return ClaimRefusal(work_id=work_id, code="not_eligible", message=reason)
+    snapshot: AttemptSnapshot = request.snapshot
+    if slots is not None and (refused := slots.refusal(work_id, snapshot.pool, work.scope)):
+        return refused
+    inputs = [
+        msgspec.structs.replace(e, pending=False)
+        for e in pending_inputs(cx, work_id, request.max_inputs)
+    ]
+    if inputs:
+        cx.many(
+            "UPDATE conduit_event SET pending = 0, data = ? WHERE id = ?",
+            [(dump(e), e.id) for e in inputs],
+        )
+    attempt = work.last_attempt + 1
+    ex = Execution(
+        id=f"{work_id}#{attempt}",
+        work_id=work_id,
+        attempt=attempt,
+        snapshot=snapshot,
+        scope=work.scope,
+        inputs=[e.id for e in inputs],
+        segments=[first_segment(1, now_ms)],
+        started_at_ms=now_ms,
+    )
+    insert_execution(cx, ex)
+    lease = new_lease(ex, owner, now_ms, lease_ms)
+    put_lease(cx, lease)
+    claimed = msgspec.structs.replace(
+        work,
+        status=WorkStatus.RUNNING,
+        last_attempt=attempt,
+        pending_inputs=max(work.pending_inputs - len(inputs), 0),
+        updated_at_ms=now_ms,
+    )
+    if request.update_work is not None:
+        claimed = msgspec.structs.replace(
+            changed_work(claimed, request.update_work(claimed), now_ms), status=WorkStatus.RUNNING
+        )
+    save_work(cx, claimed)
+    if slots is not None:
+        slots.take(snapshot.pool, work.scope)
+    return Claim(execution=ex, lease=lease, work=claimed, inputs=inputs)
+
+
+def claim_attempts(
+    cx: Cx,
+    requests: Sequence[ClaimRequest],
+    owner: str,
+    now_ms: int,
+    lease_ms: int,
+    capacity: CapacityLimits | None,
+) -> list[Claim | ClaimRefusal]:
+    slots = Slots(cx, capacity) if capacity is not None else None
+    return [
+        claim_one(cx, find_work(cx, r.work_id), r, owner, now_ms, lease_ms, slots) for r in requests
+    ]
+
+
+def ready_work(cx: Cx, limit: int, after: str | None) -> list[Work]:
+    if after is None:
+        rows = cx.rows(
+            "SELECT data FROM conduit_work WHERE claimable = 1 ORDER BY ready_since, id LIMIT ?",
+            (limit,),
+        )
+    else:
+        rows = cx.rows(
+            "SELECT data FROM conduit_work WHERE claimable = 1 AND id > ? "
+            "ORDER BY ready_since, id LIMIT ?",
+            (after, limit),
+        )
+    return [Codec.work.decode(r[0]) for r in rows]
+
+
+def claim_ready(
+    cx: Cx,
+    limit: int,
+    snapshot_for: Callable[[Work], AttemptSnapshot | None],
+    owner: str,
+    now_ms: int,
+    lease_ms: int,
+    capacity: CapacityLimits | None,
+) -> list[Claim | ClaimRefusal]:
+    slots = Slots(cx, capacity) if capacity is not None else None
+    outcomes: list[Claim | ClaimRefusal] = []
+    for work in ready_work(cx, limit, None):
+        snapshot = snapshot_for(work)
+        if snapshot is None:
+            continue
+        request = ClaimRequest(work_id=work.id, snapshot=snapshot)
+        outcomes.append(claim_one(cx, work, request, owner, now_ms, lease_ms, slots))
+    return outcomes

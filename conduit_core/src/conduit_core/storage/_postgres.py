@@ -1,0 +1,144 @@
+"""PostgreSQL backend: SERIALIZABLE transactions on pooled psycopg connections, retried."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg.errors
+from psycopg import IsolationLevel
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from conduit_core.errors import StoreError
+from conduit_core.storage._schema import SCHEMA_VERSION
+from conduit_core.storage._sql import Cx, Row, migrate, newer_schema_error
+from conduit_core.storage._sqlstore import SqlStore
+
+__all__ = ["PostgresStore"]
+
+T = TypeVar("T")
+_MIGRATION_LOCK = 0x636F6E64  # "cond": serialises migrations of concurrent openers
+# Contention the database resolves by aborting one transaction; the whole transaction is rerun.
+_RETRYABLE = (
+    psycopg.errors.SerializationFailure,
+    psycopg.errors.DeadlockDetected,
+    psycopg.errors.UniqueViolation,
+)
+
+
+@lru_cache(maxsize=512)
+def _pg_sql(sql: str) -> str:
+    return sql.replace("?", "%s")
+
+
+class _PgCx:
+    __slots__ = ("_cur",)
+
+    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
+        self._cur = cur
+
+    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
+        self._cur.execute(_pg_sql(sql), params)
+        return self._cur.fetchall()
+
+    def run(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        self._cur.execute(_pg_sql(sql), params)
+        return self._cur.rowcount
+
+    def many(self, sql: str, params: list[tuple[Any, ...]]) -> None:
+        self._cur.executemany(_pg_sql(sql), params)
+
+
+class PostgresStore(SqlStore):
+    """The multi-host store: every transaction is SERIALIZABLE and rerun on a conflict."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        masked_url: str,
+        pool_size: int = 8,
+        retry_budget_s: float = 30.0,
+        connect_timeout_s: float = 5.0,
+    ) -> None:
+        """Use :meth:`open` (or ``open_store``), which checks and migrates the database first."""
+        super().__init__(masked_url, threads=pool_size)
+        self.retry_budget_s = retry_budget_s
+        self._pool = ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": True, "connect_timeout": max(int(connect_timeout_s), 1)},
+            configure=_configure,
+            timeout=connect_timeout_s * 2,
+            open=True,
+        )
+
+    @classmethod
+    def open(cls, conninfo: str, *, masked_url: str, **options: Any) -> PostgresStore:
+        """Connect, refuse a newer schema (writing nothing), apply forward migrations."""
+        connect_timeout = options.get("connect_timeout_s", 5.0)
+        try:
+            conn = psycopg.connect(conninfo, connect_timeout=max(int(connect_timeout), 1))
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"store {masked_url} is unreachable: {str(exc).strip()}", code="store_unreachable"
+            ) from exc
+        with conn:
+            version = _stored_version(conn)
+            if version is not None and version > SCHEMA_VERSION:
+                raise newer_schema_error(masked_url, version)
+            if version != SCHEMA_VERSION:
+                with conn.transaction():
+                    cur = conn.cursor()
+                    cur.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                    migrate(_PgCx(cur), masked_url)
+        return cls(conninfo, masked_url=masked_url, **options)
+
+    def transaction(self, fn: Callable[[Cx], T], *, write: bool = True) -> T:
+        deadline = time.monotonic() + self.retry_budget_s
+        tries = 0
+        while True:
+            try:
+                with self._pool.connection() as conn, conn.transaction():
+                    return fn(_PgCx(conn.cursor()))
+            except _RETRYABLE as exc:
+                if time.monotonic() >= deadline:
+                    raise StoreError(
+                        f"store {self.url}: transaction kept conflicting for "
+                        f"{self.retry_budget_s:g} s: {exc}",
+                        code="store_busy",
+                    ) from exc
+            except PoolTimeout as exc:
+                raise StoreError(
+                    f"store {self.url} is unreachable: {exc}", code="store_unreachable"
+                ) from exc
+            except psycopg.OperationalError as exc:
+                raise StoreError(f"store {self.url}: {exc}", code="store_unavailable") from exc
+            tries += 1
+            time.sleep(min(0.001 * 2 ** min(tries, 7), 0.1) * random.uniform(0.5, 1.5))
+
+    async def aclose(self) -> None:
+        import anyio.to_thread
+
+        await anyio.to_thread.run_sync(self.close)
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    conn.isolation_level = IsolationLevel.SERIALIZABLE
+
+
+def _stored_version(conn: psycopg.Connection[Any]) -> int | None:
+    row = conn.execute("SELECT to_regclass('conduit_meta') IS NOT NULL").fetchone()
+    if not row or not row[0]:
+        return None
+    found = conn.execute("SELECT value FROM conduit_meta WHERE key = 'schema_version'").fetchone()
+    conn.rollback()
+    return None if found is None else int(found[0])

@@ -1,0 +1,85 @@
+"""The store's tables, shared by SQLite and PostgreSQL, and its forward migrations.
+
+Each table keeps the columns that are queried or indexed, plus the record itself as msgspec JSON
+in ``data``. Flags are INTEGER 0/1 on both backends so the same SQL runs on each.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "STORE_KIND", "TABLES"]
+
+#: Written to ``conduit_meta`` so a conduit store is told apart from a foreign database.
+STORE_KIND = "conduit"
+
+_V1 = (
+    "CREATE TABLE conduit_counter (name TEXT PRIMARY KEY, value BIGINT NOT NULL)",
+    """CREATE TABLE conduit_work (
+        id TEXT PRIMARY KEY, status TEXT NOT NULL, scope TEXT NOT NULL,
+        claimable INTEGER NOT NULL, ready_since BIGINT NOT NULL, data TEXT NOT NULL)""",
+    # Only startable Work is in this index, so a million finished rows cost nothing to claims.
+    "CREATE INDEX conduit_work_claimable ON conduit_work (ready_since, id) WHERE claimable = 1",
+    "CREATE INDEX conduit_work_status ON conduit_work (status, id)",
+    "CREATE INDEX conduit_work_scope ON conduit_work (scope, id)",
+    """CREATE TABLE conduit_event (
+        id TEXT PRIMARY KEY, delivery_id TEXT NOT NULL UNIQUE, seq BIGINT NOT NULL,
+        work_id TEXT, pending INTEGER NOT NULL, data TEXT NOT NULL)""",
+    "CREATE INDEX conduit_event_pending ON conduit_event (work_id, seq) WHERE pending = 1",
+    """CREATE TABLE conduit_execution (
+        id TEXT PRIMARY KEY, work_id TEXT NOT NULL, attempt INTEGER NOT NULL,
+        epoch INTEGER NOT NULL, status TEXT NOT NULL, live INTEGER NOT NULL,
+        holds_slot INTEGER NOT NULL, pool TEXT, scope TEXT NOT NULL, data TEXT NOT NULL,
+        UNIQUE (work_id, attempt))""",
+    # Invariant 1 enforced by the database itself: one live attempt per Work.
+    "CREATE UNIQUE INDEX conduit_execution_one_live ON conduit_execution (work_id) WHERE live = 1",
+    # The capacity check reads only slot holders: live and unconfirmed-exclusion attempts.
+    "CREATE INDEX conduit_execution_slot ON conduit_execution (pool, scope) WHERE holds_slot = 1",
+    """CREATE TABLE conduit_lease (
+        execution_id TEXT PRIMARY KEY, work_id TEXT NOT NULL, epoch INTEGER NOT NULL,
+        owner TEXT NOT NULL, token TEXT NOT NULL, expires_at_ms BIGINT NOT NULL,
+        duration_ms BIGINT NOT NULL, released INTEGER NOT NULL)""",
+    "CREATE INDEX conduit_lease_expiry ON conduit_lease (expires_at_ms)",
+    """CREATE TABLE conduit_timer (
+        id TEXT PRIMARY KEY, due_at_ms BIGINT NOT NULL, work_id TEXT, data TEXT NOT NULL)""",
+    "CREATE INDEX conduit_timer_due ON conduit_timer (due_at_ms, id)",
+    "CREATE INDEX conduit_timer_work ON conduit_timer (work_id)",
+    """CREATE TABLE conduit_hold (
+        work_id TEXT NOT NULL, kind TEXT NOT NULL, holder TEXT NOT NULL, data TEXT NOT NULL,
+        PRIMARY KEY (work_id, kind, holder))""",
+    """CREATE TABLE conduit_wait (
+        execution_id TEXT PRIMARY KEY, work_id TEXT NOT NULL, event_type TEXT,
+        correlation_key TEXT, data TEXT NOT NULL)""",
+    "CREATE INDEX conduit_wait_work ON conduit_wait (work_id)",
+    """CREATE TABLE conduit_control (
+        id TEXT PRIMARY KEY, status TEXT NOT NULL, created_at_ms BIGINT NOT NULL,
+        open INTEGER NOT NULL, data TEXT NOT NULL)""",
+    "CREATE INDEX conduit_control_open ON conduit_control (created_at_ms, id) WHERE open = 1",
+    "CREATE TABLE conduit_budget_ledger (key TEXT PRIMARY KEY, data TEXT NOT NULL)",
+    """CREATE TABLE conduit_config_generation (
+        generation BIGINT PRIMARY KEY, digest TEXT NOT NULL UNIQUE, data TEXT NOT NULL)""",
+    """CREATE TABLE conduit_routine (
+        id TEXT PRIMARY KEY, status TEXT NOT NULL, next_run_at_ms BIGINT, data TEXT NOT NULL)""",
+    "CREATE INDEX conduit_routine_due ON conduit_routine (next_run_at_ms) WHERE status = 'idle'",
+)
+
+#: Ordered forward migrations; ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+#: Every table a conduit store owns (the meta table is created before any migration).
+TABLES = (
+    "conduit_meta",
+    "conduit_counter",
+    "conduit_work",
+    "conduit_event",
+    "conduit_execution",
+    "conduit_lease",
+    "conduit_timer",
+    "conduit_hold",
+    "conduit_wait",
+    "conduit_control",
+    "conduit_budget_ledger",
+    "conduit_config_generation",
+    "conduit_routine",
+)
+
+META_DDL = "CREATE TABLE IF NOT EXISTS conduit_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"

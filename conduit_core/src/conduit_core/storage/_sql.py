@@ -1,0 +1,297 @@
+"""What the SQL operations share: the connection shim, codecs and row writers."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, TypeVar
+
+import msgspec
+
+from conduit_core.errors import NotFoundError, StoreError
+from conduit_core.model import (
+    MAX_SEGMENTS,
+    BudgetLedger,
+    ConfigGeneration,
+    ControlIntent,
+    Event,
+    Execution,
+    Hold,
+    Invoke,
+    Lease,
+    Routine,
+    Segment,
+    Timer,
+    Wait,
+    Work,
+    WorkKind,
+    WorkStatus,
+)
+from conduit_core.storage._schema import META_DDL, MIGRATIONS, SCHEMA_VERSION, STORE_KIND
+
+T = TypeVar("T")
+Row = tuple[Any, ...]
+
+
+class Cx(Protocol):
+    """One open transaction. SQL uses ``?`` placeholders; a backend translates them."""
+
+    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]: ...
+
+    def run(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        """Execute a statement and return its row count."""
+        ...
+
+    def many(self, sql: str, params: list[tuple[Any, ...]]) -> None: ...
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def dump(record: msgspec.Struct) -> str:
+    return _encoder.encode(record).decode()
+
+
+class Codec:
+    """One reusable decoder per record type."""
+
+    work = msgspec.json.Decoder(Work)
+    event = msgspec.json.Decoder(Event)
+    execution = msgspec.json.Decoder(Execution)
+    timer = msgspec.json.Decoder(Timer)
+    hold = msgspec.json.Decoder(Hold)
+    wait = msgspec.json.Decoder(Wait)
+    control = msgspec.json.Decoder(ControlIntent)
+    ledger = msgspec.json.Decoder(BudgetLedger)
+    generation = msgspec.json.Decoder(ConfigGeneration)
+    routine = msgspec.json.Decoder(Routine)
+
+
+def first(cx: Cx, sql: str, params: tuple[Any, ...] = ()) -> Row | None:
+    found = cx.rows(sql, params)
+    return found[0] if found else None
+
+
+# --- Work -----------------------------------------------------------------------------------
+
+
+def is_claimable(work: Work) -> bool:
+    """Whether Work may start by itself now; kept in a column with a partial index."""
+    return (
+        work.status is WorkStatus.READY
+        and work.retry_timer_id is None
+        and work.blocked_reason is None
+        and (work.pending_inputs > 0 or work.kind is WorkKind.STANDING)
+    )
+
+
+def work_params(work: Work) -> tuple[Any, ...]:
+    """Column values of a Work row, in table order (also used by bulk loaders)."""
+    return (
+        work.id,
+        str(work.status),
+        work.scope,
+        int(is_claimable(work)),
+        work.updated_at_ms,
+        dump(work),
+    )
+
+
+def insert_work(cx: Cx, work: Work) -> None:
+    cx.run(
+        "INSERT INTO conduit_work (id, status, scope, claimable, ready_since, data) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        work_params(work),
+    )
+
+
+def save_work(cx: Cx, work: Work) -> None:
+    cx.run(
+        "UPDATE conduit_work SET status = ?, scope = ?, claimable = ?, ready_since = ?, data = ? "
+        "WHERE id = ?",
+        (*work_params(work)[1:], work.id),
+    )
+
+
+def find_work(cx: Cx, work_id: str) -> Work | None:
+    row = first(cx, "SELECT data FROM conduit_work WHERE id = ?", (work_id,))
+    return None if row is None else Codec.work.decode(row[0])
+
+
+def load_work(cx: Cx, work_id: str) -> Work:
+    work = find_work(cx, work_id)
+    if work is None:
+        raise NotFoundError("work", work_id)
+    return work
+
+
+def changed_work(before: Work, after: Work, now_ms: int) -> Work:
+    """A runtime's new Work, with the fields only the store maintains kept."""
+    return msgspec.structs.replace(
+        after,
+        id=before.id,
+        last_attempt=before.last_attempt,
+        pending_inputs=before.pending_inputs,
+        created_at_ms=before.created_at_ms,
+        updated_at_ms=now_ms,
+    )
+
+
+# --- Executions and leases ------------------------------------------------------------------
+
+
+def execution_params(ex: Execution) -> tuple[Any, ...]:
+    """Column values of an Execution row, in table order (also used by bulk loaders)."""
+    holds_slot = ex.status.live or (ex.status.terminal and not ex.exclusion_confirmed)
+    return (
+        ex.id,
+        ex.work_id,
+        ex.attempt,
+        ex.epoch,
+        str(ex.status),
+        int(ex.status.live),
+        int(holds_slot),
+        ex.snapshot.pool,
+        ex.scope,
+        dump(ex),
+    )
+
+
+def insert_execution(cx: Cx, ex: Execution) -> None:
+    cx.run(
+        "INSERT INTO conduit_execution "
+        "(id, work_id, attempt, epoch, status, live, holds_slot, pool, scope, data) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        execution_params(ex),
+    )
+
+
+def save_execution(cx: Cx, ex: Execution) -> None:
+    p = execution_params(ex)
+    cx.run(
+        "UPDATE conduit_execution SET epoch = ?, status = ?, live = ?, holds_slot = ?, data = ? "
+        "WHERE id = ?",
+        (p[3], p[4], p[5], p[6], p[9], ex.id),
+    )
+
+
+def find_execution(cx: Cx, execution_id: str) -> Execution | None:
+    row = first(cx, "SELECT data FROM conduit_execution WHERE id = ?", (execution_id,))
+    return None if row is None else Codec.execution.decode(row[0])
+
+
+def load_execution(cx: Cx, execution_id: str) -> Execution:
+    ex = find_execution(cx, execution_id)
+    if ex is None:
+        raise NotFoundError("execution", execution_id)
+    return ex
+
+
+def put_lease(cx: Cx, lease: Lease) -> None:
+    cx.run(
+        "INSERT INTO conduit_lease "
+        "(execution_id, work_id, epoch, owner, token, expires_at_ms, duration_ms, released) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, 0) ON CONFLICT (execution_id) DO UPDATE SET "
+        "epoch = excluded.epoch, owner = excluded.owner, token = excluded.token, "
+        "expires_at_ms = excluded.expires_at_ms, duration_ms = excluded.duration_ms, "
+        "released = 0",
+        (
+            lease.execution_id,
+            lease.work_id,
+            lease.epoch,
+            lease.owner,
+            lease.token,
+            lease.expires_at_ms,
+            lease.duration_ms,
+        ),
+    )
+
+
+LEASE_COLUMNS = "execution_id, work_id, epoch, owner, token, expires_at_ms, duration_ms, released"
+
+
+def lease_of(row: Row) -> tuple[Lease, bool]:
+    """A lease row as a Lease and whether it was released."""
+    lease = Lease(
+        execution_id=row[0],
+        work_id=row[1],
+        epoch=int(row[2]),
+        owner=row[3],
+        token=row[4],
+        expires_at_ms=int(row[5]),
+        duration_ms=int(row[6]),
+    )
+    return lease, bool(row[7])
+
+
+def close_open_segment(ex: Execution, now_ms: int) -> list[Segment]:
+    segments = list(ex.segments)
+    if segments and segments[-1].ended_at_ms is None:
+        segments[-1] = msgspec.structs.replace(segments[-1], ended_at_ms=max(now_ms, 0))
+    return segments
+
+
+def with_new_segment(ex: Execution, segment: Segment, now_ms: int) -> Execution:
+    """End the open segment and begin ``segment``; keep the last ``MAX_SEGMENTS``."""
+    segments = [*close_open_segment(ex, now_ms), segment]
+    dropped, dropped_ms = ex.dropped_segments, ex.dropped_active_ms
+    while len(segments) > MAX_SEGMENTS:
+        old = segments.pop(0)
+        dropped += 1
+        dropped_ms += max((old.ended_at_ms or old.started_at_ms) - old.started_at_ms, 0)
+    return msgspec.structs.replace(
+        ex, segments=segments, dropped_segments=dropped, dropped_active_ms=dropped_ms
+    )
+
+
+def first_segment(epoch: int, now_ms: int, wake_event_id: str | None = None) -> Segment:
+    return Segment(
+        epoch=epoch, started_at_ms=now_ms, invoke=Invoke.PENDING, wake_event_id=wake_event_id
+    )
+
+
+# --- Counters and schema --------------------------------------------------------------------
+
+
+def next_counter(cx: Cx, name: str) -> int:
+    row = first(
+        cx, "UPDATE conduit_counter SET value = value + 1 WHERE name = ? RETURNING value", (name,)
+    )
+    if row is not None:
+        return int(row[0])
+    cx.run("INSERT INTO conduit_counter (name, value) VALUES (?, 1)", (name,))
+    return 1
+
+
+def schema_version(cx: Cx) -> int | None:
+    """The stored schema version, or ``None`` when the meta table has none."""
+    row = first(cx, "SELECT value FROM conduit_meta WHERE key = 'schema_version'")
+    return None if row is None else int(row[0])
+
+
+def newer_schema_error(url: str, version: int) -> StoreError:
+    return StoreError(
+        f"store {url} has schema version {version}, newer than this conduit supports "
+        f"({SCHEMA_VERSION}); upgrade conduit to open it (nothing was written)",
+        code="store_schema_newer",
+    )
+
+
+def migrate(cx: Cx, url: str) -> None:
+    """Apply the forward migrations the store lacks, inside the caller's write transaction."""
+    cx.run(META_DDL)
+    version = schema_version(cx) or 0
+    if version > SCHEMA_VERSION:
+        raise newer_schema_error(url, version)
+    for statements in MIGRATIONS[version:]:
+        for statement in statements:
+            cx.run(statement)
+    if version < SCHEMA_VERSION:
+        upsert_meta(cx, "schema_version", str(SCHEMA_VERSION))
+        upsert_meta(cx, "store_kind", STORE_KIND)
+
+
+def upsert_meta(cx: Cx, key: str, value: str) -> None:
+    cx.run(
+        "INSERT INTO conduit_meta (key, value) VALUES (?, ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (key, value),
+    )

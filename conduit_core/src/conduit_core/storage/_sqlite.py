@@ -1,0 +1,175 @@
+"""SQLite backend: one file, WAL, ``BEGIN IMMEDIATE`` writes, busy retry with jitter."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from conduit_core.errors import StoreError
+from conduit_core.storage._schema import SCHEMA_VERSION, STORE_KIND
+from conduit_core.storage._sql import Cx, Row, migrate, newer_schema_error
+from conduit_core.storage._sqlstore import SqlStore
+
+__all__ = ["SqliteStore"]
+
+T = TypeVar("T")
+_HEADER = b"SQLite format 3\x00"
+
+
+class _SqliteCx:
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
+        return self._conn.execute(sql, params).fetchall()
+
+    def run(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        return self._conn.execute(sql, params).rowcount
+
+    def many(self, sql: str, params: list[tuple[Any, ...]]) -> None:
+        self._conn.executemany(sql, params)
+
+
+class SqliteStore(SqlStore):
+    """The embedded default store: a single SQLite file shared safely by several processes.
+
+    Writes take the database's write lock up front (``BEGIN IMMEDIATE``), so every write
+    transaction is serial. A busy database is retried with jittered back-off until
+    ``busy_budget_s`` of wall-clock time has passed.
+    """
+
+    def __init__(
+        self, path: str | Path, *, busy_budget_s: float = 30.0, synchronous: str = "FULL"
+    ) -> None:
+        """Use :meth:`open` (or ``open_store``), which checks and migrates the file first."""
+        self.path = Path(path)
+        super().__init__(f"sqlite://{self.path}", threads=1)
+        self.busy_budget_s = busy_budget_s
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(
+            self.path, timeout=0.05, isolation_level=None, check_same_thread=False
+        )
+        self._cx = _SqliteCx(self._conn)
+        self._retry(lambda: self._conn.execute("PRAGMA journal_mode=WAL").fetchall())
+        self._conn.execute(f"PRAGMA synchronous={synchronous}")
+
+    @classmethod
+    def open(cls, path: str | Path, **options: Any) -> SqliteStore:
+        """Open (creating if missing) a conduit store; refuse foreign, corrupt or newer files."""
+        path = Path(path)
+        inspect_file(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store = cls(path, **options)
+        try:
+            store.transaction(lambda cx: migrate(cx, store.url))
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    def transaction(self, fn: Callable[[Cx], T], *, write: bool = True) -> T:
+        begin = "BEGIN IMMEDIATE" if write else "BEGIN"
+
+        def attempt() -> T:
+            with self._lock:
+                self._conn.execute(begin)
+                try:
+                    result = fn(self._cx)
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    if self._conn.in_transaction:
+                        self._conn.execute("ROLLBACK")
+                    raise
+                return result
+
+        return self._retry(attempt)
+
+    def _retry(self, attempt: Callable[[], T]) -> T:
+        deadline = time.monotonic() + self.busy_budget_s
+        tries = 0
+        while True:
+            try:
+                return attempt()
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise _store_error(self.url, exc) from exc
+                if time.monotonic() >= deadline:
+                    raise StoreError(
+                        f"store {self.url} stayed busy for {self.busy_budget_s:g} s",
+                        code="store_busy",
+                    ) from exc
+            except sqlite3.DatabaseError as exc:
+                raise _store_error(self.url, exc) from exc
+            tries += 1
+            time.sleep(min(0.002 * 2 ** min(tries, 6), 0.1) * random.uniform(0.5, 1.5))
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def _store_error(url: str, exc: sqlite3.DatabaseError) -> StoreError:
+    text = str(exc)
+    if "not a database" in text or "malformed" in text:
+        return StoreError(f"store {url} is corrupt: {text}", code="store_corrupt")
+    return StoreError(f"store {url}: {text}")
+
+
+def inspect_file(path: Path) -> None:
+    """Refuse a file that is not a conduit store of this or an older version, writing nothing."""
+    if not path.exists():
+        return
+    if path.is_dir():
+        raise StoreError(f"store path {path} is a directory", code="store_corrupt")
+    with path.open("rb") as fh:
+        header = fh.read(len(_HEADER))
+    if not header:
+        return  # an empty file: SQLite treats it as a new database
+    if header != _HEADER:
+        raise StoreError(
+            f"store {path} is not a conduit store: not an SQLite database (nothing was written)",
+            code="store_corrupt",
+        )
+    try:
+        conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=5.0)
+    except sqlite3.Error as exc:
+        raise StoreError(f"store {path} cannot be opened: {exc}", code="store_corrupt") from exc
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "conduit_meta" not in tables:
+            if tables:
+                names = ", ".join(sorted(tables)[:5])
+                raise StoreError(
+                    f"store {path} is not a conduit store: it is an SQLite database with other "
+                    f"tables ({names}) (nothing was written)",
+                    code="foreign_store",
+                )
+            return
+        meta = dict(conn.execute("SELECT key, value FROM conduit_meta").fetchall())
+        if meta.get("store_kind", STORE_KIND) != STORE_KIND:
+            raise StoreError(f"store {path} is not a conduit store", code="foreign_store")
+        version = int(meta.get("schema_version", 0))
+        if version > SCHEMA_VERSION:
+            raise newer_schema_error(str(path), version)
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(
+            f"store {path} is corrupt: {exc} (nothing was written)", code="store_corrupt"
+        ) from exc
+    finally:
+        conn.close()

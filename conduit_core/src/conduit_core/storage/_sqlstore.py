@@ -1,0 +1,296 @@
+"""The Store contract over SQL: each call is one transaction run in a worker thread."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from conduit_core.model import (
+    AttemptSnapshot,
+    BudgetLedger,
+    ConfigGeneration,
+    ControlIntent,
+    ControlStatus,
+    Event,
+    Execution,
+    Hold,
+    HoldKind,
+    Lease,
+    Routine,
+    Timer,
+    Wait,
+    Work,
+    WorkStatus,
+)
+from conduit_core.storage import _ops_attempts as att
+from conduit_core.storage import _ops_misc as misc
+from conduit_core.storage import _ops_work as ops
+from conduit_core.storage._contract import (
+    AttemptEnd,
+    CapacityLimits,
+    Claim,
+    ClaimRefusal,
+    ClaimRequest,
+    ExecutionChange,
+    Store,
+    WorkChange,
+)
+from conduit_core.storage._sql import Cx, load_execution, load_work
+
+T = TypeVar("T")
+
+
+class SqlStore(Store):
+    """Shared by the SQL backends; a backend supplies ``transaction`` (blocking, retrying)."""
+
+    def __init__(self, url: str, *, threads: int) -> None:
+        self.url = url
+        self._limiter = anyio.CapacityLimiter(threads)
+
+    @abstractmethod
+    def transaction(self, fn: Callable[[Cx], T], *, write: bool = True) -> T:
+        """Run ``fn`` in one serializable transaction, retrying it on contention (blocking)."""
+
+    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
+        return await anyio.to_thread.run_sync(
+            self.transaction, partial(_bind, fn, args), limiter=self._limiter
+        )
+
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        call = partial(self.transaction, partial(_bind, fn, args), write=False)
+        return await anyio.to_thread.run_sync(call, limiter=self._limiter)
+
+    # --- Work and input ----------------------------------------------------------------------
+
+    async def create_work(self, work: Work, *, first_input: Event | None = None) -> Work:
+        return await self._write(ops.create_work, work, first_input)
+
+    async def accept_event(self, event: Event) -> Event:
+        return await self._write(ops.accept_event, event)
+
+    async def get_event(self, event_id: str) -> Event:
+        return await self._read(ops.get_event, event_id)
+
+    async def pending_inputs(self, work_id: str) -> list[Event]:
+        return await self._read(ops.pending_inputs, work_id)
+
+    async def get_work(self, work_id: str) -> Work:
+        return await self._read(load_work, work_id)
+
+    async def list_work(
+        self,
+        *,
+        status: WorkStatus | None = None,
+        scope: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> list[Work]:
+        return await self._read(ops.list_work, status, scope, limit, after)
+
+    async def update_work(self, work_id: str, change: WorkChange, *, now_ms: int) -> Work:
+        return await self._write(ops.update_work, work_id, change, now_ms)
+
+    async def cancel_work(self, work_id: str, *, now_ms: int) -> Work:
+        return await self._write(ops.cancel_work, work_id, now_ms)
+
+    # --- Claims ------------------------------------------------------------------------------
+
+    async def ready_work(self, *, limit: int, after: str | None = None) -> list[Work]:
+        return await self._read(ops.ready_work, limit, after)
+
+    async def claim_attempts(
+        self,
+        requests: Sequence[ClaimRequest],
+        *,
+        owner: str,
+        now_ms: int,
+        lease_ms: int,
+        capacity: CapacityLimits | None = None,
+    ) -> list[Claim | ClaimRefusal]:
+        return await self._write(
+            ops.claim_attempts, list(requests), owner, now_ms, lease_ms, capacity
+        )
+
+    async def claim_ready(
+        self,
+        *,
+        limit: int,
+        snapshot_for: Callable[[Work], AttemptSnapshot | None],
+        owner: str,
+        now_ms: int,
+        lease_ms: int,
+        capacity: CapacityLimits | None = None,
+    ) -> list[Claim | ClaimRefusal]:
+        return await self._write(
+            ops.claim_ready, limit, snapshot_for, owner, now_ms, lease_ms, capacity
+        )
+
+    # --- Leases and recovery -----------------------------------------------------------------
+
+    async def renew_lease(self, lease: Lease, *, now_ms: int) -> Lease:
+        return await self._write(att.renew_lease, lease, now_ms)
+
+    async def release_lease(self, lease: Lease, *, now_ms: int) -> None:
+        await self._write(att.release_lease, lease, now_ms)
+
+    async def expired_attempts(self, *, now_ms: int, limit: int = 100) -> list[Execution]:
+        return await self._read(att.expired_attempts, now_ms, limit)
+
+    async def claim_recovery(
+        self, execution_id: str, *, owner: str, now_ms: int, lease_ms: int
+    ) -> Claim:
+        return await self._write(att.claim_recovery, execution_id, owner, now_ms, lease_ms)
+
+    async def resume_attempt(
+        self,
+        execution_id: str,
+        *,
+        owner: str,
+        now_ms: int,
+        lease_ms: int,
+        wake_event_id: str | None = None,
+        capacity: CapacityLimits | None = None,
+    ) -> Claim:
+        return await self._write(
+            att.resume_attempt, execution_id, owner, now_ms, lease_ms, wake_event_id, capacity
+        )
+
+    async def adoptable(self, lease: Lease) -> bool:
+        return await self._read(att.adoptable, lease)
+
+    # --- Fenced attempt writes ---------------------------------------------------------------
+
+    async def update_attempt(
+        self, lease: Lease, change: ExecutionChange, *, now_ms: int
+    ) -> Execution:
+        return await self._write(att.update_attempt, lease, change, now_ms)
+
+    async def finish_attempt(
+        self,
+        lease: Lease,
+        end: AttemptEnd,
+        *,
+        now_ms: int,
+        work: WorkChange,
+        arm: Sequence[Timer] = (),
+        wait: Wait | None = None,
+    ) -> Execution:
+        return await self._write(att.finish_attempt, lease, end, now_ms, work, list(arm), wait)
+
+    async def get_execution(self, execution_id: str) -> Execution:
+        return await self._read(load_execution, execution_id)
+
+    async def list_executions(self, work_id: str) -> list[Execution]:
+        return await self._read(att.list_executions, work_id)
+
+    async def get_lease(self, execution_id: str) -> Lease | None:
+        return await self._read(att.get_lease, execution_id)
+
+    async def live_executions(self) -> list[Execution]:
+        return await self._read(att.live_executions)
+
+    async def unconfirmed_exclusions(self) -> list[Execution]:
+        return await self._read(att.unconfirmed_exclusions)
+
+    async def confirm_stopped(
+        self, execution_id: str, expected_epoch: int, *, now_ms: int
+    ) -> Execution:
+        return await self._write(att.confirm_stopped, execution_id, expected_epoch)
+
+    # --- Timers, holds, waits, controls ------------------------------------------------------
+
+    async def arm_timer(self, timer: Timer) -> None:
+        await self._write(misc.arm_timer, timer)
+
+    async def disarm_timer(self, timer_id: str) -> bool:
+        return await self._write(misc.disarm_timer, timer_id)
+
+    async def due_timers(self, *, now_ms: int, limit: int = 100) -> list[Timer]:
+        return await self._read(misc.due_timers, now_ms, limit)
+
+    async def fire_timer(
+        self,
+        timer_id: str,
+        *,
+        accept: Event | None = None,
+        update_work: WorkChange | None = None,
+        now_ms: int = 0,
+    ) -> Timer | None:
+        return await self._write(misc.fire_timer, timer_id, accept, update_work, now_ms)
+
+    async def put_hold(self, hold: Hold) -> None:
+        await self._write(misc.put_hold, hold)
+
+    async def list_holds(self, work_id: str | None = None) -> list[Hold]:
+        return await self._read(misc.list_holds, work_id)
+
+    async def delete_hold(self, work_id: str, kind: HoldKind, holder: str) -> bool:
+        return await self._write(misc.delete_hold, work_id, kind, holder)
+
+    async def register_wait(self, wait: Wait) -> None:
+        await self._write(misc.register_wait, wait)
+
+    async def matching_waits(
+        self, *, event_type: str | None, correlation_key: str | None
+    ) -> list[Wait]:
+        return await self._read(misc.matching_waits, event_type, correlation_key)
+
+    async def remove_wait(self, execution_id: str) -> bool:
+        return await self._write(misc.remove_wait, execution_id)
+
+    async def create_control(self, intent: ControlIntent) -> ControlIntent:
+        return await self._write(misc.create_control, intent)
+
+    async def get_control(self, intent_id: str) -> ControlIntent:
+        return await self._read(misc.get_control, intent_id)
+
+    async def open_controls(self, *, limit: int = 100) -> list[ControlIntent]:
+        return await self._read(misc.open_controls, limit)
+
+    async def claim_control(self, intent_id: str, *, now_ms: int) -> ControlIntent:
+        return await self._write(misc.claim_control, intent_id)
+
+    async def settle_control(
+        self, intent_id: str, token: str, status: ControlStatus, *, now_ms: int
+    ) -> ControlIntent:
+        return await self._write(misc.settle_control, intent_id, token, status, now_ms)
+
+    # --- Budgets, config generations, routines -----------------------------------------------
+
+    async def get_ledger(self, key: str) -> BudgetLedger | None:
+        return await self._read(misc.get_ledger, key)
+
+    async def update_ledger(
+        self, key: str, change: Callable[[BudgetLedger | None], BudgetLedger]
+    ) -> BudgetLedger:
+        return await self._write(misc.update_ledger, key, change)
+
+    async def list_ledgers(self) -> list[BudgetLedger]:
+        return await self._read(misc.list_ledgers)
+
+    async def record_config_generation(self, digest: str, *, now_ms: int) -> ConfigGeneration:
+        return await self._write(misc.record_config_generation, digest, now_ms)
+
+    async def latest_config_generation(self) -> ConfigGeneration | None:
+        return await self._read(misc.latest_config_generation)
+
+    async def put_routine(self, routine: Routine) -> None:
+        await self._write(misc.put_routine, routine)
+
+    async def get_routine(self, routine_id: str) -> Routine:
+        return await self._read(misc.get_routine, routine_id)
+
+    async def list_routines(self) -> list[Routine]:
+        return await self._read(misc.list_routines)
+
+    async def delete_routine(self, routine_id: str) -> bool:
+        return await self._write(misc.delete_routine, routine_id)
+
+
+def _bind(fn: Callable[..., T], args: tuple[Any, ...], cx: Cx) -> T:
+    return fn(cx, *args)

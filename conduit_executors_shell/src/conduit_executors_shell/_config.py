@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Mapping
 from typing import Annotated, Any
@@ -51,9 +52,17 @@ def decode_config(raw: Mapping[str, Any]) -> ShellConfig:
         config.signal()
     except msgspec.ValidationError as exc:
         raise OperationError(
-            "invalid_config", f"shell binding config: {exc}", permanent=True
+            "invalid_config", f"shell binding config: {_with_path(str(exc))}", permanent=True
         ) from exc
     return config
+
+
+def _with_path(message: str) -> str:
+    """msgspec leaves the path off errors about the top-level object; name the field there too."""
+    if " - at `$" in message:
+        return message
+    field = re.search(r"field `([^`]+)`", message)
+    return f"{message} - at `$.{field.group(1)}`" if field else f"{message} - at `$`"
 
 
 def _parse_signal(name: str) -> signal.Signals:

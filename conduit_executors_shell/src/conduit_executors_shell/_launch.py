@@ -9,6 +9,7 @@ that is gone by then.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -31,9 +32,12 @@ EXECUTION_TAG = "CONDUIT_EXECUTION_ID"
 # credentials, say) stays out; the run environment and the binding's env are added over these.
 _INHERITED_VARIABLES = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ", "TMPDIR")
 
-# "$1" is the workspace, the rest is the job's argv. The status file is created, not written,
-# so its appearance is atomic (see _workspace).
-_WRAPPER = """ws=$1; shift
+# "$1" is the workspace, the rest is the job's argv. The wrapper catches the stop signals with a
+# no-op trap, so a signal to the group ends the job while the wrapper lives on to record its status
+# (caught, not ignored: the job gets the default action back). The status file is created, not
+# written, so its appearance is atomic (see _workspace).
+_WRAPPER = """trap : {traps}
+ws=$1; shift
 "$@" <"$ws/input.jsonl" >"$ws/stdout" 2>"$ws/stderr"
 status=$?
 : >"$ws/exit-status.$status"
@@ -43,7 +47,8 @@ exit "$status"
 # With accept_input the job reads a FIFO that ``tail -f`` feeds from input.jsonl, so lines
 # appended later by inject reach it. The job opens the FIFO read-write so it never waits for the
 # feeder to open it (and, like any inject stream, it sees no end of input).
-_WRAPPER_ACCEPTING_INPUT = """ws=$1; shift
+_WRAPPER_ACCEPTING_INPUT = """trap : {traps}
+ws=$1; shift
 tail -c +1 -f "$ws/input.jsonl" >"$ws/input.fifo" &
 feeder=$!
 "$@" 0<>"$ws/input.fifo" >"$ws/stdout" 2>"$ws/stderr"
@@ -52,6 +57,19 @@ kill "$feeder" 2>/dev/null
 : >"$ws/exit-status.$status"
 exit "$status"
 """
+
+_ALWAYS_TRAPPED = ("TERM", "INT", "HUP")
+_UNCATCHABLE = (signal.SIGKILL, signal.SIGSTOP)
+
+
+def wrapper_script(config: ShellConfig) -> str:
+    traps = list(_ALWAYS_TRAPPED)
+    stop_signal = config.signal()
+    name = stop_signal.name.removeprefix("SIG")
+    if stop_signal not in _UNCATCHABLE and name not in traps:
+        traps.append(name)
+    template = _WRAPPER_ACCEPTING_INPUT if config.accept_input else _WRAPPER
+    return template.format(traps=" ".join(traps))
 
 
 class LaunchedJob:
@@ -72,10 +90,9 @@ def launch_job(
 ) -> LaunchedJob:
     """Start the job detached; blocking (call it from a worker thread)."""
     workspace.input.write_bytes(json_lines(inputs))
-    script = _WRAPPER
+    script = wrapper_script(config)
     if config.accept_input:
         os.mkfifo(workspace.input_fifo, 0o600)
-        script = _WRAPPER_ACCEPTING_INPUT
     env = {name: os.environ[name] for name in _INHERITED_VARIABLES if name in os.environ}
     env.update(run_environment)
     env.update(config.env)

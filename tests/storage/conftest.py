@@ -1,0 +1,72 @@
+"""Backends for the storage tests: every case runs on SQLite and on a real PostgreSQL server.
+
+PostgreSQL comes from ``CONDUIT_TEST_PG_URL`` (default: the local server over its Unix socket);
+each test gets a fresh database, created and dropped through the maintenance database. Under
+``CI=true`` an unreachable server fails the run instead of skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+pytest.register_assert_rewrite("conduit_core.storage.conformance")
+
+from conduit_core.storage import open_store  # noqa: E402
+from conduit_core.storage.conformance import StoreFactory  # noqa: E402
+
+PG_URL = os.environ.get(
+    "CONDUIT_TEST_PG_URL", "postgresql://root@/postgres?host=/var/run/postgresql"
+)
+
+
+def _postgres_unavailable(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"PostgreSQL is required under CI=true: {reason}")
+    pytest.skip(f"PostgreSQL unreachable at {PG_URL} ({reason}); run scripts/services.sh")
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A URL to a fresh, empty PostgreSQL database, dropped afterwards."""
+    try:
+        import psycopg
+    except ImportError as exc:  # pragma: no cover - the postgres extra is installed in dev
+        _postgres_unavailable(str(exc))
+        raise
+    name = f"conduit_test_{uuid.uuid4().hex[:12]}"
+    try:
+        admin = psycopg.connect(PG_URL, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        _postgres_unavailable(str(exc).strip())
+        raise
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield urlunsplit(urlsplit(PG_URL)._replace(path=f"/{name}"))
+        finally:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite://{tmp_path / 'conduit.db'}"
+
+
+@pytest.fixture(
+    params=[pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres")]
+)
+def store_url(request: pytest.FixtureRequest) -> str:
+    fixture = "sqlite_url" if request.param == "sqlite" else "postgres_url"
+    url: str = request.getfixturevalue(fixture)
+    return url
+
+
+@pytest.fixture
+def store_factory(store_url: str) -> StoreFactory:
+    return StoreFactory(open=lambda: open_store(store_url), url=store_url)

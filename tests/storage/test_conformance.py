@@ -1,0 +1,3 @@
+"""The storage conformance suite, on SQLite and on PostgreSQL (see conftest.py)."""
+
+from conduit_core.storage.conformance import *  # noqa: F403

@@ -119,8 +119,11 @@ async def stop_job(
     remaining = await scan.wait_until_gone(grace_seconds, reap)
     killed = 0
     deadline = time.monotonic() + _KILL_DEADLINE_SECONDS
+    wrapper_pid = record.pid if record is not None else None
     while remaining and time.monotonic() < deadline:
-        killed += await anyio.to_thread.run_sync(_send, remaining, signal.SIGKILL)
+        # The wrapper goes last: once the job is dead it records the status and exits itself.
+        targets = [p for p in remaining if p.pid != wrapper_pid] or remaining
+        killed += await anyio.to_thread.run_sync(_send, targets, signal.SIGKILL)
         remaining = await scan.wait_until_gone(_KILL_DEADLINE_SECONDS / 10, reap)
     reap()
     if remaining:

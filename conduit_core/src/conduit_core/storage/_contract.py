@@ -325,8 +325,10 @@ class Store(ABC):
         work: WorkChange,
         arm: Sequence[Timer] = (),
         wait: Wait | None = None,
+        publish: Sequence[Event] = (),
     ) -> Execution:
-        """End or park the attempt, update its Work, arm timers and register a wait, atomically.
+        """End or park the attempt, update its Work, arm timers, register a wait and accept the
+        ``publish`` events (idempotent by delivery id), atomically.
 
         Fenced like ``update_attempt``. The open segment ends at ``now_ms``; the lease is gone.
         """

@@ -8,6 +8,7 @@ import msgspec
 
 from conduit_core.errors import LeaseLostError
 from conduit_core.model import (
+    Event,
     Execution,
     ExecutionStatus,
     Lease,
@@ -26,7 +27,7 @@ from conduit_core.storage._contract import (
     refusal_error,
 )
 from conduit_core.storage._ops_misc import arm_timer, register_wait
-from conduit_core.storage._ops_work import Slots, new_lease
+from conduit_core.storage._ops_work import Slots, accept_event, new_lease
 from conduit_core.storage._sql import (
     LEASE_COLUMNS,
     Codec,
@@ -208,6 +209,7 @@ def finish_attempt(
     work_change: WorkChange,
     arm: Sequence[Timer],
     wait: Wait | None,
+    publish: Sequence[Event] = (),
 ) -> Execution:
     if end.status.live:
         raise ValueError(f"finish_attempt needs a terminal or parked status, not {end.status}")
@@ -231,6 +233,8 @@ def finish_attempt(
         arm_timer(cx, timer)
     if wait is not None:
         register_wait(cx, wait)
+    for event in publish:
+        accept_event(cx, event)
     return ex
 
 

@@ -146,8 +146,12 @@ def inspect_file(path: Path) -> None:
             f"store {path} is not a conduit store: not an SQLite database (nothing was written)",
             code="store_corrupt",
         )
+    # Without a WAL file the main file is the whole database: read it as immutable, which
+    # creates no -wal/-shm files. With one, a read-only open finds the -shm it needs.
+    wal = path.with_name(path.name + "-wal")
+    flags = "mode=ro" if wal.exists() else "mode=ro&immutable=1"
     try:
-        conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=5.0)
+        conn = sqlite3.connect(f"file:{quote(str(path))}?{flags}", uri=True, timeout=5.0)
     except sqlite3.Error as exc:
         raise StoreError(f"store {path} cannot be opened: {exc}", code="store_corrupt") from exc
     try:

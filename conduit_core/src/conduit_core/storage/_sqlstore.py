@@ -179,8 +179,11 @@ class SqlStore(Store):
         work: WorkChange,
         arm: Sequence[Timer] = (),
         wait: Wait | None = None,
+        publish: Sequence[Event] = (),
     ) -> Execution:
-        return await self._write(att.finish_attempt, lease, end, now_ms, work, list(arm), wait)
+        return await self._write(
+            att.finish_attempt, lease, end, now_ms, work, list(arm), wait, list(publish)
+        )
 
     async def get_execution(self, execution_id: str) -> Execution:
         return await self._read(load_execution, execution_id)

@@ -23,6 +23,7 @@ from conduit_core.extension import (
     StopTarget,
     hookimpl,
 )
+from conduit_test_plugin.scripted import ScriptedExecutor
 
 
 class _Done(Handle):
@@ -68,6 +69,10 @@ def conduit_executors() -> Sequence[ExecutorRegistration]:
     return [
         ExecutorRegistration(name="echo", generation=2, executor=EchoExecutor(2)),
         ExecutorRegistration(name="echo", generation=1, executor=EchoExecutor(1)),
+        ExecutorRegistration(name="scripted", generation=1, executor=ScriptedExecutor("scripted")),
+        ExecutorRegistration(
+            name="scripted-job", generation=1, executor=ScriptedExecutor("scripted-job")
+        ),
     ]
 
 

@@ -1,0 +1,78 @@
+"""Scheduler options: the policy knobs, with the reference's defaults, copied at construction."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from conduit_core.config import Binding, Config
+from conduit_core.storage import CapacityLimits
+
+__all__ = ["JOBS_POOL", "SchedulerOptions"]
+
+JOBS_POOL = "jobs"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerOptions:
+    """Defaults: 4 concurrent attempts, a one-minute lease, a one-hour timeout, three attempts."""
+
+    owner: str = "conduit"
+    config_generation: int = 1
+    concurrency: int = 4
+    job_concurrency: int = 4
+    lease_ms: int = 60_000
+    timeout_ms: int = 3_600_000
+    retry_delays_ms: tuple[int, ...] = (300_000, 600_000)
+    bindings: Mapping[str, Binding] = field(default_factory=dict)
+    #: Scope tree: scope → parent (root has none) and the scopes' own concurrency limits.
+    scope_parents: Mapping[str, str] = field(default_factory=dict)
+    scope_limits: Mapping[str, int] = field(default_factory=dict)
+    #: A directory executors may use (``ExecutionContext.state_dir``).
+    state_dir: str | None = None
+    #: How many pending inputs one attempt takes (None: all of them).
+    max_inputs: int | None = None
+
+    def __post_init__(self) -> None:
+        # Copy the mappings so a caller mutating theirs cannot change a running scheduler.
+        object.__setattr__(self, "bindings", dict(self.bindings))
+        object.__setattr__(self, "scope_parents", dict(self.scope_parents))
+        object.__setattr__(self, "scope_limits", dict(self.scope_limits))
+
+    @classmethod
+    def from_config(
+        cls, config: Config, *, config_generation: int, owner: str, state_dir: str | None = None
+    ) -> SchedulerOptions:
+        settings = config.settings
+        return cls(
+            owner=owner,
+            config_generation=config_generation,
+            concurrency=settings.concurrency,
+            job_concurrency=settings.job_concurrency,
+            lease_ms=int(settings.lease_seconds * 1000),
+            timeout_ms=int(settings.timeout_seconds * 1000),
+            retry_delays_ms=tuple(int(d * 1000) for d in settings.retry_delays_seconds),
+            bindings=config.bindings,
+            scope_parents={k: s.parent for k, s in config.scopes.items() if s.parent is not None},
+            scope_limits={
+                k: s.limits.concurrency
+                for k, s in config.scopes.items()
+                if s.limits.concurrency is not None
+            },
+            state_dir=state_dir,
+        )
+
+    def capacity(self) -> CapacityLimits:
+        return CapacityLimits(
+            global_limit=self.concurrency,
+            pool_limits={JOBS_POOL: self.job_concurrency},
+            scope_limits=dict(self.scope_limits),
+            scope_parents=dict(self.scope_parents),
+        )
+
+    def scope_chain(self, scope: str) -> tuple[str, ...]:
+        """The scope and its ancestors, root first."""
+        chain = [scope]
+        while (parent := self.scope_parents.get(chain[-1])) is not None and parent not in chain:
+            chain.append(parent)
+        return tuple(reversed(chain))

@@ -1,0 +1,550 @@
+"""The scheduler: start attempts for ready Work, hold their leases, observe and settle them.
+
+Pure policy over the store and the extension contract. Executor calls run outside every storage
+transaction, under the attempt's lease; each outcome is applied in one fenced transaction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+
+import anyio
+import msgspec
+
+from conduit_core.errors import ConduitError, LeaseLostError, UnsupportedGenerationError
+from conduit_core.extension import (
+    Capability,
+    ExecutionContext,
+    Executor,
+    Handle,
+    InputEvent,
+    OperationError,
+    OutcomeKind,
+    PhaseOutcome,
+    Result,
+    RetryHint,
+    validate_result,
+)
+from conduit_core.model import (
+    AttemptSnapshot,
+    ErrorFallback,
+    Event,
+    Execution,
+    ExecutionStatus,
+    HandoffPolicy,
+    Lease,
+    RetryPolicy,
+    TimerKind,
+    Work,
+)
+from conduit_core.plugins import Plugins
+from conduit_core.runtime import _policy as policy
+from conduit_core.runtime._callbacks import StoreCallbacks
+from conduit_core.runtime._clock import Clock
+from conduit_core.runtime._holder import HeldLease, hold_lease
+from conduit_core.runtime._options import SchedulerOptions
+from conduit_core.storage import Claim, ClaimRefusal, ClaimRequest, Store
+
+__all__ = ["Attempt", "Scheduler"]
+
+log = logging.getLogger("conduit.runtime")
+
+
+@dataclass
+class Attempt:
+    """A launched attempt: its held lease, context and the executor's handle."""
+
+    execution: Execution
+    held: HeldLease
+    context: ExecutionContext
+    executor: Executor
+    handle: Handle
+
+    @property
+    def lease(self) -> Lease:
+        return self.held.lease
+
+
+class Scheduler:
+    """``Scheduler(store, clock, plugins, options)``; options are copied at construction."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        plugins: Plugins,
+        options: SchedulerOptions | None = None,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.plugins = plugins
+        # Copied, so a caller changing theirs cannot change a running scheduler.
+        self.options = dataclasses.replace(options) if options else SchedulerOptions()
+
+    # --- pinning -------------------------------------------------------------------------------
+
+    def snapshot_for(self, work: Work) -> AttemptSnapshot:
+        """Pin everything the attempt will run with, from the current bindings and manifests."""
+        opts = self.options
+        binding = opts.bindings.get(work.binding)
+        if binding is None:
+            raise ConduitError(f"unknown binding {work.binding!r}", code="unknown_binding")
+        info = self.plugins.executor_info(binding.executor)
+        generation = binding.generation or info.generation
+        self.plugins.executor(binding.executor, generation)  # unsupported → refuse, never swap
+        timeout_ms = (
+            int(binding.timeout_seconds * 1000) if binding.timeout_seconds else opts.timeout_ms
+        )
+        delays = (
+            [float(d) for d in binding.retry_delays_seconds]
+            if binding.retry_delays_seconds is not None
+            else [d / 1000 for d in opts.retry_delays_ms]
+        )
+        return AttemptSnapshot(
+            config_generation=opts.config_generation,
+            binding=work.binding,
+            binding_config=dict(binding.config),
+            executor=binding.executor,
+            executor_generation=generation,
+            pool=info.pool,
+            capabilities=[Capability(c) for c in info.capabilities],
+            retry_policy=RetryPolicy(
+                delays_seconds=delays, terminal_on_exhaustion=binding.terminal_on_exhaustion
+            ),
+            timeout_seconds=timeout_ms / 1000,
+            deadline_ms=self.clock.now_ms() + timeout_ms,
+            control_fallback=ErrorFallback(binding.control_fallback),
+            handoff_policy=HandoffPolicy(binding.handoff),
+        )
+
+    # --- claim, launch, start ------------------------------------------------------------------
+
+    async def claim(self, work_id: str) -> Claim:
+        """Claim the next attempt of one Work (raises the refusal as an error)."""
+        work = await self.store.get_work(work_id)
+        return await self.store.claim_attempt(
+            ClaimRequest(
+                work_id=work_id,
+                snapshot=self.snapshot_for(work),
+                max_inputs=self.options.max_inputs,
+            ),
+            owner=self.options.owner,
+            now_ms=self.clock.now_ms(),
+            lease_ms=self.options.lease_ms,
+            capacity=self.options.capacity(),
+        )
+
+    async def claim_ready(self, limit: int) -> tuple[list[Claim], list[ClaimRefusal]]:
+        """Claim up to ``limit`` ready Work in one transaction; refusals are returned."""
+
+        def snapshot_for(work: Work) -> AttemptSnapshot | None:
+            try:
+                return self.snapshot_for(work)
+            except ConduitError as exc:
+                log.warning("work %s cannot be pinned: %s", work.id, exc)
+                return None
+
+        outcomes = await self.store.claim_ready(
+            limit=limit,
+            snapshot_for=snapshot_for,
+            owner=self.options.owner,
+            now_ms=self.clock.now_ms(),
+            lease_ms=self.options.lease_ms,
+            capacity=self.options.capacity(),
+        )
+        claims = [o for o in outcomes if isinstance(o, Claim)]
+        refusals = [o for o in outcomes if isinstance(o, ClaimRefusal)]
+        return claims, refusals
+
+    def hold(self, lease: Lease) -> AbstractAsyncContextManager[HeldLease]:
+        """Renew ``lease`` every third of its duration while the body runs (see ``hold_lease``)."""
+        return hold_lease(self.store, self.clock, lease)
+
+    async def launch(
+        self, claim: Claim, held: HeldLease | None = None, *, wake: Event | None = None
+    ) -> Attempt | Execution:
+        """Launch a claimed attempt outside storage; returns the Attempt, or the failed Execution.
+
+        Without ``held`` the lease is not renewed (a host that holds it elsewhere passes its own).
+        """
+        held = held or HeldLease(claim.lease)
+        execution = claim.execution
+        snap = execution.snapshot
+        try:
+            executor = self.plugins.executor(snap.executor, snap.executor_generation)
+        except UnsupportedGenerationError as exc:
+            return await self._fail(execution, held, exc.code, exc.message, confirmed=True)
+        callbacks = StoreCallbacks(self.store, self.clock, held)
+        try:
+            async with _phase(callbacks, "environment"):
+                env = self.plugins.run_environment(self.options.scope_chain(execution.scope))
+        except ConduitError as exc:
+            # The executor was never called: nothing can be running.
+            return await self._fail(execution, held, exc.code, exc.message, confirmed=True)
+        ctx = ExecutionContext(
+            execution_id=execution.id,
+            work_id=execution.work_id,
+            attempt=execution.attempt,
+            epoch=execution.epoch,
+            scope=execution.scope,
+            binding=snap.binding,
+            executor=snap.executor,
+            generation=snap.executor_generation,
+            config=snap.binding_config,
+            inputs=[_input(e) for e in await self._presented_inputs(claim.inputs)],
+            env=env,
+            deadline_ms=snap.deadline_ms,
+            state_dir=self.options.state_dir,
+            callbacks=callbacks,
+        )
+        await self.store.mark_invoked(
+            held.lease,
+            isolated=Capability.ISOLATED in snap.capabilities,
+            now_ms=self.clock.now_ms(),
+        )
+        try:
+            async with _phase(callbacks, "executor"):
+                if wake is not None:
+                    handle = await executor.resume(ctx, _input(wake))
+                else:
+                    handle = await executor.run(ctx)
+        except LeaseLostError:
+            raise
+        except OperationError as exc:
+            return await self._fail(
+                execution, held, exc.code, exc.message, permanent=exc.permanent,
+                hint=exc.retry_hint, executor=executor,
+            )  # fmt: skip
+        except Exception as exc:
+            return await self._fail(
+                execution, held, "executor_error",
+                f"executor {snap.executor!r} failed to launch ({type(exc).__name__})",
+                executor=executor, error=exc,
+            )  # fmt: skip
+        if not callbacks.recovery_persisted:
+            # The executor contract requires recovery metadata before a handle: without it the
+            # launch is ambiguous, so fail safe and keep the resource hold.
+            return await self._fail(
+                execution, held, "launch_unacknowledged",
+                "the executor returned a handle without persisting recovery metadata",
+            )  # fmt: skip
+        execution = await self.store.set_attempt_status(
+            held.lease, ExecutionStatus.RUNNING, now_ms=self.clock.now_ms()
+        )
+        return Attempt(
+            execution=execution, held=held, context=ctx, executor=executor, handle=handle
+        )
+
+    async def _presented_inputs(self, inputs: Sequence[Event]) -> list[Event]:
+        """The inputs an attempt sees: a retry event brings back the input it retries first."""
+        presented: list[Event] = []
+        for event in inputs:
+            if event.type in _RETRY_TYPES and isinstance(event.payload, dict):
+                trigger = event.payload.get("trigger") or []
+                originals = [await self.store.get_event(i) for i in trigger if isinstance(i, str)]
+                presented.extend(
+                    o for o in await self._presented_inputs(originals) if o.type not in _RETRY_TYPES
+                )
+            presented.append(event)
+        return presented
+
+    async def start(self, work_id: str) -> Attempt | Execution:
+        """Claim and launch (the lease is not held: see :meth:`run_attempt` for that)."""
+        return await self.launch(await self.claim(work_id))
+
+    async def run_attempt(self, claim: Claim) -> Execution:
+        """Launch and observe a claimed attempt under its held lease, to its end."""
+        async with self.hold(claim.lease) as held:
+            launched = await self.launch(claim, held)
+            if isinstance(launched, Execution):
+                return launched
+            return await self.observe(launched)
+
+    # --- observe and settle --------------------------------------------------------------------
+
+    async def observe(self, attempt: Attempt) -> Execution:
+        """Wait for the attempt outside storage, then apply its result under the lease."""
+        execution = attempt.execution
+        remaining_s = max(execution.snapshot.deadline_ms - self.clock.now_ms(), 0) / 1000
+        result: Result | None = None
+        with anyio.move_on_after(remaining_s) as deadline:
+            try:
+                result = await attempt.handle.wait()
+            except LeaseLostError:
+                raise
+            except OperationError as exc:
+                return await self._fail(
+                    execution, attempt.held, exc.code,
+                    f"executor observation failed: {exc.code}: {exc.message}",
+                    permanent=exc.permanent, hint=exc.retry_hint, executor=attempt.executor,
+                )  # fmt: skip
+            except Exception as exc:
+                log.warning(
+                    "observe failed execution=%s epoch=%s cause=%s",
+                    execution.id, execution.epoch, type(exc).__name__,
+                )  # fmt: skip
+                return await self._fail(
+                    execution, attempt.held, "executor_error",
+                    f"executor observation failed ({type(exc).__name__})",
+                    executor=attempt.executor, error=exc,
+                )  # fmt: skip
+        if deadline.cancelled_caught or result is None:
+            return await self.time_out(attempt)
+        return await self.apply_result(execution, attempt.held, result, attempt.executor)
+
+    async def apply_result(
+        self, execution: Execution, held: HeldLease, result: Result, executor: Executor
+    ) -> Execution:
+        """Apply an executor's structured result in one fenced transition."""
+        try:
+            validate_result(result)
+        except OperationError as exc:
+            return await self._fail(
+                execution, held, exc.code, exc.message, confirmed=True, executor=executor
+            )
+        now = self.clock.now_ms()
+        work = await self.store.get_work(execution.work_id)
+        if result.outcome is OutcomeKind.FAILED:
+            hint = result.retry_hint or self.plugins.retry_hint(
+                execution.snapshot.executor, None, result
+            )
+            transition = policy.failure(
+                execution, work, now_ms=now, code="failed",
+                message=result.summary or "the attempt failed", result=result,
+                permanent=result.permanent, hint=hint, exclusion_confirmed=True,
+            )  # fmt: skip
+        elif result.outcome is OutcomeKind.WAITING:
+            transition = policy.parking(execution, work, result, now)
+        else:
+            transition = policy.completion(execution, work, result, now)
+        return await self._finish(held, transition, now)
+
+    async def time_out(self, attempt: Attempt) -> Execution:
+        """The persisted deadline is due: stop the work, record the failure, keep the hold
+        unless the stop was verified."""
+        target = attempt.context.stop_target()
+        verified = False
+        try:
+            evidence = await attempt.executor.stop(target)
+            verified = evidence.verified
+        except Exception as exc:
+            log.warning(
+                "stop after timeout failed execution=%s epoch=%s cause=%s",
+                target.execution_id, target.epoch, type(exc).__name__,
+            )  # fmt: skip
+        execution = attempt.execution
+        work = await self.store.get_work(execution.work_id)
+        now = self.clock.now_ms()
+        transition = policy.failure(
+            execution, work, now_ms=now, code="timeout",
+            message=f"timed out after {execution.snapshot.timeout_seconds:g} s",
+            status=ExecutionStatus.TIMED_OUT, exclusion_confirmed=verified,
+        )  # fmt: skip
+        return await self._finish(attempt.held, transition, now)
+
+    async def _fail(
+        self,
+        execution: Execution,
+        held: HeldLease,
+        code: str,
+        message: str,
+        *,
+        permanent: bool = False,
+        hint: RetryHint | None = None,
+        confirmed: bool = False,
+        executor: Executor | None = None,
+        error: BaseException | None = None,
+    ) -> Execution:
+        if hint is None and executor is not None:
+            hint = self.plugins.retry_hint(execution.snapshot.executor, error, None)
+        now = self.clock.now_ms()
+        work = await self.store.get_work(execution.work_id)
+        transition = policy.failure(
+            execution, work, now_ms=now, code=code, message=message,
+            permanent=permanent, hint=hint, exclusion_confirmed=confirmed,
+        )  # fmt: skip
+        return await self._finish(held, transition, now)
+
+    async def _finish(self, held: HeldLease, transition: policy.Transition, now: int) -> Execution:
+        return await self.store.finish_attempt(
+            held.lease,
+            transition.end,
+            now_ms=now,
+            work=transition.work,
+            arm=transition.timers,
+            wait=transition.wait,
+            publish=transition.events,
+        )
+
+    # --- input, timers, retry ------------------------------------------------------------------
+
+    async def submit(self, work: Work, first_input: Event | None = None) -> Work:
+        """Create Work with its first input (the binding must exist)."""
+        if work.binding not in self.options.bindings:
+            raise ConduitError(f"unknown binding {work.binding!r}", code="unknown_binding")
+        return await self.store.create_work(work, first_input=first_input)
+
+    async def fire_due_timers(self, *, limit: int = 100) -> list[str]:
+        """Fire due timers once each (another driver may race us; the store decides who fires).
+
+        A retry timer accepts a ``core.retry`` Event as the Work's input and clears its backoff
+        in the same transaction: a due clock alone never clears eligibility.
+        """
+        fired: list[str] = []
+        now = self.clock.now_ms()
+        for timer in await self.store.due_timers(now_ms=now, limit=limit):
+            accept: Event | None = None
+            clear = None
+            if timer.work_id is not None and timer.kind is TimerKind.RETRY:
+                accept = Event(
+                    id=f"retry-event/{timer.id}/{timer.generation}",
+                    delivery_id=f"retry/{timer.id}/{timer.generation}",
+                    type=policy.RETRY_EVENT_TYPE,
+                    payload=dict(timer.payload),
+                    work_id=timer.work_id,
+                    pending=True,
+                    accepted_at_ms=now,
+                )
+                timer_id = timer.id
+
+                def clear_backoff(work: Work, timer_id: str = timer_id) -> Work:
+                    if work.retry_timer_id != timer_id:
+                        return work
+                    return msgspec.structs.replace(work, retry_timer_id=None)
+
+                clear = clear_backoff
+            if await self.store.fire_timer(timer.id, accept=accept, update_work=clear, now_ms=now):
+                fired.append(timer.id)
+        return fired
+
+    async def manual_retry(self, work_id: str, *, reason: str = "") -> Work:
+        """``core.manual.retry``: reset the failure budget (not attempt numbering) and run again."""
+        work = await self.store.get_work(work_id)
+        if work.status.terminal:
+            raise ConduitError(f"work {work_id!r} is {work.status}", code="not_eligible")
+        attempts = await self.store.list_executions(work_id)
+        trigger = list(attempts[-1].inputs) if attempts else []
+        now = self.clock.now_ms()
+        if work.retry_timer_id is not None:
+            await self.store.disarm_timer(work.retry_timer_id)
+        event = Event(
+            id=f"manual-retry/{work_id}/{work.last_attempt}/{now}",
+            delivery_id=f"manual-retry/{work_id}/{work.last_attempt}/{now}",
+            type=policy.MANUAL_RETRY_EVENT_TYPE,
+            payload={"reason": reason, "trigger": trigger},
+            work_id=work_id,
+            pending=True,
+            accepted_at_ms=now,
+        )
+        await self.store.accept_event(event)
+
+        def reset(current: Work) -> Work:
+            return msgspec.structs.replace(
+                current, failure_count=0, blocked_reason=None, retry_timer_id=None
+            )
+
+        return await self.store.update_work(work_id, reset, now_ms=now)
+
+    async def accept_input(self, event: Event) -> tuple[Event, list[Claim]]:
+        """Accept an event; wake parked attempts whose wait it matches (never their own Work's).
+
+        Returns the stored event and the claims of resumed attempts (launch them with
+        :meth:`run_resumed`).
+        """
+        stored = await self.store.accept_event(event)
+        resumed: list[Claim] = []
+        waits = await self.store.matching_waits(
+            event_type=stored.type, correlation_key=stored.correlation_key
+        )
+        for wait in waits:
+            if stored.published_by is not None:
+                publisher = await self.store.get_execution(stored.published_by)
+                if publisher.work_id == wait.work_id:
+                    continue  # a Work's own published events never wake it
+            try:
+                claim = await self.store.resume_attempt(
+                    wait.execution_id, owner=self.options.owner, now_ms=self.clock.now_ms(),
+                    lease_ms=self.options.lease_ms, wake_event_id=stored.id,
+                    capacity=self.options.capacity(),
+                )  # fmt: skip
+            except ConduitError as exc:
+                log.info("wait of %s not resumed: %s", wait.execution_id, exc)
+                continue
+            if wait.timer_id is not None:
+                await self.store.disarm_timer(wait.timer_id)
+            resumed.append(claim)
+        return stored, resumed
+
+    async def run_resumed(self, claim: Claim) -> Execution:
+        """Resume a woken attempt on its pinned executor, under a new segment, to its end."""
+        execution = claim.execution
+        wake_id = execution.segments[-1].wake_event_id if execution.segments else None
+        wake = await self.store.get_event(wake_id) if wake_id else None
+        async with self.hold(claim.lease) as held:
+            remaining = execution.remaining_budget_ms or 0
+            deadline = self.clock.now_ms() + remaining
+
+            def keep_budget(ex: Execution) -> Execution:
+                snap = msgspec.structs.replace(ex.snapshot, deadline_ms=deadline)
+                return msgspec.structs.replace(ex, snapshot=snap)
+
+            execution = await self.store.update_attempt(
+                held.lease, keep_budget, now_ms=self.clock.now_ms()
+            )
+            claim = msgspec.structs.replace(claim, execution=execution)
+            launched = await self.launch(claim, held, wake=wake)
+            if isinstance(launched, Execution):
+                return launched
+            return await self.observe(launched)
+
+    async def run_ready(self, limit: int) -> list[Execution]:
+        """Claim up to ``limit`` ready Work and run each to its end, concurrently."""
+        claims, _ = await self.claim_ready(limit)
+        results: list[Execution] = []
+
+        async def run_one(claim: Claim) -> None:
+            results.append(await self.run_attempt(claim))
+
+        async with anyio.create_task_group() as tg:
+            for claim in claims:
+                tg.start_soon(run_one, claim)
+        return results
+
+
+_RETRY_TYPES = frozenset({policy.RETRY_EVENT_TYPE, policy.MANUAL_RETRY_EVENT_TYPE})
+
+
+def _input(event: Event) -> InputEvent:
+    return InputEvent(
+        id=event.id,
+        type=event.type,
+        payload=event.payload,
+        correlation_key=event.correlation_key,
+        accepted_at_ms=event.accepted_at_ms,
+    )
+
+
+class _phase:
+    """Record a core launch phase through the fenced callbacks."""
+
+    def __init__(self, callbacks: StoreCallbacks, name: str) -> None:
+        self._callbacks = callbacks
+        self._name = name
+
+    async def __aenter__(self) -> None:
+        await self._callbacks.begin_phase(self._name)
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        if exc_type is None:
+            outcome = PhaseOutcome.OK
+        elif issubclass(exc_type, Exception):
+            outcome = PhaseOutcome.FAILED
+        else:
+            outcome = PhaseOutcome.CANCELLED
+        if exc_type is not None and issubclass(exc_type, LeaseLostError):
+            return  # the lease is gone: the write would be refused anyway
+        await self._callbacks.end_phase(self._name, outcome)

@@ -1,0 +1,284 @@
+"""The unified schedule surface: multiplexer routing and the host crontab source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from conduit_core.errors import ConduitError
+from conduit_core.model import Routine, RoutineStatus, WorkTemplate
+from conduit_core.routines import (
+    CrontabLocation,
+    CrontabSource,
+    ScheduleChange,
+    ScheduleCreate,
+    ScheduleMultiplexer,
+    ScheduleRecord,
+    SourceRead,
+    routine_record,
+)
+from conduit_core.routines.errors import (
+    DuplicateFiringOwnerError,
+    IllegalTransitionError,
+    ScheduleNotFoundError,
+    SourceUnavailableError,
+)
+from conduit_core.routines.sources import Domain, Manageability
+from tests.routines.conftest import ms, wall
+
+NOW = ms("2026-06-01T12:00:00+00:00")
+
+
+class FakeManaged:
+    """A managed source over an in-memory dict; ``down`` makes it fail like a lost backend."""
+
+    def __init__(self, name: str = "conduit", domain: Domain = "conduit") -> None:
+        self.name = name
+        self.domain: Domain = domain
+        self.manageability: Manageability = "managed"
+        self.rows: dict[str, Routine] = {}
+        self.down = False
+
+    async def read(self) -> SourceRead:
+        if self.down:
+            return SourceRead(status="degraded", detail="backend unreachable")
+        return SourceRead(records=[routine_record(r, source=self.name) for r in self.rows.values()])
+
+    async def create(self, request: ScheduleCreate) -> ScheduleRecord:
+        if self.down:
+            raise ConnectionRefusedError("backend unreachable")
+        if request.target is not None and request.target.work_id == "owned-elsewhere":
+            raise DuplicateFiringOwnerError("work 'owned-elsewhere' is fired by routine:other")
+        row = Routine(
+            id=request.id or "r1",
+            scope="default",
+            target=request.target or WorkTemplate(binding="echo"),
+            cron_spec=request.spec,
+            created_at_ms=NOW,
+            updated_at_ms=NOW,
+        )
+        self.rows[row.id] = row
+        return routine_record(row, source=self.name)
+
+    async def change(self, local_id: str, change: ScheduleChange) -> ScheduleRecord:
+        if self.down:
+            raise SourceUnavailableError("backend unreachable")
+        row = self.rows.get(local_id)
+        if row is None:
+            raise ScheduleNotFoundError(f"{self.name}:{local_id}")
+        if row.status is RoutineStatus.RUNNING:
+            raise IllegalTransitionError(row.id, "running", change.action)
+        return routine_record(row, source=self.name)
+
+    async def delete(self, local_id: str) -> None:
+        del self.rows[local_id]
+
+
+class FakeObserved:
+    name = "gateway"
+    domain: Domain = "external"
+    manageability: Manageability = "observe-only"
+
+    async def read(self) -> SourceRead:
+        raise RuntimeError("contract broken: read raised")
+
+
+async def code_of_call(call: object) -> tuple[str, int]:
+    assert callable(call)
+    with pytest.raises(ConduitError) as caught:
+        await call()
+    return caught.value.code, int(getattr(caught.value, "http_status", 0))
+
+
+def write_crontab(path: Path) -> Path:
+    path.write_text(
+        "# /etc/crontab: system-wide crontab\n"
+        "SHELL=/bin/sh\n"
+        "MAILTO = root\n"
+        "\n"
+        "17 *\t* * *\troot    cd / && run-parts --report /etc/cron.hourly\n"
+        "25 6 * * 7 backup /usr/local/bin/weekly --full\n"
+        "@daily root /usr/bin/logrotate /etc/logrotate.conf\n"
+        "@reboot root /usr/bin/warmup\n"
+        "CRON_TZ=Europe/Berlin\n"
+        "30 2 * * * root /usr/bin/berlin-job\n"
+        "61 * * * * root /bin/false\n"
+        "5 4 * * *\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+# --- Multiplexer ------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_merged_read_reports_each_source_and_never_raises(tmp_path: Path) -> None:
+    conduit = FakeManaged()
+    await conduit.create(ScheduleCreate(spec="0 * * * *"))
+    crontab = CrontabSource.from_path(write_crontab(tmp_path / "crontab"), timezone="UTC")
+    mux = ScheduleMultiplexer([conduit, FakeObserved(), crontab])
+    merged = await mux.read()
+    statuses = {s.source: (s.status, s.domain, s.manageability) for s in merged.sources}
+    assert statuses == {
+        "conduit": ("ok", "conduit", "managed"),
+        "gateway": ("degraded", "external", "observe-only"),
+        "crontab": ("ok", "external", "observe-only"),
+    }
+    assert "contract broken" in (merged.sources[1].detail or "")
+    assert {r.source for r in merged.records} == {"conduit", "crontab"}
+    conduit.down = True
+    again = await mux.read()
+    assert again.sources[0].status == "degraded"
+    assert again.sources[0].detail == "backend unreachable"
+
+
+@pytest.mark.anyio
+async def test_writes_route_by_owner_with_their_error_codes(tmp_path: Path) -> None:
+    conduit = FakeManaged()
+    external = FakeManaged(name="gateway-cron", domain="external")
+    crontab = CrontabSource.from_path(write_crontab(tmp_path / "crontab"), timezone="UTC")
+    mux = ScheduleMultiplexer([conduit, external, crontab])
+    created = await mux.create(ScheduleCreate(spec="0 * * * *", id="nightly"))
+    assert created.id == "conduit:nightly"
+    # Unprefixed ids name conduit Routines; prefixed ids go to their source.
+    assert (await mux.pause("nightly")).id == "conduit:nightly"
+    assert (await mux.resume("conduit:nightly")).id == "conduit:nightly"
+
+    cron_id = (await crontab.read()).records[0].id
+    cases = {
+        "observe-only": lambda: mux.pause(cron_id),
+        "observe-only delete": lambda: mux.delete(cron_id),
+        "domain": lambda: mux.create(ScheduleCreate(spec="0 * * * *", source="gateway-cron")),
+        "domain to observe-only": lambda: mux.create(
+            ScheduleCreate(spec="0 * * * *", source="crontab")
+        ),
+        "unknown id": lambda: mux.pause("conduit:nope-missing"),
+        "unknown source": lambda: mux.pause("nowhere:x"),
+        "owner conflict": lambda: mux.create(
+            ScheduleCreate(
+                spec="once@2027-01-01T00:00:00Z", target=WorkTemplate(work_id="owned-elsewhere")
+            )
+        ),
+    }
+    results = {name: await code_of_call(call) for name, call in cases.items()}
+    assert results == {
+        "observe-only": ("read_only_source", 403),
+        "observe-only delete": ("read_only_source", 403),
+        "domain": ("domain_violation", 422),
+        "domain to observe-only": ("domain_violation", 422),
+        "unknown id": ("not_found", 404),
+        "unknown source": ("not_found", 404),
+        "owner conflict": ("duplicate_firing_owner", 409),
+    }
+    conduit.rows["nightly"] = msgspec.structs.replace(
+        conduit.rows["nightly"], status=RoutineStatus.RUNNING
+    )
+    assert await code_of_call(lambda: mux.pause("nightly")) == ("illegal_transition", 409)
+
+    conduit.down = True
+    assert await code_of_call(lambda: mux.resume("nightly")) == ("source_unavailable", 503)
+    # An OSError from a source write is mapped to source_unavailable too.
+    assert await code_of_call(lambda: mux.create(ScheduleCreate(spec="0 * * * *"))) == (
+        "source_unavailable",
+        503,
+    )
+
+
+def test_duplicate_source_names_are_refused() -> None:
+    with pytest.raises(ConduitError) as caught:
+        ScheduleMultiplexer([FakeManaged(), FakeManaged()])
+    assert caught.value.code == "duplicate_registration"
+
+
+# --- Crontab source ---------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_crontab_source_parses_a_real_system_crontab(tmp_path: Path) -> None:
+    path = write_crontab(tmp_path / "crontab")
+    source = CrontabSource.from_path(path, timezone="UTC", clock=lambda: NOW)
+    result = await source.read()
+    assert result.status == "ok"
+    by_line = {r.id.rsplit(":", 1)[1]: r for r in result.records}
+    assert sorted(by_line, key=int) == ["5", "6", "7", "8", "10", "11", "12"]
+    hourly = by_line["5"]
+    assert (hourly.spec, hourly.status, hourly.domain, hourly.manageability) == (
+        "17 * * * *",
+        "scheduled",
+        "external",
+        "observe-only",
+    )
+    assert hourly.target == "root: cd / && run-parts --report /etc/cron.hourly"
+    assert hourly.next_run_at_ms == ms("2026-06-01T12:17:00+00:00")
+    assert by_line["6"].target == "backup: /usr/local/bin/weekly --full"
+    assert by_line["6"].next_run_at_ms == ms("2026-06-07T06:25:00+00:00")  # 7 = Sunday
+    assert (by_line["7"].spec, by_line["7"].next_run_at_ms) == (
+        "@daily",
+        ms("2026-06-02T00:00:00+00:00"),
+    )
+    assert (by_line["8"].status, by_line["8"].next_run_at_ms) == ("on_boot", None)
+    berlin = by_line["10"]
+    assert berlin.timezone == "Europe/Berlin"
+    assert berlin.next_run_at_ms is not None
+    assert wall(berlin.next_run_at_ms, "Europe/Berlin") == "2026-06-02T02:30:00+02:00"
+    assert by_line["11"].status == "invalid"
+    assert "minute value 61 is out of range" in (by_line["11"].last_error or "")
+    assert by_line["12"].status == "invalid"
+    assert "expected a schedule followed by a user and a command" in (
+        by_line["12"].last_error or ""
+    )
+
+
+@pytest.mark.anyio
+async def test_crontab_source_user_crontab_directory(tmp_path: Path) -> None:
+    spool = tmp_path / "crontabs"
+    spool.mkdir()
+    (spool / "alice").write_text("# m h dom mon dow command\n*/5 * * * * /home/alice/poll\n")
+    (spool / ".hidden").write_text("* * * * * nope\n")
+    source = CrontabSource(
+        locations=(CrontabLocation(spool, directory=True, system=False),),
+        timezone="UTC",
+        clock=lambda: NOW,
+    )
+    result = await source.read()
+    assert result.status == "ok"
+    assert [(r.target, r.next_run_at_ms) for r in result.records] == [
+        ("alice: /home/alice/poll", NOW + 5 * 60_000)
+    ]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", ["absent", "directory"])
+async def test_crontab_source_degraded_when_unreadable(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "crontab"
+    if kind == "directory":
+        path.mkdir()
+    source = CrontabSource.from_path(path, timezone="UTC", clock=lambda: NOW)
+    result = await source.read()  # never raises
+    assert result.status == "degraded"
+    assert result.records == []
+    assert str(path) in (result.detail or "")
+
+
+@pytest.mark.anyio
+async def test_crontab_source_keeps_last_good_records_when_the_file_goes_away(
+    tmp_path: Path,
+) -> None:
+    path = write_crontab(tmp_path / "crontab")
+    source = CrontabSource.from_path(path, timezone="UTC", clock=lambda: NOW)
+    good = await source.read()
+    path.unlink()
+    stale = await source.read()
+    assert stale.status == "degraded"
+    assert stale.records == good.records
+
+
+@pytest.mark.anyio
+async def test_default_locations_skip_what_is_absent(tmp_path: Path) -> None:
+    optional = CrontabLocation(tmp_path / "missing", required=False)
+    optional_dir = CrontabLocation(tmp_path / "nodir", directory=True, required=False)
+    result = await CrontabSource(locations=(optional, optional_dir), timezone="UTC").read()
+    assert (result.status, result.records) == ("ok", [])

@@ -319,3 +319,18 @@ def test_not_yet_due_is_left_alone() -> None:
     spec = parse_spec("0 * * * *")
     decision = misfire_next(spec, 10 * HOUR, 9 * HOUR, MisfirePolicy.COALESCE, 0)
     assert (decision.fire, decision.next_run_at_ms) == (False, 10 * HOUR)
+
+
+def test_occurrence_is_the_only_module_importing_croniter() -> None:
+    import pathlib
+
+    import conduit_core
+
+    root = pathlib.Path(conduit_core.__file__).parent
+    importers = sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if "import croniter" in p.read_text(encoding="utf-8")
+        or "from croniter" in p.read_text(encoding="utf-8")
+    )
+    assert importers == ["routines/occurrence.py"]

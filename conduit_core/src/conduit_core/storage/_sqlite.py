@@ -60,6 +60,8 @@ class SqliteStore(SqlStore):
         self._cx = _SqliteCx(self._conn)
         self._retry(lambda: self._conn.execute("PRAGMA journal_mode=WAL").fetchall())
         self._conn.execute(f"PRAGMA synchronous={synchronous}")
+        # A large store must keep its hot index pages in memory for claims to stay flat.
+        self._conn.execute("PRAGMA cache_size=-65536")
 
     @classmethod
     def open(cls, path: str | Path, **options: Any) -> SqliteStore:

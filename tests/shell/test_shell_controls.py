@@ -43,6 +43,7 @@ async def test_inject_is_refused_when_the_binding_does_not_accept_input(tmp_path
     ctx, _ = make_context(tmp_path, {"command": "sleep 60"})
     executor = ShellExecutor()
     handle = await executor.run(ctx)
+    await wait_until_async(lambda: len(tagged_processes(ctx.execution_id)) >= 2, "the job")
     try:
         with pytest.raises(NotAcceptingError) as caught:
             await executor.inject(ctx.stop_target(), [InputEvent(id="x", type="t")])
@@ -95,6 +96,7 @@ async def test_stop_without_metadata_finds_the_job_by_its_execution_tag(tmp_path
     ctx, _ = make_context(tmp_path, {"command": "sleep 60"})
     executor = ShellExecutor()
     handle = await executor.run(ctx)
+    await wait_until_async(lambda: len(tagged_processes(ctx.execution_id)) >= 2, "the job")
     # As if the daemon crashed between starting the job and recording its metadata.
     target = StopTarget(execution_id=ctx.execution_id, epoch=2, work_id=ctx.work_id, config={})
 

@@ -1,0 +1,71 @@
+"""Fixtures for the container executor tests: a real Docker Engine and the local test image.
+
+Under ``CI=true`` an engine or image that is not there fails the tests; elsewhere they skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import docker.errors
+import pytest
+
+from conduit_core.extension import OperationError
+from conduit_executors_container import EXECUTION_LABEL, ContainerExecutor, Engine
+
+TEST_IMAGE = "conduit-test-busybox:latest"
+
+
+def _is_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("true", "1", "yes")
+
+
+def _unavailable(reason: str) -> None:
+    if _is_ci():
+        pytest.fail(f"CI=true and {reason} (run scripts/services.sh)")
+    pytest.skip(f"{reason} (run scripts/services.sh to start it)")
+
+
+@pytest.fixture(scope="session")
+def docker_api() -> Iterator[docker.APIClient]:
+    """A client of the engine the executor uses (DOCKER_HOST or the default socket)."""
+    engine = Engine()
+    try:
+        client = engine.client()
+    except OperationError as exc:
+        _unavailable(exc.message)
+    try:
+        client.inspect_image(TEST_IMAGE)
+    except docker.errors.ImageNotFound:
+        _unavailable(f"the test image {TEST_IMAGE} is not built")
+    yield client
+    engine.close()
+
+
+@pytest.fixture
+def execution_id(docker_api: docker.APIClient) -> Iterator[str]:
+    """A fresh execution id; every container labelled with it is removed after the test."""
+    ident = f"t-{uuid.uuid4().hex[:16]}"
+    yield ident
+    for summary in docker_api.containers(all=True, filters={"label": f"{EXECUTION_LABEL}={ident}"}):
+        with contextlib.suppress(docker.errors.NotFound):
+            docker_api.remove_container(summary["Id"], force=True)
+
+
+@pytest.fixture
+def executor(docker_api: docker.APIClient) -> Iterator[ContainerExecutor]:
+    ex = ContainerExecutor()
+    yield ex
+    ex.engine.close()
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "state"
+    path.mkdir()
+    return path

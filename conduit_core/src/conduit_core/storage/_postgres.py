@@ -136,9 +136,12 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
 
 
 def _stored_version(conn: psycopg.Connection[Any]) -> int | None:
-    row = conn.execute("SELECT to_regclass('conduit_meta') IS NOT NULL").fetchone()
-    if not row or not row[0]:
-        return None
-    found = conn.execute("SELECT value FROM conduit_meta WHERE key = 'schema_version'").fetchone()
-    conn.rollback()
-    return None if found is None else int(found[0])
+    try:
+        row = conn.execute("SELECT to_regclass('conduit_meta') IS NOT NULL").fetchone()
+        if not row or not row[0]:
+            return None
+        sql = "SELECT value FROM conduit_meta WHERE key = 'schema_version'"
+        found = conn.execute(sql).fetchone()
+        return None if found is None else int(found[0])
+    finally:
+        conn.rollback()  # read only: the migration, if any, runs in its own transaction

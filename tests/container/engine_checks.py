@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import docker
 import docker.errors
 
+from conduit_core.extension import Result
 from conduit_executors_container import EXECUTION_LABEL
 
 _T = TypeVar("_T")
@@ -67,3 +68,8 @@ def release(result_dir: str) -> None:
 
 #: A job command that runs until the test calls :func:`release`.
 WAIT_FOR_GO = "while [ ! -e /conduit/go ]; do sleep 0.02; done"
+
+
+def artifact_text(result: Result, name: str) -> str:
+    """The content of one of the result's artifacts (stdout, stderr), read from the host."""
+    return Path(next(a.ref for a in result.artifacts if a.name == name)).read_text()

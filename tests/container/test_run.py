@@ -13,15 +13,10 @@ from conduit_core.extension import OutcomeKind
 from conduit_executors_container import ContainerExecutor, container_name
 
 from .conftest import TEST_IMAGE
-from .engine_checks import WAIT_FOR_GO, inspect_or_none, release
+from .engine_checks import WAIT_FOR_GO, artifact_text, inspect_or_none, release
 from .harness import RecordingCallbacks, make_context
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
-
-
-def _artifact(result_artifacts: list, name: str) -> str:  # type: ignore[type-arg]
-    ref = next(a.ref for a in result_artifacts if a.name == name)
-    return Path(ref).read_text()
 
 
 async def test_runs_to_completion_and_captures_output(
@@ -45,8 +40,8 @@ async def test_runs_to_completion_and_captures_output(
     assert result.outcome is OutcomeKind.COMPLETED
     assert result.summary == "exit status 0"
     assert result.data["exit_status"] == 0
-    assert _artifact(result.artifacts, "stdout") == "hello\ns3cret bound\n"
-    assert _artifact(result.artifacts, "stderr") == "oops\n"
+    assert artifact_text(result, "stdout") == "hello\ns3cret bound\n"
+    assert artifact_text(result, "stderr") == "oops\n"
     assert set(result.usage.units) == {"minutes"}
     assert 0 <= result.usage.units["minutes"] < 1
     # The run environment reached the job but not the recovery metadata.
@@ -116,7 +111,7 @@ async def test_non_zero_exit_fails(
     assert result.outcome is OutcomeKind.FAILED
     assert result.summary == "exit status 3"
     assert result.data["exit_status"] == 3
-    assert _artifact(result.artifacts, "stderr") == "bad\n"
+    assert artifact_text(result, "stderr") == "bad\n"
 
 
 async def test_typed_result_file(
@@ -175,7 +170,7 @@ async def test_input_batch_and_log_limit(
         state_dir=state_dir,
     )
     result = await (await executor.run(ctx)).wait()
-    stdout = _artifact(result.artifacts, "stdout")
+    stdout = artifact_text(result, "stdout")
     assert len(stdout) == 1000
     assert stdout.endswith("xxxEND\n")
     assert result.data["logs_cut"] == ["stdout"]

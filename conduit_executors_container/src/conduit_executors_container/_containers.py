@@ -15,6 +15,7 @@ import docker
 import docker.errors
 import docker.types
 import requests.exceptions
+import urllib3.exceptions
 
 from conduit_core.extension import OperationError, StopEvidence
 from conduit_executors_container._config import RESULT_MOUNT, ContainerConfig
@@ -175,6 +176,11 @@ def wait_exit(client: docker.APIClient, container_id: str, timeout: float) -> bo
         client.wait(container_id, timeout=timeout, condition="not-running")
     except requests.exceptions.ReadTimeout:
         return False
+    except requests.exceptions.ConnectionError as exc:
+        # A timeout while the engine's answer is streaming surfaces as a ConnectionError.
+        if any(isinstance(arg, urllib3.exceptions.ReadTimeoutError) for arg in exc.args):
+            return False
+        raise
     except docker.errors.NotFound:
         return True  # Gone counts as not running; the caller finds out it is gone.
     return True

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import re
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -125,6 +127,10 @@ class Engine:
         kwargs: dict[str, Any] = (
             {"base_url": self.base_url} if self.base_url else docker.utils.kwargs_from_env()
         )
+        try:
+            _probe_unix_socket(kwargs.get("base_url"))
+        except OSError as exc:
+            raise self._unreachable(exc) from exc
         # The SDK's own version="auto" leaks its socket when the engine is not there, so the
         # version is asked with a client this function closes either way.
         probe = docker.APIClient(version=_PROBE_API_VERSION, **kwargs)
@@ -137,9 +143,26 @@ class Engine:
         return docker.APIClient(version=version, max_pool_size=self._concurrency, **kwargs)
 
     def _unreachable(self, exc: BaseException) -> OperationError:
-        where = self.base_url or "the engine named by DOCKER_HOST (default unix socket)"
+        where = self.base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         return OperationError(
             "engine_unreachable",
-            f"the Docker Engine at {where} cannot be reached: {type(exc).__name__}",
+            f"the Docker Engine at {where} cannot be reached ({reason})",
             permanent=False,
         )
+
+
+def _probe_unix_socket(base_url: object) -> None:
+    """Connect to a unix-socket engine once, closing the socket whatever happens.
+
+    The SDK leaks the socket of a connection that fails, so an absent engine is found here first.
+    """
+    if base_url is None:
+        path = "/var/run/docker.sock"  # the SDK's default
+    elif isinstance(base_url, str) and base_url.startswith(("unix://", "http+unix://")):
+        path = base_url.split("://", 1)[1]
+    else:
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(10)
+        probe.connect(path)

@@ -1,18 +1,28 @@
-"""The fenced callbacks an executor reaches through its ExecutionContext."""
+"""The fenced callbacks an executor reaches through its ExecutionContext.
+
+Launch-trail writes are coalesced to keep round trips per attempt few: the core's own quick phases
+(environment) and phase *ends* are buffered and written together with the next fenced write that
+has to happen anyway (the invoke mark just before the executor is called, recovery metadata, a
+pin, the running status). An executor's own phase *begin* is written at once, so a slow inner step
+(a container pull, say) shows while it runs. Every write is fenced by the held lease.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
 
 from conduit_core.extension import MAX_RECOVERY_METADATA_BYTES, OperationError, PhaseOutcome
+from conduit_core.model import MAX_LAUNCH_PHASES, Execution, Invoke, LaunchPhase, Segment
 from conduit_core.runtime._clock import Clock
 from conduit_core.runtime._holder import HeldLease
 from conduit_core.storage import Store
 
 __all__ = ["StoreCallbacks", "validate_recovery_metadata"]
+
+SegmentChange = Callable[[Segment], Segment]
 
 
 def validate_recovery_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
@@ -37,20 +47,82 @@ class StoreCallbacks:
         self._store = store
         self._clock = clock
         self._held = held
+        self._pending: list[SegmentChange] = []
         self.recovery_persisted = False
+        self.execution: Execution | None = None
+
+    # --- the AttemptCallbacks protocol ---------------------------------------------------------
 
     async def persist_recovery(self, metadata: Mapping[str, Any]) -> None:
         checked = validate_recovery_metadata(metadata)
-        await self._store.persist_recovery(self._held.lease, checked, now_ms=self._clock.now_ms())
+        await self.flush(lambda ex: msgspec.structs.replace(ex, recovery=checked))
         self.recovery_persisted = True
 
     async def begin_phase(self, name: str) -> None:
-        await self._store.begin_launch_phase(self._held.lease, name, now_ms=self._clock.now_ms())
+        """An executor's phase begins: written at once so a slow step shows while it runs."""
+        self.buffer_begin(name)
+        await self.flush()
 
     async def end_phase(self, name: str, outcome: PhaseOutcome) -> None:
-        await self._store.end_launch_phase(
-            self._held.lease, name, outcome, now_ms=self._clock.now_ms()
-        )
+        self.buffer_end(name, outcome)
 
     async def pin(self, ref: str) -> None:
-        await self._store.pin_segment(self._held.lease, ref, now_ms=self._clock.now_ms())
+        self._pending.append(lambda seg: msgspec.structs.replace(seg, pin=ref))
+        await self.flush()
+
+    # --- buffering -----------------------------------------------------------------------------
+
+    def buffer_begin(self, name: str) -> None:
+        now = self._clock.now_ms()
+
+        def begin(seg: Segment) -> Segment:
+            launch = [*seg.launch, LaunchPhase(name=name, started_at_ms=now)]
+            return msgspec.structs.replace(seg, launch=launch[-MAX_LAUNCH_PHASES:])
+
+        self._pending.append(begin)
+
+    def buffer_end(self, name: str, outcome: PhaseOutcome) -> None:
+        now = self._clock.now_ms()
+
+        def end(seg: Segment) -> Segment:
+            launch = list(seg.launch)
+            for i in range(len(launch) - 1, -1, -1):
+                if launch[i].name == name and launch[i].ended_at_ms is None:
+                    launch[i] = msgspec.structs.replace(launch[i], ended_at_ms=now, outcome=outcome)
+                    break
+            return msgspec.structs.replace(seg, launch=launch)
+
+        self._pending.append(end)
+
+    def buffer_invoked(self, *, isolated: bool) -> None:
+        """The executor is about to be called (``Invoke`` called, with ``Isolated``)."""
+        self._pending.append(
+            lambda seg: msgspec.structs.replace(seg, invoke=Invoke.CALLED, isolated=isolated)
+        )
+
+    def take_pending(self) -> Callable[[Execution], Execution]:
+        """The buffered trail as one change to the attempt (its open segment)."""
+        changes, self._pending = self._pending, []
+
+        def apply(ex: Execution) -> Execution:
+            if not changes or not ex.segments or ex.segments[-1].ended_at_ms is not None:
+                return ex
+            seg = ex.segments[-1]
+            for change in changes:
+                seg = change(seg)
+            return msgspec.structs.replace(ex, segments=[*ex.segments[:-1], seg])
+
+        return apply
+
+    async def flush(self, also: Callable[[Execution], Execution] | None = None) -> Execution:
+        """Write the buffered trail (and ``also``) in one fenced transaction."""
+        trail = self.take_pending()
+
+        def change(ex: Execution) -> Execution:
+            ex = trail(ex)
+            return also(ex) if also is not None else ex
+
+        self.execution = await self._store.update_attempt(
+            self._held.lease, change, now_ms=self._clock.now_ms()
+        )
+        return self.execution

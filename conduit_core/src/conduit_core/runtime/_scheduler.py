@@ -43,6 +43,7 @@ from conduit_core.model import (
 )
 from conduit_core.plugins import Plugins
 from conduit_core.runtime import _policy as policy
+from conduit_core.runtime import _recovery
 from conduit_core.runtime._callbacks import StoreCallbacks
 from conduit_core.runtime._clock import Clock
 from conduit_core.runtime._holder import HeldLease, hold_lease
@@ -179,12 +180,15 @@ class Scheduler:
         except UnsupportedGenerationError as exc:
             return await self._fail(execution, held, exc.code, exc.message, confirmed=True)
         callbacks = StoreCallbacks(self.store, self.clock, held)
+        callbacks.buffer_begin("environment")
         try:
-            async with _phase(callbacks, "environment"):
-                env = self.plugins.run_environment(self.options.scope_chain(execution.scope))
+            env = self.plugins.run_environment(self.options.scope_chain(execution.scope))
         except ConduitError as exc:
+            callbacks.buffer_end("environment", PhaseOutcome.FAILED)
+            await callbacks.flush()
             # The executor was never called: nothing can be running.
             return await self._fail(execution, held, exc.code, exc.message, confirmed=True)
+        callbacks.buffer_end("environment", PhaseOutcome.OK)
         ctx = ExecutionContext(
             execution_id=execution.id,
             work_id=execution.work_id,
@@ -201,39 +205,45 @@ class Scheduler:
             state_dir=self.options.state_dir,
             callbacks=callbacks,
         )
-        await self.store.mark_invoked(
-            held.lease,
-            isolated=Capability.ISOLATED in snap.capabilities,
-            now_ms=self.clock.now_ms(),
-        )
+        # One fenced write just before the executor is called: the trail so far, Invoke called
+        # (with Isolated) and the executor phase begun.
+        callbacks.buffer_invoked(isolated=Capability.ISOLATED in snap.capabilities)
+        callbacks.buffer_begin("executor")
+        await callbacks.flush()
         try:
-            async with _phase(callbacks, "executor"):
-                if wake is not None:
-                    handle = await executor.resume(ctx, _input(wake))
-                else:
-                    handle = await executor.run(ctx)
+            if wake is not None:
+                handle = await executor.resume(ctx, _input(wake))
+            else:
+                handle = await executor.run(ctx)
         except LeaseLostError:
             raise
-        except OperationError as exc:
-            return await self._fail(
-                execution, held, exc.code, exc.message, permanent=exc.permanent,
-                hint=exc.retry_hint, executor=executor,
-            )  # fmt: skip
-        except Exception as exc:
+        except BaseException as exc:
+            ended = PhaseOutcome.FAILED if isinstance(exc, Exception) else PhaseOutcome.CANCELLED
+            callbacks.buffer_end("executor", ended)
+            if not isinstance(exc, Exception):
+                raise
+            await callbacks.flush()
+            if isinstance(exc, OperationError):
+                return await self._fail(
+                    execution, held, exc.code, exc.message, permanent=exc.permanent,
+                    hint=exc.retry_hint, executor=executor,
+                )  # fmt: skip
             return await self._fail(
                 execution, held, "executor_error",
                 f"executor {snap.executor!r} failed to launch ({type(exc).__name__})",
                 executor=executor, error=exc,
             )  # fmt: skip
+        callbacks.buffer_end("executor", PhaseOutcome.OK)
         if not callbacks.recovery_persisted:
+            await callbacks.flush()
             # The executor contract requires recovery metadata before a handle: without it the
             # launch is ambiguous, so fail safe and keep the resource hold.
             return await self._fail(
                 execution, held, "launch_unacknowledged",
                 "the executor returned a handle without persisting recovery metadata",
             )  # fmt: skip
-        execution = await self.store.set_attempt_status(
-            held.lease, ExecutionStatus.RUNNING, now_ms=self.clock.now_ms()
+        execution = await callbacks.flush(
+            lambda ex: msgspec.structs.replace(ex, status=ExecutionStatus.RUNNING)
         )
         return Attempt(
             execution=execution, held=held, context=ctx, executor=executor, handle=handle
@@ -345,6 +355,39 @@ class Scheduler:
             status=ExecutionStatus.TIMED_OUT, exclusion_confirmed=verified,
         )  # fmt: skip
         return await self._finish(attempt.held, transition, now)
+
+    async def fail_attempt(
+        self, execution: Execution, held: HeldLease, code: str, message: str
+    ) -> Execution:
+        """Fail closed: record the failure and keep the resource hold (exclusion unconfirmed)."""
+        return await self._fail(execution, held, code, message)
+
+    # --- recovery and physical stops (see _recovery) ------------------------------------------
+
+    async def recover_expired(self, limit: int = 100) -> list[Claim]:
+        """Claim recovery (epoch + 1) of attempts whose lease expired or was released."""
+        return await _recovery.claim_expired(self, limit)
+
+    async def run_recovery(self, claim: Claim) -> Execution:
+        """Relaunch (nothing can be running) or adopt a recovery claim, and observe it."""
+        return await _recovery.run_recovery(self, claim)
+
+    async def stop_and_confirm(self, execution_id: str) -> bool:
+        """Stop the attempt's resources; confirm its exclusion when the stop is verified."""
+        return await _recovery.stop_and_confirm(self, execution_id)
+
+    async def confirm_unexcluded(self) -> int:
+        """The stop/confirm pass over ended attempts whose exclusion is unconfirmed."""
+        confirmed = 0
+        for execution in await self.store.unconfirmed_exclusions():
+            if not execution.status.terminal:
+                continue  # an unfinished attempt belongs to its holder or to recovery
+            confirmed += await self.stop_and_confirm(execution.id)
+        return confirmed
+
+    async def handle_lost_lease(self, lease: Lease) -> bool:
+        """After lost authority: stop and confirm only when recovery no longer owns it."""
+        return await _recovery.handle_lost_lease(self, lease)
 
     async def _fail(
         self,
@@ -526,25 +569,3 @@ def _input(event: Event) -> InputEvent:
         correlation_key=event.correlation_key,
         accepted_at_ms=event.accepted_at_ms,
     )
-
-
-class _phase:
-    """Record a core launch phase through the fenced callbacks."""
-
-    def __init__(self, callbacks: StoreCallbacks, name: str) -> None:
-        self._callbacks = callbacks
-        self._name = name
-
-    async def __aenter__(self) -> None:
-        await self._callbacks.begin_phase(self._name)
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
-        if exc_type is None:
-            outcome = PhaseOutcome.OK
-        elif issubclass(exc_type, Exception):
-            outcome = PhaseOutcome.FAILED
-        else:
-            outcome = PhaseOutcome.CANCELLED
-        if exc_type is not None and issubclass(exc_type, LeaseLostError):
-            return  # the lease is gone: the write would be refused anyway
-        await self._callbacks.end_phase(self._name, outcome)

@@ -6,7 +6,8 @@ or {"reset_in_ms": N}), ``wait`` ({"event_type", "correlation_key", "timeout_sec
 ``block`` (the name of a :data:`BARRIERS` event ``wait()`` blocks on), ``block_run`` (the name
 of a barrier ``run`` blocks on before returning), ``launch_seconds`` (``run`` sleeps that long,
 writing a phase), ``no_persist`` (return a handle without persisting recovery metadata),
-``raise_run`` / ``raise_wait`` (an OperationError code to raise). Every call is recorded in
+``raise_run`` / ``raise_wait`` (an OperationError code to raise), ``pin`` (a ref ``run`` pins
+before it blocks or persists). Every call is recorded in
 :data:`CALLS` so tests can assert exactly what the core asked.
 """
 
@@ -100,6 +101,8 @@ class ScriptedExecutor(Executor):
         if "launch_seconds" in script:
             async with ctx.phase("container_create"):
                 await anyio.sleep(float(script["launch_seconds"]))
+        if "pin" in script:
+            await ctx.pin(str(script["pin"]))
         if "block_run" in script:
             await BARRIERS.setdefault(script["block_run"], anyio.Event()).wait()
         if "raise_run" in script:

@@ -188,4 +188,5 @@ async def test_wall_time_comes_from_the_engine(
     begun = time.monotonic()
     result = await (await executor.run(ctx)).wait()
     elapsed_minutes = (time.monotonic() - begun) / 60
-    assert 0.3 / 60 <= result.usage.units["minutes"] <= elapsed_minutes
+    # The engine times the container from its start, a moment after the process began.
+    assert 0.25 / 60 <= result.usage.units["minutes"] <= elapsed_minutes

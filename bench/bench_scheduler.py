@@ -29,7 +29,11 @@ from conduit_core.plugins import Plugins
 from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock
 from conduit_core.storage import Claim, Store, open_store
 
-PG_ADMIN = os.environ.get("CONDUIT_BENCH_PG_URL", "postgresql://root@/postgres?host=/var/run/postgresql")
+#: ``?synchronous=normal`` with --sqlite-normal (fewer disk syncs; not durable on power loss).
+SQLITE_OPTIONS = ""
+PG_ADMIN = os.environ.get(
+    "CONDUIT_BENCH_PG_URL", "postgresql://root@/postgres?host=/var/run/postgresql"
+)
 
 
 async def enqueue(store: Store, n: int, now: int) -> None:
@@ -94,7 +98,7 @@ async def bench_one(url: str, n: int, concurrency: int) -> dict[str, object]:
 def fresh_url(kind: str) -> tuple[str, object]:
     if kind == "sqlite":
         tmp = tempfile.TemporaryDirectory()
-        return f"sqlite://{Path(tmp.name) / 'bench.db'}", tmp
+        return f"sqlite://{Path(tmp.name) / 'bench.db'}{SQLITE_OPTIONS}", tmp
     import psycopg
 
     name = f"conduit_bench_{uuid.uuid4().hex[:10]}"
@@ -117,7 +121,12 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 64])
     parser.add_argument("--peer-json", action="store_true", help="print the peers' JSON line")
+    parser.add_argument(
+        "--sqlite-normal", action="store_true", help="open SQLite with synchronous=normal"
+    )
     args = parser.parse_args()
+    global SQLITE_OPTIONS
+    SQLITE_OPTIONS = "?synchronous=normal" if args.sqlite_normal else ""
     for concurrency in args.concurrency:
         url, keep = fresh_url(args.store)
         try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import anyio.to_thread
 
@@ -32,10 +32,10 @@ def open_store_sync(url: str | Path) -> Store:
     masked = mask_url(url)
     scheme = urlsplit(url).scheme if "://" in url else ""
     if scheme == "sqlite":
-        path = url[len("sqlite://") :]
+        path, _, query = url[len("sqlite://") :].partition("?")
         if not path:
             raise StoreError(f"store URL {masked} names no file", code="invalid_store_url")
-        return _open_sqlite(Path(path))
+        return _open_sqlite(Path(path), **_sqlite_options(query, masked))
     if scheme in ("postgresql", "postgres"):
         try:
             from conduit_core.storage._postgres import PostgresStore
@@ -64,7 +64,26 @@ async def open_store(url: str | Path) -> Store:
     return await anyio.to_thread.run_sync(open_store_sync, url)
 
 
-def _open_sqlite(path: Path) -> Store:
+def _open_sqlite(path: Path, **options: str) -> Store:
     from conduit_core.storage._sqlite import SqliteStore
 
-    return SqliteStore.open(path)
+    return SqliteStore.open(path, **options)
+
+
+#: ``sqlite:///path?synchronous=normal`` trades durability on power loss (never on a process
+#: crash: WAL keeps every commit of a killed process) for fewer disk syncs.
+_SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
+
+
+def _sqlite_options(query: str, masked: str) -> dict[str, str]:
+    options: dict[str, str] = {}
+    for key, values in parse_qs(query, keep_blank_values=True).items():
+        value = values[-1].lower()
+        if key != "synchronous" or value not in _SYNCHRONOUS:
+            raise StoreError(
+                f"store URL {masked}: unknown option {key}={values[-1]!r} "
+                "(supported: synchronous=full|normal)",
+                code="invalid_store_url",
+            )
+        options["synchronous"] = _SYNCHRONOUS[value]
+    return options

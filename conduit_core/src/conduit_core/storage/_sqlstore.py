@@ -40,6 +40,7 @@ from conduit_core.storage._contract import (
     Store,
     WorkChange,
 )
+from conduit_core.storage._group_commit import GroupCommit, Operation
 from conduit_core.storage._sql import Cx, load_execution, load_work
 
 T = TypeVar("T")
@@ -51,15 +52,33 @@ class SqlStore(Store):
     def __init__(self, url: str, *, threads: int) -> None:
         self.url = url
         self._limiter = anyio.CapacityLimiter(threads)
+        # Concurrent writes share a transaction (and a disk sync): see _group_commit.
+        self._group = GroupCommit(self._run_batch, limiter=self._limiter, max_parallel=threads)
 
     @abstractmethod
     def transaction(self, fn: Callable[[Cx], T], *, write: bool = True) -> T:
         """Run ``fn`` in one serializable transaction, retrying it on contention (blocking)."""
 
     async def _write(self, fn: Callable[..., T], *args: Any) -> T:
-        return await anyio.to_thread.run_sync(
-            self.transaction, partial(_bind, fn, args), limiter=self._limiter
-        )
+        return await self._group.submit(partial(_bind, fn, args))
+
+    def _run_batch(self, ops: list[Operation[Any]]) -> None:
+        """Run a batch of writes in one transaction, each under its own savepoint."""
+
+        def body(cx: Cx) -> None:
+            for op in ops:
+                op.result = op.error = None
+                cx.run("SAVEPOINT conduit_op")
+                try:
+                    op.result = op.fn(cx)
+                except Exception as exc:
+                    if is_driver_error(exc):
+                        raise  # the transaction's, not the operation's: retry or fail the batch
+                    cx.run("ROLLBACK TO SAVEPOINT conduit_op")
+                    op.error = exc
+                cx.run("RELEASE SAVEPOINT conduit_op")
+
+        self.transaction(body, write=True)
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         call = partial(self.transaction, partial(_bind, fn, args), write=False)
@@ -293,6 +312,12 @@ class SqlStore(Store):
 
     async def delete_routine(self, routine_id: str) -> bool:
         return await self._write(misc.delete_routine, routine_id)
+
+
+def is_driver_error(exc: BaseException) -> bool:
+    """An error of the database driver (busy, serialization failure, lost connection)."""
+    module = type(exc).__module__
+    return module.startswith(("sqlite3", "psycopg", "_sqlite3"))
 
 
 def _bind(fn: Callable[..., T], args: tuple[Any, ...], cx: Cx) -> T:

@@ -1,0 +1,106 @@
+"""Group commit: concurrent writes share one transaction (and one disk sync).
+
+Each write is an operation (a function of the transaction's cursor). A caller that finds fewer
+than ``max_parallel`` batches running becomes a leader: it takes every queued operation (up to
+``max_batch``) and runs them in one transaction in a worker thread, each under its own
+``SAVEPOINT`` so one operation's refusal (a lost lease, say) rolls back only that operation.
+The others wait and are woken with their own result. A driver error (busy, serialization
+failure) is the whole transaction's: the backend retries the batch, which reruns every
+operation against the fresh state, so the outcome is as if each had run in its own transaction,
+one after another.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+
+__all__ = ["GroupCommit", "Operation"]
+
+T = TypeVar("T")
+
+
+class Operation(Generic[T]):
+    """One caller's write, its outcome, and the event that wakes the caller."""
+
+    __slots__ = ("error", "finished", "fn", "result", "taken", "wakeup")
+
+    def __init__(self, fn: Callable[[Any], T]) -> None:
+        self.fn = fn
+        self.result: T | None = None
+        self.error: BaseException | None = None
+        self.taken = False
+        self.finished = False
+        self.wakeup = anyio.Event()
+
+
+class GroupCommit:
+    """Batches operations into transactions run by ``run_batch`` (blocking, in a thread)."""
+
+    def __init__(
+        self,
+        run_batch: Callable[[list[Operation[Any]]], None],
+        *,
+        limiter: anyio.CapacityLimiter,
+        max_parallel: int = 1,
+        max_batch: int = 128,
+    ) -> None:
+        self._run_batch = run_batch
+        self._limiter = limiter
+        self._max_parallel = max_parallel
+        self._max_batch = max_batch
+        self._queue: deque[Operation[Any]] = deque()
+        self._running = 0
+
+    async def submit(self, fn: Callable[[Any], T]) -> T:
+        op: Operation[T] = Operation(fn)
+        self._queue.append(op)
+        try:
+            while not op.finished:
+                if self._running < self._max_parallel:
+                    await self._lead()
+                else:
+                    await op.wakeup.wait()
+                    if not op.finished:
+                        op.wakeup = anyio.Event()  # woken to lead: loop and take the lead
+        except BaseException:
+            if not op.taken:
+                self._queue.remove(op)  # never ran, never will
+            raise
+        if op.error is not None:
+            raise op.error
+        return op.result  # type: ignore[return-value]
+
+    async def _lead(self) -> None:
+        self._running += 1
+        try:
+            while self._queue:
+                batch = [
+                    self._queue.popleft() for _ in range(min(len(self._queue), self._max_batch))
+                ]
+                for op in batch:
+                    op.taken = True
+                # The batch's writes commit (or not) as a whole whatever happens to this task:
+                # shield it so every caller in it gets its outcome.
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await anyio.to_thread.run_sync(
+                            self._run_batch, batch, limiter=self._limiter
+                        )
+                    except BaseException as exc:
+                        for op in batch:
+                            if not op.finished:
+                                op.error = exc
+                    for op in batch:
+                        op.finished = True
+                        op.wakeup.set()
+                await anyio.lowlevel.checkpoint_if_cancelled()
+        finally:
+            self._running -= 1
+            if self._queue and self._running < self._max_parallel:
+                self._queue[0].wakeup.set()  # hand the lead to the next waiter

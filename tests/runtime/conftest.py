@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import anyio
 import pytest
 
 from conduit_core.config import Binding
@@ -104,3 +105,10 @@ def input_event(work_id: str, n: int, payload: Any = None, **fields: Any) -> Eve
         id=f"{work_id}/in{n}", delivery_id=f"{work_id}/in{n}", type=fields.pop("type", "input"),
         payload=payload or {}, work_id=work_id, pending=True, accepted_at_ms=0, **fields,
     )  # fmt: skip
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], *, within: float = 10.0) -> None:
+    """Poll ``check`` until it holds, failing after ``within`` seconds (never sleep-and-hope)."""
+    with anyio.fail_after(within):
+        while not await check():  # noqa: ASYNC110 - a condition in storage, polled with a deadline
+            await anyio.sleep(0.01)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
 from conduit_core.extension import PhaseOutcome
@@ -10,7 +11,7 @@ from conduit_core.runtime import Attempt, Scheduler
 from conduit_core.storage import Store
 from conduit_test_plugin import scripted
 
-from .conftest import input_event, submit
+from .conftest import eventually, input_event, submit
 
 pytestmark = pytest.mark.anyio
 
@@ -43,7 +44,7 @@ async def test_start_observe_complete_records_segment_and_phases(
 async def test_launch_phases_of_the_executor_are_recorded_while_running(
     scheduler: Scheduler, store: Store
 ) -> None:
-    scripted.BARRIERS["hold"] = barrier = __import__("anyio").Event()
+    scripted.BARRIERS["hold"] = barrier = anyio.Event()
     work = await submit(scheduler, "job", {"launch_seconds": 0, "block": "hold"})
     launched = await scheduler.start(work.id)
     assert isinstance(launched, Attempt)
@@ -52,11 +53,23 @@ async def test_launch_phases_of_the_executor_are_recorded_while_running(
     launch = stored.segments[-1].launch
     # The executor phase begins first; its inner steps are recorded inside it.
     assert [p.name for p in launch] == ["environment", "executor", "container_create"]
-    assert all(p.outcome is PhaseOutcome.OK for p in launch)
+    assert [p.outcome for p in launch] == [PhaseOutcome.OK, None, PhaseOutcome.OK]
     assert stored.segments[-1].isolated  # scripted-job declares "isolated"
-    barrier.set()
-    done = await scheduler.observe(launched)
-    assert done.status is ExecutionStatus.COMPLETED
+    async with anyio.create_task_group() as tg:
+        observed: list[Execution] = []
+
+        async def observe() -> None:
+            observed.append(await scheduler.observe(launched))
+
+        tg.start_soon(observe)
+        # An attempt that keeps running gets its executor phase's end written while it runs.
+        async def executor_phase_ended() -> bool:
+            stored = await store.get_execution(launched.execution.id)
+            return stored.segments[-1].launch[1].outcome is PhaseOutcome.OK
+
+        await eventually(executor_phase_ended)
+        barrier.set()
+    assert observed[0].status is ExecutionStatus.COMPLETED
 
 
 async def test_attempt_numbers_are_monotonic_across_retries(
@@ -107,7 +120,7 @@ async def test_standing_work_returns_to_ready_and_hintless_failure_arms_nothing(
 async def test_completed_work_cannot_overtake_unrouted_input(
     scheduler: Scheduler, store: Store
 ) -> None:
-    scripted.BARRIERS["slow"] = barrier = __import__("anyio").Event()
+    scripted.BARRIERS["slow"] = barrier = anyio.Event()
     work = await submit(scheduler, payload={"block": "slow"})
     launched = await scheduler.start(work.id)
     assert isinstance(launched, Attempt)

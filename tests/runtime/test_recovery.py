@@ -14,7 +14,7 @@ from conduit_core.runtime import Attempt, ManualClock, Scheduler
 from conduit_core.storage import Store, open_store
 from conduit_test_plugin import scripted
 
-from .conftest import submit
+from .conftest import eventually, submit
 
 pytestmark = pytest.mark.anyio
 
@@ -31,9 +31,11 @@ async def lose_lease_mid_launch(
     async with anyio.create_task_group() as tg:
         tg.start_soon(_swallow_lease_loss, sched, claim)
         # Wait (bounded) until the launch reached the executor, then walk away from it.
-        with anyio.fail_after(10):
-            while not [c for c in scripted.CALLS if c[0] == "run" and c[1] == claim.execution.id]:  # noqa: ASYNC110 - bounded poll
-                await anyio.sleep(0.01)
+
+        async def executor_called() -> bool:
+            return any(c[0] == "run" and c[1] == claim.execution.id for c in scripted.CALLS)
+
+        await eventually(executor_called)
         tg.cancel_scope.cancel()
     clock.advance(LEASE + 1)
     return await sched.store.get_execution(claim.execution.id)

@@ -15,7 +15,14 @@ from typing import Any
 import msgspec
 
 from conduit_core.extension import MAX_RECOVERY_METADATA_BYTES, OperationError, PhaseOutcome
-from conduit_core.model import MAX_LAUNCH_PHASES, Execution, Invoke, LaunchPhase, Segment
+from conduit_core.model import (
+    MAX_LAUNCH_PHASES,
+    Execution,
+    ExecutionStatus,
+    Invoke,
+    LaunchPhase,
+    Segment,
+)
 from conduit_core.runtime._clock import Clock
 from conduit_core.runtime._holder import HeldLease
 from conduit_core.storage import Store
@@ -54,8 +61,14 @@ class StoreCallbacks:
     # --- the AttemptCallbacks protocol ---------------------------------------------------------
 
     async def persist_recovery(self, metadata: Mapping[str, Any]) -> None:
+        """Acknowledged recovery metadata is what makes a launch count as running."""
         checked = validate_recovery_metadata(metadata)
-        await self.flush(lambda ex: msgspec.structs.replace(ex, recovery=checked))
+
+        def running(ex: Execution) -> Execution:
+            status = ExecutionStatus.RUNNING if ex.status.live else ex.status
+            return msgspec.structs.replace(ex, recovery=checked, status=status)
+
+        await self.flush(running)
         self.recovery_persisted = True
 
     async def begin_phase(self, name: str) -> None:
@@ -99,6 +112,10 @@ class StoreCallbacks:
         self._pending.append(
             lambda seg: msgspec.structs.replace(seg, invoke=Invoke.CALLED, isolated=isolated)
         )
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self._pending)
 
     def take_pending(self) -> Callable[[Execution], Execution]:
         """The buffered trail as one change to the attempt (its open segment)."""

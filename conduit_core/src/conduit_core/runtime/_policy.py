@@ -1,12 +1,11 @@
 """Pure outcome policy: what a finished attempt does to its Work, timers and events.
 
-Nothing here does I/O. The scheduler reads the Work, asks these functions for a
-:class:`Transition`, and hands it to the store's fenced ``finish_attempt`` in one transaction.
+Nothing here does I/O. These functions run inside the store's fenced ``settle_attempt``
+transaction, on the attempt and Work as freshly read there, and decide its :class:`Transition`
+(the store's ``Settlement``). Anything that calls a plugin (retry hints) is decided before.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import msgspec
 
@@ -22,7 +21,7 @@ from conduit_core.model import (
     WorkKind,
     WorkStatus,
 )
-from conduit_core.storage import AttemptEnd, WorkChange
+from conduit_core.storage import AttemptEnd, Settlement
 
 __all__ = [
     "HINT_MARGIN_MS",
@@ -49,17 +48,8 @@ RETRY_EVENT_TYPE = "core.retry"
 MANUAL_RETRY_EVENT_TYPE = "core.manual.retry"
 
 
-@dataclass(frozen=True)
-class Transition:
-    """Everything one attempt-ending transaction writes."""
-
-    end: AttemptEnd
-    work: WorkChange
-    timers: list[Timer] = field(default_factory=list)
-    wait: Wait | None = None
-    events: list[Event] = field(default_factory=list)
-    #: Set when a retry hint was refused; kept on the attempt's failure message.
-    hint_refusal: str | None = None
+#: Everything one attempt-ending transaction writes (the store's settlement).
+Transition = Settlement
 
 
 class HintRefused(ValueError):
@@ -100,7 +90,7 @@ def completion(execution: Execution, work: Work, result: Result, now_ms: int) ->
     return Transition(
         end=AttemptEnd(status=status, result=result, exclusion_confirmed=True),
         work=change,
-        events=turn_events(execution, work, result, now_ms),
+        publish=turn_events(execution, work, result, now_ms),
     )
 
 
@@ -188,9 +178,8 @@ def failure(
             exclusion_confirmed=exclusion_confirmed,
         ),
         work=change,
-        timers=timers,
-        events=turn_events(execution, work, result, now_ms),
-        hint_refusal=refusal,
+        arm=timers,
+        publish=turn_events(execution, work, result, now_ms),
     )
 
 
@@ -231,9 +220,9 @@ def parking(execution: Execution, work: Work, result: Result, now_ms: int) -> Tr
             remaining_budget_ms=remaining,
         ),
         work=change,
-        timers=timers,
+        arm=timers,
         wait=wait,
-        events=turn_events(execution, work, result, now_ms),
+        publish=turn_events(execution, work, result, now_ms),
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
@@ -54,6 +54,9 @@ __all__ = ["Attempt", "Scheduler"]
 
 log = logging.getLogger("conduit.runtime")
 
+#: How long observation waits before writing a launch trail it would rather write with the end.
+QUICK_OBSERVE_S = 0.05
+
 
 @dataclass
 class Attempt:
@@ -64,6 +67,8 @@ class Attempt:
     context: ExecutionContext
     executor: Executor
     handle: Handle
+    #: The attempt's fenced callbacks, with any launch trail not yet written.
+    callbacks: StoreCallbacks | None = None
 
     @property
     def lease(self) -> Lease:
@@ -242,12 +247,13 @@ class Scheduler:
                 execution, held, "launch_unacknowledged",
                 "the executor returned a handle without persisting recovery metadata",
             )  # fmt: skip
-        execution = await callbacks.flush(
-            lambda ex: msgspec.structs.replace(ex, status=ExecutionStatus.RUNNING)
-        )
+        # Recovery metadata marked the attempt running; the executor phase's end is written with
+        # the next write (at once if the attempt outlives QUICK_OBSERVE_S, see observe).
+        execution = callbacks.execution or execution
         return Attempt(
-            execution=execution, held=held, context=ctx, executor=executor, handle=handle
-        )
+            execution=execution, held=held, context=ctx, executor=executor, handle=handle,
+            callbacks=callbacks,
+        )  # fmt: skip
 
     async def _presented_inputs(self, inputs: Sequence[Event]) -> list[Event]:
         """The inputs an attempt sees: a retry event brings back the input it retries first."""
@@ -283,7 +289,7 @@ class Scheduler:
         result: Result | None = None
         with anyio.move_on_after(remaining_s) as deadline:
             try:
-                result = await attempt.handle.wait()
+                result = await self._wait_quick_then_flush(attempt)
             except LeaseLostError:
                 raise
             except OperationError as exc:
@@ -291,6 +297,7 @@ class Scheduler:
                     execution, attempt.held, exc.code,
                     f"executor observation failed: {exc.code}: {exc.message}",
                     permanent=exc.permanent, hint=exc.retry_hint, executor=attempt.executor,
+                    trail=attempt.callbacks,
                 )  # fmt: skip
             except Exception as exc:
                 log.warning(
@@ -300,38 +307,58 @@ class Scheduler:
                 return await self._fail(
                     execution, attempt.held, "executor_error",
                     f"executor observation failed ({type(exc).__name__})",
-                    executor=attempt.executor, error=exc,
+                    executor=attempt.executor, error=exc, trail=attempt.callbacks,
                 )  # fmt: skip
         if deadline.cancelled_caught or result is None:
             return await self.time_out(attempt)
-        return await self.apply_result(execution, attempt.held, result, attempt.executor)
+        return await self.apply_result(
+            execution, attempt.held, result, attempt.executor, attempt.callbacks
+        )
+
+    async def _wait_quick_then_flush(self, attempt: Attempt) -> Result:
+        """A quick attempt's launch trail goes with its settlement; a longer one's is written
+        once it has run for ``QUICK_OBSERVE_S``, so its running state shows."""
+        if attempt.callbacks is not None and attempt.callbacks.has_pending:
+            with anyio.move_on_after(QUICK_OBSERVE_S):
+                return await attempt.handle.wait()
+            await attempt.callbacks.flush()
+        return await attempt.handle.wait()
 
     async def apply_result(
-        self, execution: Execution, held: HeldLease, result: Result, executor: Executor
+        self,
+        execution: Execution,
+        held: HeldLease,
+        result: Result,
+        executor: Executor,
+        trail: StoreCallbacks | None = None,
     ) -> Execution:
         """Apply an executor's structured result in one fenced transition."""
         try:
             validate_result(result)
         except OperationError as exc:
             return await self._fail(
-                execution, held, exc.code, exc.message, confirmed=True, executor=executor
-            )
-        now = self.clock.now_ms()
-        work = await self.store.get_work(execution.work_id)
+                execution, held, exc.code, exc.message, confirmed=True, executor=executor,
+                trail=trail,
+            )  # fmt: skip
+        hint: RetryHint | None = None
         if result.outcome is OutcomeKind.FAILED:
             hint = result.retry_hint or self.plugins.retry_hint(
                 execution.snapshot.executor, None, result
             )
-            transition = policy.failure(
-                execution, work, now_ms=now, code="failed",
-                message=result.summary or "the attempt failed", result=result,
-                permanent=result.permanent, hint=hint, exclusion_confirmed=True,
-            )  # fmt: skip
-        elif result.outcome is OutcomeKind.WAITING:
-            transition = policy.parking(execution, work, result, now)
-        else:
-            transition = policy.completion(execution, work, result, now)
-        return await self._finish(held, transition, now)
+        now = self.clock.now_ms()
+
+        def decide(ex: Execution, work: Work) -> policy.Transition:
+            if result.outcome is OutcomeKind.FAILED:
+                return policy.failure(
+                    ex, work, now_ms=now, code="failed",
+                    message=result.summary or "the attempt failed", result=result,
+                    permanent=result.permanent, hint=hint, exclusion_confirmed=True,
+                )  # fmt: skip
+            if result.outcome is OutcomeKind.WAITING:
+                return policy.parking(ex, work, result, now)
+            return policy.completion(ex, work, result, now)
+
+        return await self._settle(held, decide, now, trail)
 
     async def time_out(self, attempt: Attempt) -> Execution:
         """The persisted deadline is due: stop the work, record the failure, keep the hold
@@ -346,15 +373,16 @@ class Scheduler:
                 "stop after timeout failed execution=%s epoch=%s cause=%s",
                 target.execution_id, target.epoch, type(exc).__name__,
             )  # fmt: skip
-        execution = attempt.execution
-        work = await self.store.get_work(execution.work_id)
         now = self.clock.now_ms()
-        transition = policy.failure(
-            execution, work, now_ms=now, code="timeout",
-            message=f"timed out after {execution.snapshot.timeout_seconds:g} s",
-            status=ExecutionStatus.TIMED_OUT, exclusion_confirmed=verified,
-        )  # fmt: skip
-        return await self._finish(attempt.held, transition, now)
+        timeout = attempt.execution.snapshot.timeout_seconds
+
+        def decide(ex: Execution, work: Work) -> policy.Transition:
+            return policy.failure(
+                ex, work, now_ms=now, code="timeout", message=f"timed out after {timeout:g} s",
+                status=ExecutionStatus.TIMED_OUT, exclusion_confirmed=verified,
+            )  # fmt: skip
+
+        return await self._settle(attempt.held, decide, now, attempt.callbacks)
 
     async def fail_attempt(
         self, execution: Execution, held: HeldLease, code: str, message: str
@@ -389,6 +417,23 @@ class Scheduler:
         """After lost authority: stop and confirm only when recovery no longer owns it."""
         return await _recovery.handle_lost_lease(self, lease)
 
+    async def _settle(
+        self,
+        held: HeldLease,
+        decide: Callable[[Execution, Work], policy.Transition],
+        now: int,
+        trail: StoreCallbacks | None,
+    ) -> Execution:
+        """Settle in one fenced transaction, with any launch trail still buffered."""
+        also = trail.take_pending() if trail is not None and trail.has_pending else None
+        if also is not None:
+            first = decide
+
+            def decide(ex: Execution, work: Work) -> policy.Transition:
+                return dataclasses.replace(first(ex, work), also=also)
+
+        return await self.store.settle_attempt(held.lease, decide, now_ms=now)
+
     async def _fail(
         self,
         execution: Execution,
@@ -401,27 +446,19 @@ class Scheduler:
         confirmed: bool = False,
         executor: Executor | None = None,
         error: BaseException | None = None,
+        trail: StoreCallbacks | None = None,
     ) -> Execution:
         if hint is None and executor is not None:
             hint = self.plugins.retry_hint(execution.snapshot.executor, error, None)
         now = self.clock.now_ms()
-        work = await self.store.get_work(execution.work_id)
-        transition = policy.failure(
-            execution, work, now_ms=now, code=code, message=message,
-            permanent=permanent, hint=hint, exclusion_confirmed=confirmed,
-        )  # fmt: skip
-        return await self._finish(held, transition, now)
 
-    async def _finish(self, held: HeldLease, transition: policy.Transition, now: int) -> Execution:
-        return await self.store.finish_attempt(
-            held.lease,
-            transition.end,
-            now_ms=now,
-            work=transition.work,
-            arm=transition.timers,
-            wait=transition.wait,
-            publish=transition.events,
-        )
+        def decide(ex: Execution, work: Work) -> policy.Transition:
+            return policy.failure(
+                ex, work, now_ms=now, code=code, message=message,
+                permanent=permanent, hint=hint, exclusion_confirmed=confirmed,
+            )  # fmt: skip
+
+        return await self._settle(held, decide, now, trail)
 
     # --- input, timers, retry ------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
@@ -46,8 +47,10 @@ __all__ = [
     "Claim",
     "ClaimRefusal",
     "ClaimRequest",
+    "Decision",
     "ExecutionChange",
     "NotEligibleError",
+    "Settlement",
     "StaleDispatchError",
     "Store",
     "WorkChange",
@@ -135,6 +138,25 @@ class AttemptEnd(msgspec.Struct, frozen=True, kw_only=True):
     failure_message: str | None = None
     exclusion_confirmed: bool = False
     remaining_budget_ms: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settlement:
+    """Everything one attempt-ending transaction writes, decided on the fresh rows.
+
+    ``also`` changes the attempt before it ends (a buffered launch trail, say).
+    """
+
+    end: AttemptEnd
+    work: WorkChange
+    arm: Sequence[Timer] = ()
+    wait: Wait | None = None
+    publish: Sequence[Event] = ()
+    also: ExecutionChange | None = None
+
+
+#: Decides an attempt's settlement from the attempt and its Work as read in the transaction.
+Decision = Callable[[Execution, Work], Settlement]
 
 
 class Store(ABC):
@@ -400,6 +422,11 @@ class Store(ABC):
         return await self.update_attempt(
             lease, lambda ex: msgspec.structs.replace(ex, status=status), now_ms=now_ms
         )
+
+    @abstractmethod
+    async def settle_attempt(self, lease: Lease, decide: Decision, *, now_ms: int) -> Execution:
+        """Like ``finish_attempt``, with the settlement decided inside the transaction from the
+        freshly read attempt and Work (``decide`` must be pure and quick)."""
 
     @abstractmethod
     async def get_execution(self, execution_id: str) -> Execution: ...

@@ -21,8 +21,10 @@ from conduit_core.storage._contract import (
     AttemptEnd,
     CapacityLimits,
     Claim,
+    Decision,
     ExecutionChange,
     NotEligibleError,
+    Settlement,
     WorkChange,
     refusal_error,
 )
@@ -211,9 +213,19 @@ def finish_attempt(
     wait: Wait | None,
     publish: Sequence[Event] = (),
 ) -> Execution:
-    if end.status.live:
-        raise ValueError(f"finish_attempt needs a terminal or parked status, not {end.status}")
+    settlement = Settlement(end=end, work=work_change, arm=arm, wait=wait, publish=publish)
+    return settle_attempt(cx, lease, lambda ex, work: settlement, now_ms)
+
+
+def settle_attempt(cx: Cx, lease: Lease, decide: Decision, now_ms: int) -> Execution:
     ex = fenced(cx, lease, now_ms)
+    work = load_work(cx, ex.work_id)
+    settlement = decide(ex, work)
+    end = settlement.end
+    if end.status.live:
+        raise ValueError(f"an attempt ends terminal or parked, not {end.status}")
+    if settlement.also is not None:
+        ex = _kept_identity(ex, settlement.also(ex))
     ex = msgspec.structs.replace(
         ex,
         status=end.status,
@@ -227,13 +239,12 @@ def finish_attempt(
     )
     save_execution(cx, ex)
     cx.run("DELETE FROM conduit_lease WHERE execution_id = ?", (ex.id,))
-    work = load_work(cx, ex.work_id)
-    save_work(cx, changed_work(work, work_change(work), now_ms))
-    for timer in arm:
+    save_work(cx, changed_work(work, settlement.work(work), now_ms))
+    for timer in settlement.arm:
         arm_timer(cx, timer)
-    if wait is not None:
-        register_wait(cx, wait)
-    for event in publish:
+    if settlement.wait is not None:
+        register_wait(cx, settlement.wait)
+    for event in settlement.publish:
         accept_event(cx, event)
     return ex
 

@@ -36,6 +36,7 @@ from conduit_core.storage._contract import (
     Claim,
     ClaimRefusal,
     ClaimRequest,
+    Decision,
     ExecutionChange,
     Store,
     WorkChange,
@@ -203,6 +204,9 @@ class SqlStore(Store):
         return await self._write(
             att.finish_attempt, lease, end, now_ms, work, list(arm), wait, list(publish)
         )
+
+    async def settle_attempt(self, lease: Lease, decide: Decision, *, now_ms: int) -> Execution:
+        return await self._write(att.settle_attempt, lease, decide, now_ms)
 
     async def get_execution(self, execution_id: str) -> Execution:
         return await self._read(load_execution, execution_id)

@@ -88,7 +88,8 @@ async def bench_one(url: str, n: int, concurrency: int) -> dict[str, object]:
         t0 = time.perf_counter()
         await enqueue(store, n, SystemClock().now_ms())
         t1 = time.perf_counter()
-        await process(sched, n, concurrency)
+        async with sched.keeping_leases():
+            await process(sched, n, concurrency)
         t2 = time.perf_counter()
         left = await store.ready_work(limit=1)
         assert not left, "every Work must be completed"

@@ -197,3 +197,21 @@ async def test_a_works_own_turn_event_never_wakes_it(make_scheduler, store: Stor
     other_done = await sched.run_attempt(await sched.claim(other.id))
     _, resumed = await sched.accept_input(await store.get_event(f"turn/{other_done.id}/1"))
     assert [c.execution.id for c in resumed] == [parked.id]
+
+
+async def test_lease_keeper_holds_slow_launches_and_cancels_on_loss(
+    make_scheduler, store: Store  # type: ignore[no-untyped-def]
+) -> None:
+    """The host's shared keeper gives the same guarantees as a hold's own renewal task."""
+    sched: Scheduler = make_scheduler(clock_=SystemClock(), lease_ms=600)
+    async with sched.keeping_leases():
+        slow = await submit(sched, "job", {"launch_seconds": 1.8, "outcome": "completed"})
+        done = await sched.run_attempt(await sched.claim(slow.id))
+        assert done.status is ExecutionStatus.COMPLETED
+        scripted.BARRIERS["forever"] = anyio.Event()
+        work = await submit(sched, "agent", {"block": "forever"})
+        claim = await sched.claim(work.id)
+        with anyio.fail_after(10), pytest.raises(LeaseLostError):  # noqa: PT012
+            async with sched.hold(claim.lease):
+                await store.release_lease(claim.lease, now_ms=SystemClock().now_ms())
+                await anyio.sleep_forever()

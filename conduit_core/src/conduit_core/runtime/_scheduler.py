@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
@@ -46,7 +46,7 @@ from conduit_core.runtime import _policy as policy
 from conduit_core.runtime import _recovery
 from conduit_core.runtime._callbacks import StoreCallbacks
 from conduit_core.runtime._clock import Clock
-from conduit_core.runtime._holder import HeldLease, hold_lease
+from conduit_core.runtime._holder import HeldLease, LeaseKeeper, hold_lease
 from conduit_core.runtime._options import SchedulerOptions
 from conduit_core.storage import Claim, ClaimRefusal, ClaimRequest, Store
 
@@ -90,6 +90,7 @@ class Scheduler:
         self.plugins = plugins
         # Copied, so a caller changing theirs cannot change a running scheduler.
         self.options = dataclasses.replace(options) if options else SchedulerOptions()
+        self._keeper: LeaseKeeper | None = None
 
     # --- pinning -------------------------------------------------------------------------------
 
@@ -167,8 +168,27 @@ class Scheduler:
         return claims, refusals
 
     def hold(self, lease: Lease) -> AbstractAsyncContextManager[HeldLease]:
-        """Renew ``lease`` every third of its duration while the body runs (see ``hold_lease``)."""
+        """Renew ``lease`` every third of its duration while the body runs.
+
+        Inside :meth:`keeping_leases` one keeper task renews every held lease; otherwise the hold
+        runs its own renewal task (see ``hold_lease``).
+        """
+        if self._keeper is not None:
+            return self._keeper.hold(lease)
         return hold_lease(self.store, self.clock, lease)
+
+    @asynccontextmanager
+    async def keeping_leases(self) -> AsyncIterator[None]:
+        """Run one lease keeper for every attempt this scheduler holds (hosts use this)."""
+        keeper = LeaseKeeper(self.store, self.clock)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(keeper.run)
+            self._keeper = keeper
+            try:
+                yield
+            finally:
+                self._keeper = None
+                tg.cancel_scope.cancel()
 
     async def launch(
         self, claim: Claim, held: HeldLease | None = None, *, wake: Event | None = None

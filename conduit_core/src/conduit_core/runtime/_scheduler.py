@@ -11,6 +11,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import msgspec
@@ -21,7 +22,6 @@ from conduit_core.extension import (
     ExecutionContext,
     Executor,
     Handle,
-    InputEvent,
     OperationError,
     OutcomeKind,
     PhaseOutcome,
@@ -31,6 +31,7 @@ from conduit_core.extension import (
 )
 from conduit_core.model import (
     AttemptSnapshot,
+    ControlIntent,
     ErrorFallback,
     Event,
     Execution,
@@ -42,11 +43,12 @@ from conduit_core.model import (
     Work,
 )
 from conduit_core.plugins import Plugins
+from conduit_core.runtime import _controls, _recovery
 from conduit_core.runtime import _policy as policy
-from conduit_core.runtime import _recovery
 from conduit_core.runtime._callbacks import StoreCallbacks
 from conduit_core.runtime._clock import Clock
 from conduit_core.runtime._holder import HeldLease, LeaseKeeper, hold_lease
+from conduit_core.runtime._inputs import presented
 from conduit_core.runtime._options import SchedulerOptions
 from conduit_core.storage import Claim, ClaimRefusal, ClaimRequest, Store
 
@@ -378,7 +380,9 @@ class Scheduler:
                 return policy.parking(ex, work, result, now)
             return policy.completion(ex, work, result, now)
 
-        return await self._settle(held, decide, now, trail)
+        # Consumed input settles its inject intents, whatever their dispatch state, in the same
+        # transaction: completion then sees only the input nobody has consumed.
+        return await self._settle(held, decide, now, trail, consumed=result.consumed_inputs)
 
     async def time_out(self, attempt: Attempt) -> Execution:
         """The persisted deadline is due: stop the work, record the failure, keep the hold
@@ -443,6 +447,8 @@ class Scheduler:
         decide: Callable[[Execution, Work], policy.Transition],
         now: int,
         trail: StoreCallbacks | None,
+        *,
+        consumed: Sequence[str] = (),
     ) -> Execution:
         """Settle in one fenced transaction, with any launch trail still buffered."""
         also = trail.take_pending() if trail is not None and trail.has_pending else None
@@ -452,7 +458,27 @@ class Scheduler:
             def decide(ex: Execution, work: Work) -> policy.Transition:
                 return dataclasses.replace(first(ex, work), also=also)
 
-        return await self.store.settle_attempt(held.lease, decide, now_ms=now)
+        return await self.store.settle_attempt(held.lease, decide, now_ms=now, consumed=consumed)
+
+    # --- controls (see _controls) ---------------------------------------------------------------
+
+    async def inject(
+        self, work_id: str, payload: Any, *, delivery_id: str | None = None
+    ) -> tuple[Event, ControlIntent | None]:
+        """Queue input; when a running attempt takes input, also an inject intent for it."""
+        return await _controls.inject(self, work_id, payload, delivery_id=delivery_id)
+
+    async def interrupt(self, work_id: str) -> ControlIntent:
+        """Fence the running attempt, leave the Work ready, queue the interrupt."""
+        return await _controls.interrupt(self, work_id)
+
+    async def cancel_work(self, work_id: str) -> Work:
+        """Cancel the Work atomically, then stop and confirm whatever its attempts started."""
+        return await _controls.cancel_work(self, work_id)
+
+    async def dispatch_controls(self, *, limit: int = 100) -> int:
+        """Dispatch open inject/interrupt intents; returns how many were settled."""
+        return await _controls.dispatch_controls(self, limit=limit)
 
     async def _fail(
         self,
@@ -618,11 +644,4 @@ class Scheduler:
 _RETRY_TYPES = frozenset({policy.RETRY_EVENT_TYPE, policy.MANUAL_RETRY_EVENT_TYPE})
 
 
-def _input(event: Event) -> InputEvent:
-    return InputEvent(
-        id=event.id,
-        type=event.type,
-        payload=event.payload,
-        correlation_key=event.correlation_key,
-        accepted_at_ms=event.accepted_at_ms,
-    )
+_input = presented

@@ -13,12 +13,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import msgspec
 
 from conduit_core.errors import ConduitError
 from conduit_core.extension import PhaseOutcome, Result
+from conduit_core.storage._admission import AdmitRequest, BudgetPolicy, PendingUsage
 from conduit_core.model import (
     MAX_LAUNCH_PHASES,
     AttemptSnapshot,
@@ -40,6 +41,9 @@ from conduit_core.model import (
     Work,
     WorkStatus,
 )
+
+if TYPE_CHECKING:
+    from conduit_core.storage._ops_routines import BoundWorkCheck, RoutineChange, RoutineRun
 
 __all__ = [
     "AttemptEnd",
@@ -526,6 +530,22 @@ class Store(ABC):
     ) -> ControlIntent:
         """Settle with the live token only; ``StaleDispatchError`` otherwise."""
 
+    @abstractmethod
+    async def interrupt_work(self, work_id: str, intent_id: str, *, now_ms: int) -> ControlIntent:
+        """Fence the Work's live attempt (keeping its resource hold), leave the Work ready and
+        record an interrupt intent for it; ``NotEligibleError`` when nothing runs."""
+
+    @abstractmethod
+    async def settle_consumed(
+        self, execution_id: str, input_ids: Sequence[str], *, now_ms: int
+    ) -> list[ControlIntent]:
+        """Settle the attempt's open inject intents for these consumed inputs as consumed,
+        whatever their dispatch state, and take the inputs out of the pending queue."""
+
+    @abstractmethod
+    async def drop_inputs(self, work_id: str, input_ids: Sequence[str]) -> int:
+        """Take inputs out of the Work's pending queue (a control's ``drop`` fallback)."""
+
     # --- Budgets, config generations, routines -----------------------------------------------
 
     @abstractmethod
@@ -558,6 +578,119 @@ class Store(ABC):
 
     @abstractmethod
     async def delete_routine(self, routine_id: str) -> bool: ...
+
+    # --- Routines: the ledger the ticker drives ----------------------------------------------
+    # Transitions are pure functions from ``conduit_core.routines.ledger`` passed in by the
+    # caller and applied to the freshly read row inside one write transaction.
+
+    @abstractmethod
+    async def create_routine(
+        self, routine: Routine, *, bound_work_owner_check: BoundWorkCheck
+    ) -> Routine:
+        """Store a new Routine (``routine_exists`` if the id is taken). The check sees the bound
+        Work as read in the same transaction and may refuse, or return it stamped with its firing
+        owner (saved in the same commit)."""
+
+    @abstractmethod
+    async def put_routines(self, routines: Sequence[Routine]) -> None:
+        """Insert many new Routine rows at once (bulk loads, benchmarks)."""
+
+    @abstractmethod
+    async def apply_routine(
+        self,
+        routine_id: str,
+        change: RoutineChange,
+        *,
+        run: RoutineRun | None = None,
+        events: Sequence[Event] = (),
+    ) -> Routine:
+        """Apply ``change`` to the fresh row (it raises to refuse: nothing is written), upsert
+        the run-history row ``run`` and accept ``events``, atomically."""
+
+    @abstractmethod
+    async def due_pass(self, *, now_ms: int) -> int:
+        """Queue every idle Routine with ``next_run_at <= now``; returns how many."""
+
+    @abstractmethod
+    async def claim_queued(self, change: RoutineChange, *, limit: int) -> list[Routine]:
+        """Claim queued Routines with ``change`` (queued -> claimed), each only while still
+        queued; the rows another ticker won are simply not returned."""
+
+    @abstractmethod
+    async def heal_routines(self, heal: Callable[[Routine], Routine | None]) -> list[Routine]:
+        """Apply ``heal`` to every claimed or running Routine, in one transaction."""
+
+    @abstractmethod
+    async def running_routines(self) -> list[Routine]:
+        """Routines whose fire is claimed or running."""
+
+    @abstractmethod
+    async def next_due_at(self) -> int | None:
+        """The earliest ``next_run_at`` over idle and queued Routines."""
+
+    @abstractmethod
+    async def routine_history(self, routine_id: str, *, limit: int = 50) -> list[RoutineRun]:
+        """The Routine's fires, newest first."""
+
+
+    # --- Budgets and gates (admission) -------------------------------------------------------
+
+    @abstractmethod
+    async def admission_candidates(
+        self,
+        *,
+        work_ids: Sequence[str] | None,
+        limit: int,
+        snapshot_for: Callable[[Work], AttemptSnapshot | None],
+        capacity: CapacityLimits | None = None,
+    ) -> list[tuple[Work, AttemptSnapshot, ClaimRefusal | None]]:
+        """Read-only dry run of a claim: each Work (``work_ids``, else up to ``limit`` ready Work)
+        with its snapshot and the refusal eligibility or capacity would give it (slots are taken
+        as if every admitted one were claimed). ``snapshot_for`` returning ``None`` skips it."""
+
+    @abstractmethod
+    async def admit_attempts(
+        self,
+        requests: Sequence[AdmitRequest],
+        *,
+        owner: str,
+        now_ms: int,
+        lease_ms: int,
+        capacity: CapacityLimits | None = None,
+        budgets: BudgetPolicy,
+        gates_registered: bool,
+    ) -> list[Claim | ClaimRefusal]:
+        """Charge staged usage, then per request: eligibility, capacity, the gate's hold
+        (``gate_held``), budgets (``over_budget``, committing a budget hold), the claim and its
+        ``turns``/``attempts`` charges, all in one transaction."""
+
+    @abstractmethod
+    async def settle_budgets(self, budgets: BudgetPolicy, *, now_ms: int) -> int:
+        """Charge every staged usage to its ledgers (dropped without budgets); how many."""
+
+    @abstractmethod
+    async def pending_usage(self) -> list[PendingUsage]:
+        """Usage staged and not charged yet."""
+
+    @abstractmethod
+    async def release_budget_hold(self, work_id: str, *, reason: str, now_ms: int) -> Work:
+        """Delete the Work's budget holds, leaving one pass; code ``gate_hold`` when only a
+        start gate holds it, ``not_held`` when nothing does."""
+
+    @abstractmethod
+    async def settle_gate_hold(
+        self, work_id: str, gate: str, *, admit: bool, reason: str, now_ms: int
+    ) -> Work:
+        """Settle gate ``gate``'s hold: admit leaves a gate pass, refuse cancels the Work.
+        Idempotent; code ``no_gate_hold`` when that gate does not hold it."""
+
+    @abstractmethod
+    async def work_events(self, work_id: str) -> list[Event]:
+        """Every event addressed to the Work (input and control history), in order."""
+
+    @abstractmethod
+    async def held_work(self) -> list[tuple[Hold, Work]]:
+        """Every hold of unfinished Work, with the Work."""
 
 
 def _with_open_segment(ex: Execution, change: Callable[[Any], Any]) -> Execution:

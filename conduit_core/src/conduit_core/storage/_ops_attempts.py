@@ -28,6 +28,8 @@ from conduit_core.storage._contract import (
     WorkChange,
     refusal_error,
 )
+from conduit_core.storage._ops_budgets import stage_usage
+from conduit_core.storage._ops_controls import settle_consumed
 from conduit_core.storage._ops_misc import arm_timer, register_wait
 from conduit_core.storage._ops_work import Slots, accept_event, new_lease
 from conduit_core.storage._sql import (
@@ -217,8 +219,12 @@ def finish_attempt(
     return settle_attempt(cx, lease, lambda ex, work: settlement, now_ms)
 
 
-def settle_attempt(cx: Cx, lease: Lease, decide: Decision, now_ms: int) -> Execution:
+def settle_attempt(
+    cx: Cx, lease: Lease, decide: Decision, now_ms: int, consumed: Sequence[str] = ()
+) -> Execution:
     ex = fenced(cx, lease, now_ms)
+    if consumed:
+        settle_consumed(cx, ex.id, consumed, now_ms)
     work = load_work(cx, ex.work_id)
     settlement = decide(ex, work)
     end = settlement.end
@@ -237,6 +243,7 @@ def settle_attempt(cx: Cx, lease: Lease, decide: Decision, now_ms: int) -> Execu
         remaining_budget_ms=end.remaining_budget_ms,
         ended_at_ms=None if end.status is ExecutionStatus.PARKED else now_ms,
     )
+    ex = stage_usage(cx, ex, now_ms)  # budgets: charged at the next start or settle pass
     save_execution(cx, ex)
     cx.run("DELETE FROM conduit_lease WHERE execution_id = ?", (ex.id,))
     save_work(cx, changed_work(work, settlement.work(work), now_ms))

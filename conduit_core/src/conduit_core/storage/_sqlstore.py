@@ -22,14 +22,19 @@ from conduit_core.model import (
     HoldKind,
     Lease,
     Routine,
+    RoutineStatus,
     Timer,
     Wait,
     Work,
     WorkStatus,
 )
 from conduit_core.storage import _ops_attempts as att
+from conduit_core.storage import _ops_budgets as _budgets
+from conduit_core.storage import _ops_controls as controls
 from conduit_core.storage import _ops_misc as misc
+from conduit_core.storage import _ops_routines as rt
 from conduit_core.storage import _ops_work as ops
+from conduit_core.storage._admission import AdmitRequest, BudgetPolicy, PendingUsage
 from conduit_core.storage._contract import (
     AttemptEnd,
     CapacityLimits,
@@ -205,8 +210,10 @@ class SqlStore(Store):
             att.finish_attempt, lease, end, now_ms, work, list(arm), wait, list(publish)
         )
 
-    async def settle_attempt(self, lease: Lease, decide: Decision, *, now_ms: int) -> Execution:
-        return await self._write(att.settle_attempt, lease, decide, now_ms)
+    async def settle_attempt(
+        self, lease: Lease, decide: Decision, *, now_ms: int, consumed: Sequence[str] = ()
+    ) -> Execution:
+        return await self._write(att.settle_attempt, lease, decide, now_ms, list(consumed))
 
     async def get_execution(self, execution_id: str) -> Execution:
         return await self._read(load_execution, execution_id)
@@ -286,6 +293,17 @@ class SqlStore(Store):
     ) -> ControlIntent:
         return await self._write(misc.settle_control, intent_id, token, status, now_ms)
 
+    async def interrupt_work(self, work_id: str, intent_id: str, *, now_ms: int) -> ControlIntent:
+        return await self._write(controls.interrupt_work, work_id, intent_id, now_ms)
+
+    async def settle_consumed(
+        self, execution_id: str, input_ids: Sequence[str], *, now_ms: int
+    ) -> list[ControlIntent]:
+        return await self._write(controls.settle_consumed, execution_id, list(input_ids), now_ms)
+
+    async def drop_inputs(self, work_id: str, input_ids: Sequence[str]) -> int:
+        return await self._write(controls.drop_inputs, work_id, list(input_ids))
+
     # --- Budgets, config generations, routines -----------------------------------------------
 
     async def get_ledger(self, key: str) -> BudgetLedger | None:
@@ -316,6 +334,94 @@ class SqlStore(Store):
 
     async def delete_routine(self, routine_id: str) -> bool:
         return await self._write(misc.delete_routine, routine_id)
+
+    # --- Routines: the ledger the ticker drives ----------------------------------------------
+
+    async def create_routine(
+        self, routine: Routine, *, bound_work_owner_check: rt.BoundWorkCheck
+    ) -> Routine:
+        return await self._write(rt.create_routine, routine, bound_work_owner_check)
+
+    async def put_routines(self, routines: Sequence[Routine]) -> None:
+        await self._write(rt.put_routines, list(routines))
+
+    async def apply_routine(
+        self,
+        routine_id: str,
+        change: rt.RoutineChange,
+        *,
+        run: rt.RoutineRun | None = None,
+        events: Sequence[Event] = (),
+    ) -> Routine:
+        return await self._write(rt.apply_routine, routine_id, change, run, list(events))
+
+    async def due_pass(self, *, now_ms: int) -> int:
+        return await self._write(rt.due_pass, now_ms)
+
+    async def claim_queued(self, change: rt.RoutineChange, *, limit: int) -> list[Routine]:
+        return await self._write(rt.claim_queued, change, limit)
+
+    async def heal_routines(self, heal: Callable[[Routine], Routine | None]) -> list[Routine]:
+        return await self._write(rt.heal_routines, heal)
+
+    async def running_routines(self) -> list[Routine]:
+        return await self._read(rt.routines_in, (RoutineStatus.CLAIMED, RoutineStatus.RUNNING))
+
+    async def next_due_at(self) -> int | None:
+        return await self._read(rt.next_due_at)
+
+    async def routine_history(self, routine_id: str, *, limit: int = 50) -> list[rt.RoutineRun]:
+        return await self._read(rt.routine_history, routine_id, limit)
+
+
+    # --- Budgets and gates (admission) -------------------------------------------------------
+
+    async def admission_candidates(
+        self,
+        *,
+        work_ids: Sequence[str] | None,
+        limit: int,
+        snapshot_for: Callable[[Work], AttemptSnapshot | None],
+        capacity: CapacityLimits | None = None,
+    ) -> list[tuple[Work, AttemptSnapshot, ClaimRefusal | None]]:
+        ids = None if work_ids is None else list(work_ids)
+        return await self._read(_budgets.admission_candidates, ids, limit, snapshot_for, capacity)
+
+    async def admit_attempts(
+        self,
+        requests: Sequence[AdmitRequest],
+        *,
+        owner: str,
+        now_ms: int,
+        lease_ms: int,
+        capacity: CapacityLimits | None = None,
+        budgets: BudgetPolicy,
+        gates_registered: bool,
+    ) -> list[Claim | ClaimRefusal]:
+        return await self._write(
+            _budgets.admit_attempts, list(requests), owner, now_ms, lease_ms, capacity, budgets,
+            gates_registered,
+        )  # fmt: skip
+
+    async def settle_budgets(self, budgets: BudgetPolicy, *, now_ms: int) -> int:
+        return await self._write(_budgets.charge_pending, budgets, now_ms)
+
+    async def pending_usage(self) -> list[PendingUsage]:
+        return await self._read(_budgets.list_pending_usage)
+
+    async def release_budget_hold(self, work_id: str, *, reason: str, now_ms: int) -> Work:
+        return await self._write(_budgets.release_budget_hold, work_id, reason, now_ms)
+
+    async def settle_gate_hold(
+        self, work_id: str, gate: str, *, admit: bool, reason: str, now_ms: int
+    ) -> Work:
+        return await self._write(_budgets.settle_gate_hold, work_id, gate, admit, reason, now_ms)
+
+    async def work_events(self, work_id: str) -> list[Event]:
+        return await self._read(_budgets.work_events, work_id)
+
+    async def held_work(self) -> list[tuple[Hold, Work]]:
+        return await self._read(_budgets.held_work)
 
 
 def is_driver_error(exc: BaseException) -> bool:

@@ -7,7 +7,7 @@ or {"reset_in_ms": N}), ``wait`` ({"event_type", "correlation_key", "timeout_sec
 of a barrier ``run`` blocks on before returning), ``launch_seconds`` (``run`` sleeps that long,
 writing a phase), ``no_persist`` (return a handle without persisting recovery metadata),
 ``raise_run`` / ``raise_wait`` (an OperationError code to raise), ``pin`` (a ref ``run`` pins
-before it blocks or persists). Every call is recorded in
+before it blocks or persists), ``consumed`` (input ids the result says it consumed). Every call is recorded in
 :data:`CALLS` so tests can assert exactly what the core asked.
 """
 
@@ -24,6 +24,7 @@ from conduit_core.extension import (
     Executor,
     Handle,
     InputEvent,
+    NotAcceptingError,
     OperationError,
     OutcomeKind,
     Result,
@@ -41,12 +42,15 @@ BARRIERS: dict[str, anyio.Event] = {}
 CALLS: list[tuple[str, str, int, Any]] = []
 #: Targets ``stop`` was asked to stop; ``STOP_VERIFIED`` says what it answers.
 STOP_VERIFIED = {"value": True}
+#: How ``inject`` answers: "ok", "not_accepting" or "error".
+INJECT_ANSWER = {"value": "ok"}
 
 
 def reset() -> None:
     BARRIERS.clear()
     CALLS.clear()
     STOP_VERIFIED["value"] = True
+    INJECT_ANSWER["value"] = "ok"
 
 
 def _script(inputs: Sequence[InputEvent]) -> dict[str, Any]:
@@ -84,6 +88,7 @@ class ScriptedHandle(Handle):
             permanent=bool(script.get("permanent", False)),
             retry_hint=hint,
             wait=wait,
+            consumed_inputs=list(script.get("consumed", [])),
             data={"inputs": [e.payload for e in self.ctx.inputs], "how": self.how},
         )
 
@@ -130,3 +135,8 @@ class ScriptedExecutor(Executor):
 
     async def inject(self, target: StopTarget, inputs: Sequence[InputEvent]) -> None:
         CALLS.append(("inject", target.execution_id, target.epoch, [e.id for e in inputs]))
+        answer = INJECT_ANSWER["value"]
+        if answer == "not_accepting":
+            raise NotAcceptingError()
+        if answer == "error":
+            raise OperationError("provider_down", "secret provider text that must not be stored")

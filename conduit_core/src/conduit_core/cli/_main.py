@@ -9,7 +9,10 @@ import click
 
 from conduit_core._version import __version__
 from conduit_core.cli._config import config_group
+from conduit_core.cli._daemon import daemon_command, reload_command
+from conduit_core.cli._doctor import doctor_command
 from conduit_core.cli._plugins import plugins_group
+from conduit_core.cli._work import capacity_command, work_group
 from conduit_core.errors import ConduitError
 
 __all__ = ["cli", "main"]
@@ -37,6 +40,11 @@ def cli() -> None:
 
 cli.add_command(plugins_group)
 cli.add_command(config_group)
+cli.add_command(daemon_command)
+cli.add_command(reload_command)
+cli.add_command(work_group)
+cli.add_command(capacity_command)
+cli.add_command(doctor_command)
 
 
 def main() -> None:

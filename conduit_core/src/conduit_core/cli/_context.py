@@ -1,0 +1,142 @@
+"""How a CLI command reaches conduit: the running daemon's API, or the store directly.
+
+With a daemon running for the config (its pid file names a live process) every command goes
+through the HTTP API with the token file. Without one, commands act on the store directly (the
+same :class:`ApiService` the daemon serves); a daemon sharing a SQLite file picks direct writes
+up on its next rescan, daemons on PostgreSQL are woken with NOTIFY.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import anyio
+import click
+import msgspec
+
+from conduit_core.config import Config, load_config
+from conduit_core.daemon import DaemonPaths, is_postgres, notify_sync
+from conduit_core.errors import ConduitError
+from conduit_core.http import (
+    ApiClient,
+    ApiService,
+    CancelRequest,
+    CapacityView,
+    EventView,
+    Health,
+    InputRequest,
+    InterruptRequest,
+    RetryRequest,
+    SubmitRequest,
+    WorkDetail,
+    WorkPage,
+    read_token,
+)
+from conduit_core.model import WorkStatus
+from conduit_core.plugins import Plugins
+from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock
+from conduit_core.storage import open_store
+
+__all__ = [
+    "CONFIG_ENV",
+    "Api",
+    "config_option",
+    "json_option",
+    "load",
+    "open_api",
+    "print_json",
+    "run",
+]
+
+T = TypeVar("T")
+CONFIG_ENV = "CONDUIT_CONFIG"
+
+
+class Api(Protocol):
+    """What both :class:`ApiClient` and :class:`ApiService` offer."""
+
+    async def submit(self, req: SubmitRequest) -> WorkDetail: ...
+    async def list_work(
+        self,
+        *,
+        status: WorkStatus | None = None,
+        scope: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> WorkPage: ...
+    async def show(self, work_id: str) -> WorkDetail: ...
+    async def send_input(self, work_id: str, req: InputRequest) -> EventView: ...
+    async def inject(self, work_id: str, req: InputRequest) -> EventView: ...
+    async def cancel(self, work_id: str, req: CancelRequest) -> WorkDetail: ...
+    async def retry(self, work_id: str, req: RetryRequest) -> WorkDetail: ...
+    async def interrupt(self, work_id: str, req: InterruptRequest) -> WorkDetail: ...
+    async def capacity(self) -> CapacityView: ...
+    async def health(self) -> Health: ...
+
+
+def config_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--config",
+        "config_path",
+        type=click.Path(path_type=Path),
+        default=None,
+        help=f"conduit.toml (default: ${CONFIG_ENV}, else ./conduit.toml).",
+    )(func)
+
+
+def json_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(func)
+
+
+def load(config_path: Path | None) -> tuple[Config, DaemonPaths]:
+    path = config_path or Path(os.environ.get(CONFIG_ENV, "conduit.toml"))
+    config = load_config(path)
+    return config, DaemonPaths.from_config(config)
+
+
+@asynccontextmanager
+async def open_api(config_path: Path | None) -> AsyncIterator[Api]:
+    """The daemon's API when one runs for this config, else the store directly."""
+    config, paths = load(config_path)
+    if paths.running_pid() is not None:
+        token = read_token(paths.token_file)
+        unix = str(paths.unix_socket) if paths.unix_socket else None
+        yield ApiClient(token, listen=paths.listen, unix_socket=unix)
+        return
+    plugins = Plugins.load()
+    async with await open_store(paths.store) as store:
+        latest = await store.latest_config_generation()
+        options = SchedulerOptions.from_config(
+            config,
+            config_generation=latest.generation if latest else 1,
+            owner=f"cli/{os.getpid()}",
+            state_dir=str(paths.data_dir),
+        )
+        service = ApiService(config, Scheduler(store, SystemClock(), plugins, options))
+        yield service
+        if is_postgres(paths.store):
+            try:
+                await anyio.to_thread.run_sync(notify_sync, paths.store)
+            except Exception as exc:  # the daemons' rescan finds the write anyway
+                click.echo(f"note: could not wake the daemons ({type(exc).__name__})", err=True)
+
+
+def run(func: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return anyio.run(func)
+
+
+def print_json(value: Any) -> None:
+    click.echo(msgspec.json.format(msgspec.json.encode(value), indent=2).decode())
+
+
+def parse_json_option(text: str | None, what: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        raise ConduitError(f"{what} is not valid JSON: {exc}", code="invalid_json") from exc

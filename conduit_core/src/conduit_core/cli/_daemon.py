@@ -1,0 +1,57 @@
+"""``conduit daemon`` and ``conduit reload``."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import anyio
+import click
+
+from conduit_core.cli._context import CONFIG_ENV, config_option, load
+from conduit_core.daemon import Daemon, configure_logging
+from conduit_core.errors import ConduitError
+
+__all__ = ["daemon_command", "reload_command"]
+
+
+@click.command("daemon")
+@config_option
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--rescan",
+    "rescan_s",
+    type=click.FloatRange(min=0.05),
+    default=1.0,
+    show_default=True,
+    help="Seconds between rescans of the store (the safety net behind wake-ups).",
+)
+def daemon_command(
+    config_path: Path | None, log_format: str, log_level: str, rescan_s: float
+) -> None:
+    """Run the host loop and the HTTP API until SIGTERM/SIGINT (a second one exits at once).
+
+    SIGHUP (or `conduit reload`) reloads the config: new attempts use it, live ones keep theirs.
+    """
+    configure_logging("json" if log_format == "json" else "text", log_level)
+    path = config_path or Path(os.environ.get(CONFIG_ENV, "conduit.toml"))
+    anyio.run(Daemon(path, rescan_s=rescan_s).run)
+
+
+@click.command("reload")
+@config_option
+def reload_command(config_path: Path | None) -> None:
+    """Ask the running daemon to reload its config (SIGHUP to the pid in <data_dir>/daemon.pid)."""
+    _, paths = load(config_path)
+    pid = paths.running_pid()
+    if pid is None:
+        raise ConduitError(
+            f"no daemon runs for this config (no live pid in {paths.pid_file})",
+            code="daemon_not_running",
+        )
+    os.kill(pid, signal.SIGHUP)
+    click.echo(f"reload requested (pid {pid})")

@@ -1,0 +1,182 @@
+"""``conduit doctor``: each check prints ok / warn / fail with the fix; any fail exits 1."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import anyio
+import click
+
+from conduit_core.cli._context import config_option, json_option, load, print_json
+from conduit_core.cli._render import console
+from conduit_core.config import Config, check_against_plugins
+from conduit_core.daemon import check_local_filesystem
+from conduit_core.errors import ConduitError
+from conduit_core.model import HoldKind
+from conduit_core.plugins import Plugins
+from conduit_core.runtime import JOBS_POOL
+from conduit_core.storage import SCHEMA_VERSION, Store, open_store
+
+__all__ = ["doctor_command"]
+
+Level = Literal["ok", "warn", "fail"]
+_STYLE = {"ok": "green", "warn": "yellow", "fail": "red"}
+
+
+@dataclass
+class Check:
+    name: str
+    status: Level
+    message: str
+    fix: str = ""
+
+
+@click.command("doctor")
+@config_option
+@json_option
+def doctor_command(config_path: Path | None, as_json: bool) -> None:
+    """Check the store, the plugins, pinned generations, capacity, holds and the Docker engine."""
+    checks = anyio.run(_run_checks, config_path)
+    if as_json:
+        print_json([asdict(c) for c in checks])
+    else:
+        out = console()
+        for check in checks:
+            out.print(f"[{_STYLE[check.status]}]{check.status:<4}[/] {check.name}: {check.message}")
+            if check.fix and check.status != "ok":
+                out.print(f"     fix: {check.fix}", style="dim")
+    if any(c.status == "fail" for c in checks):
+        click.get_current_context().exit(1)
+
+
+async def _run_checks(config_path: Path | None) -> list[Check]:
+    checks: list[Check] = []
+    try:
+        config, paths = load(config_path)
+    except ConduitError as exc:
+        return [Check("config", "fail", exc.message, "fix the file, see docs/configuration.md")]
+    checks.append(Check("config", "ok", f"{config.source} ({len(config.bindings)} binding(s))"))
+    plugins: Plugins | None = None
+    try:
+        plugins = Plugins.load()
+        check_against_plugins(config, plugins)
+        names = ", ".join(sorted(i.name for i in plugins.executors())) or "none"
+        checks.append(Check("plugins", "ok", f"manifests valid; executors: {names}"))
+    except ConduitError as exc:
+        checks.append(Check(
+            "plugins", "fail", f"[{exc.code}] {exc.message}",
+            "reinstall or block the named package (CONDUIT_DISABLED_PLUGINS=name)",
+        ))  # fmt: skip
+    pid = paths.running_pid()
+    checks.append(
+        Check("daemon", "ok", f"running (pid {pid})")
+        if pid is not None
+        else Check("daemon", "warn", "no daemon runs for this config", "start `conduit daemon`")
+    )
+    if paths.sqlite_file is not None:
+        try:
+            check_local_filesystem(paths.sqlite_file)
+        except ConduitError as exc:
+            checks.append(Check("store filesystem", "fail", exc.message, "move the store"))
+            return checks
+    try:
+        store = await open_store(paths.store)
+    except ConduitError as exc:
+        fix = (
+            "upgrade conduit" if exc.code == "store_schema_newer"
+            else "check settings.store and that the database is up"
+        )  # fmt: skip
+        checks.append(Check("store", "fail", f"[{exc.code}] {exc.message}", fix))
+        return checks
+    async with store:
+        checks.append(Check("store", "ok", f"{store.url} reachable, schema {SCHEMA_VERSION}"))
+        if plugins is not None:
+            checks.extend(await _store_checks(store, config, plugins))
+    checks.extend(await _docker_check(config))
+    return checks
+
+
+async def _store_checks(store: Store, config: Config, plugins: Plugins) -> list[Check]:
+    checks: list[Check] = []
+    pinned = {
+        (ex.snapshot.executor, ex.snapshot.executor_generation)
+        for ex in [*await store.live_executions(), *await store.unconfirmed_exclusions()]
+    }
+    missing: list[str] = []
+    for executor, generation in sorted(pinned):
+        try:
+            plugins.executor(executor, generation)
+        except ConduitError as exc:
+            missing.append(exc.message)
+    if missing:
+        checks.extend(Check("pinned generations", "fail", m, "install the named generation")
+                      for m in missing)  # fmt: skip
+    else:
+        checks.append(Check("pinned generations", "ok", f"{len(pinned)} in use, all installed"))
+    checks.extend(await _capacity_checks(store, config, plugins))
+    holds = await store.list_holds()
+    by_holder = Counter((h.kind, h.holder) for h in holds)
+    if not holds:
+        checks.append(Check("holds", "ok", "no Work is held"))
+    for (kind, holder), count in sorted(by_holder.items()):
+        fix = (
+            f"a person decides: approve or reject through gate {holder!r}"
+            if kind is HoldKind.GATE
+            else f"raise budget {holder!r} or wait for its period to end"
+        )
+        checks.append(Check("holds", "warn", f"{count} Work held by {kind} {holder!r}", fix))
+    return checks
+
+
+async def _capacity_checks(store: Store, config: Config, plugins: Plugins) -> list[Check]:
+    pools = {info.name: info.pool for info in plugins.executors()}
+    limits: dict[str, int] = {
+        "global": config.settings.concurrency,
+        JOBS_POOL: config.settings.job_concurrency,
+    }
+    in_use: Counter[str] = Counter()
+    for ex in {e.id: e for e in [*await store.live_executions(),
+                                 *await store.unconfirmed_exclusions()]}.values():  # fmt: skip
+        in_use[ex.snapshot.pool or "global"] += 1
+    waiting: Counter[str] = Counter()
+    for work in await store.ready_work(limit=1000):
+        binding = config.bindings.get(work.binding)
+        pool = pools.get(binding.executor) if binding is not None else None
+        waiting[pool or "global"] += 1
+    checks: list[Check] = []
+    for pool, limit in sorted(limits.items()):
+        text = f"pool {pool}: {in_use[pool]}/{limit} in use, {waiting[pool]} ready Work"
+        setting = "job_concurrency" if pool == JOBS_POOL else "concurrency"
+        if waiting[pool] and in_use[pool] >= limit:
+            checks.append(Check("capacity", "warn", f"{text} waiting for a slot",
+                                f"raise settings.{setting}, or wait"))  # fmt: skip
+        else:
+            checks.append(Check("capacity", "ok", text))
+    return checks
+
+
+async def _docker_check(config: Config) -> list[Check]:
+    if not any(b.executor == "container" for b in config.bindings.values()):
+        return []
+
+    def ping() -> None:
+        import docker
+
+        client = docker.from_env(timeout=5)
+        try:
+            client.ping()
+        finally:
+            client.close()
+
+    try:
+        await anyio.to_thread.run_sync(ping)
+    except ImportError:
+        return [Check("docker", "fail", "the docker SDK is not installed",
+                      "pip install conduit-executors-container")]  # fmt: skip
+    except Exception as exc:
+        return [Check("docker", "fail", f"the Docker engine is not reachable ({exc})",
+                      "start dockerd, or set DOCKER_HOST")]  # fmt: skip
+    return [Check("docker", "ok", "the Docker engine answers")]

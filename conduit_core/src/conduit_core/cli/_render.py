@@ -1,0 +1,166 @@
+"""Tables for people (rich). Scripts use ``--json`` instead."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from conduit_core.http import AttemptView, CapacityView, WorkDetail, WorkView
+
+__all__ = [
+    "STATUS_STYLE",
+    "capacity_table",
+    "clock",
+    "console",
+    "status_line",
+    "work_detail",
+    "work_table",
+]
+
+STATUS_STYLE = {
+    "ready": "cyan",
+    "running": "yellow",
+    "launching": "yellow",
+    "recovering": "magenta",
+    "resuming": "yellow",
+    "waiting": "blue",
+    "parked": "blue",
+    "held": "magenta",
+    "completed": "green",
+    "failed": "red",
+    "timed_out": "red",
+    "handoff": "green",
+    "cancelled": "dim",
+}
+
+
+def console() -> Console:
+    # Piped output (scripts, CI logs) is not wrapped at 80 columns.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
+def clock(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return time.strftime("%H:%M:%S", time.localtime(ms / 1000))
+
+
+def _duration(start: int | None, end: int | None) -> str:
+    if start is None:
+        return "-"
+    ms = (end if end is not None else int(time.time() * 1000)) - start
+    return f"{ms / 1000:.1f}s" + ("" if end is not None else "…")
+
+
+def _status(value: str) -> Text:
+    return Text(value, style=STATUS_STYLE.get(value, ""))
+
+
+def _note(work: WorkView) -> str:
+    if work.retry_pending:
+        return "retry pending"
+    if work.blocked_reason:
+        return work.blocked_reason
+    return ""
+
+
+def work_table(items: list[WorkView]) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("ID", "STATUS", "BINDING", "SCOPE", "ATTEMPTS", "UPDATED", "NOTE"):
+        table.add_column(column)
+    for work in items:
+        table.add_row(
+            work.id,
+            _status(str(work.status)),
+            work.binding,
+            work.scope,
+            str(work.last_attempt),
+            clock(work.updated_at_ms),
+            _note(work),
+        )
+    return table
+
+
+def _outcome(attempt: AttemptView) -> str:
+    if attempt.failure_code:
+        return f"{attempt.failure_code}: {attempt.failure_message or ''}".strip()
+    if attempt.result is not None:
+        return attempt.result.summary
+    return ""
+
+
+def _attempts(detail: WorkDetail) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("#", "EPOCH", "STATUS", "EXECUTOR", "STARTED", "TOOK", "OUTCOME"):
+        table.add_column(column)
+    for attempt in detail.attempts:
+        table.add_row(
+            str(attempt.attempt),
+            str(attempt.epoch),
+            _status(str(attempt.status)),
+            f"{attempt.executor}@{attempt.executor_generation}",
+            clock(attempt.started_at_ms),
+            _duration(attempt.started_at_ms, attempt.ended_at_ms),
+            _outcome(attempt),
+        )
+        for n, segment in enumerate(attempt.segments, start=1):
+            marks = [m for m, on in (("recovered", segment.recovered),
+                                     ("relaunched", segment.relaunched)) if on]  # fmt: skip
+            phases = ", ".join(
+                f"{p.name}{'' if p.ended_at_ms is not None else '…'}"
+                + (f" ({p.outcome})" if p.outcome not in (None, "ok") else "")
+                for p in segment.launch
+            )
+            table.add_row(
+                "",
+                str(segment.epoch),
+                Text(f"segment {n}", style="dim"),
+                " ".join(marks),
+                clock(segment.started_at_ms),
+                _duration(segment.started_at_ms, segment.ended_at_ms),
+                Text(phases, style="dim"),
+            )
+    return table
+
+
+def status_line(detail: WorkDetail) -> Text:
+    work = detail.work
+    line = Text.assemble(
+        (work.id, "bold"), "  ", _status(str(work.status)),
+        f"  binding={work.binding} scope={work.scope} attempts={work.last_attempt}",
+    )  # fmt: skip
+    if _note(work):
+        line.append(f"  ({_note(work)})", style="dim")
+    if detail.waiting is not None:
+        line.append(f"  waiting: {detail.waiting.message}", style="magenta")
+    return line
+
+
+def work_detail(detail: WorkDetail) -> RenderableType:
+    parts: list[RenderableType] = [status_line(detail)]
+    if detail.attempts:
+        parts.append(_attempts(detail))
+    for hold in detail.holds:
+        parts.append(Text(f"hold: {hold.kind} by {hold.holder}: {hold.reason}", style="magenta"))
+    return Group(*parts)
+
+
+def capacity_table(view: CapacityView) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("LIMIT", "IN USE", "MAX", "WAITING"):
+        table.add_column(column)
+    for pool in view.pools:
+        table.add_row(f"pool {pool.name}", str(pool.in_use), _max(pool.limit), str(pool.waiting))
+    for scope in view.scopes:
+        table.add_row(
+            f"scope {scope.name}", str(scope.in_use), _max(scope.limit), str(scope.waiting)
+        )
+    return table
+
+
+def _max(limit: int | None) -> str:
+    return "-" if limit is None else str(limit)

@@ -1,0 +1,308 @@
+"""``conduit work …`` and ``conduit capacity``: clients of the daemon (or of the store alone)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import click
+from rich.live import Live
+
+from conduit_core.cli._context import (
+    config_option,
+    json_option,
+    open_api,
+    parse_json_option,
+    print_json,
+    run,
+)
+from conduit_core.cli._render import capacity_table, console, status_line, work_detail, work_table
+from conduit_core.errors import ConduitError
+from conduit_core.http import (
+    CancelRequest,
+    InputRequest,
+    InterruptRequest,
+    RetryRequest,
+    SubmitRequest,
+    WorkDetail,
+)
+from conduit_core.model import WorkKind, WorkStatus
+
+__all__ = ["capacity_command", "work_group"]
+
+#: ``watch`` exits with this status when the Work ends other than completed.
+EXIT_NOT_COMPLETED = 1
+
+
+@click.group("work")
+def work_group() -> None:
+    """Submit, inspect and control Work."""
+
+
+@work_group.command("submit")
+@click.argument("binding")
+@click.option("--input", "input_json", help="The first input's payload, as JSON.")
+@click.option("--scope", help="Run in this scope (default: the binding's).")
+@click.option("--kind", type=click.Choice([k.value for k in WorkKind]), default="task")
+@click.option("--id", "work_id", help="The Work id (default: generated, time-ordered).")
+@click.option("--watch", "watch_after", is_flag=True, help="Then watch it until it ends.")
+@config_option
+@json_option
+def submit(
+    binding: str,
+    input_json: str | None,
+    scope: str | None,
+    kind: str,
+    work_id: str | None,
+    watch_after: bool,
+    config_path: Path | None,
+    as_json: bool,
+) -> None:
+    """Create Work for BINDING with its first input."""
+    req = SubmitRequest(
+        binding=binding,
+        scope=scope,
+        kind=WorkKind(kind),
+        input=parse_json_option(input_json, "--input"),
+        id=work_id,
+    )
+
+    async def go() -> WorkDetail:
+        async with open_api(config_path) as api:
+            return await api.submit(req)
+
+    detail = run(go)
+    if as_json and not watch_after:
+        print_json(detail)
+    elif not as_json:
+        console().print(f"submitted {detail.work.id}")
+    if watch_after:
+        _watch(detail.work.id, config_path, as_json, timeout=None)
+
+
+@work_group.command("list")
+@click.option("--status", type=click.Choice([s.value for s in WorkStatus]))
+@click.option("--scope")
+@click.option("--limit", type=click.IntRange(1, 500), default=100, show_default=True)
+@click.option("--after", help="Start after this Work id (the previous page's last).")
+@config_option
+@json_option
+def list_work(
+    status: str | None,
+    scope: str | None,
+    limit: int,
+    after: str | None,
+    config_path: Path | None,
+    as_json: bool,
+) -> None:
+    """List Work, oldest first (by id)."""
+
+    async def go() -> object:
+        async with open_api(config_path) as api:
+            return await api.list_work(
+                status=WorkStatus(status) if status else None, scope=scope, limit=limit,
+                after=after,
+            )  # fmt: skip
+
+    page = run(go)
+    if as_json:
+        print_json(page)
+        return
+    from conduit_core.http import WorkPage
+
+    assert isinstance(page, WorkPage)
+    out = console()
+    if not page.items:
+        out.print("no work")
+        return
+    out.print(work_table(page.items))
+    if page.next:
+        out.print(f"more: --after {page.next}", style="dim")
+
+
+@work_group.command("show")
+@click.argument("work_id")
+@config_option
+@json_option
+def show(work_id: str, config_path: Path | None, as_json: bool) -> None:
+    """Work with its attempts, segments and launch phases, holds and what it waits for."""
+
+    async def go() -> WorkDetail:
+        async with open_api(config_path) as api:
+            return await api.show(work_id)
+
+    detail = run(go)
+    if as_json:
+        print_json(detail)
+    else:
+        console().print(work_detail(detail))
+
+
+@work_group.command("watch")
+@click.argument("work_id")
+@click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
+@config_option
+@json_option
+def watch(work_id: str, timeout: float | None, config_path: Path | None, as_json: bool) -> None:
+    """Follow Work until it completes, fails or is cancelled (exit 0 only when completed)."""
+    _watch(work_id, config_path, as_json, timeout=timeout)
+
+
+def _watch(work_id: str, config_path: Path | None, as_json: bool, *, timeout: float | None) -> None:
+    out = console()
+    live_view = out.is_terminal and not as_json
+
+    async def go() -> WorkDetail:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last = ""
+        async with open_api(config_path) as api:
+            detail = await api.show(work_id)
+            live = (
+                Live(work_detail(detail), console=out, refresh_per_second=4) if live_view else None
+            )
+            try:
+                if live is not None:
+                    live.start()
+                while True:
+                    if live is not None:
+                        live.update(work_detail(detail))
+                    elif not as_json:
+                        line = status_line(detail)
+                        if line.plain != last:
+                            out.print(line)
+                            last = line.plain
+                    if _settled(detail):
+                        return detail
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise ConduitError(
+                            f"work {work_id!r} still {detail.work.status} after {timeout:g} s",
+                            code="watch_timeout",
+                        )
+                    await anyio.sleep(0.25)
+                    detail = await api.show(work_id)
+            finally:
+                if live is not None:
+                    live.stop()
+
+    detail = run(go)
+    if as_json:
+        print_json(detail)
+    elif not live_view:
+        out.print(work_detail(detail))
+    if detail.work.status is not WorkStatus.COMPLETED:
+        sys.exit(EXIT_NOT_COMPLETED)
+
+
+def _settled(detail: WorkDetail) -> bool:
+    """Ended, or blocked until a person retries it (it will not move by itself)."""
+    work = detail.work
+    blocked = work.status is WorkStatus.READY and work.blocked_reason and not work.retry_pending
+    return work.status.terminal or bool(blocked)
+
+
+@work_group.command("cancel")
+@click.argument("work_id")
+@click.option("--reason", default="")
+@config_option
+@json_option
+def cancel(work_id: str, reason: str, config_path: Path | None, as_json: bool) -> None:
+    """Cancel Work; a running attempt is stopped (verified) before its slot is freed."""
+
+    async def go() -> WorkDetail:
+        async with open_api(config_path) as api:
+            return await api.cancel(work_id, CancelRequest(reason=reason))
+
+    _print_detail(run(go), as_json, "cancelled")
+
+
+@work_group.command("retry")
+@click.argument("work_id")
+@click.option("--reason", default="")
+@config_option
+@json_option
+def retry(work_id: str, reason: str, config_path: Path | None, as_json: bool) -> None:
+    """Manual retry: reset the failure budget and run again now."""
+
+    async def go() -> WorkDetail:
+        async with open_api(config_path) as api:
+            return await api.retry(work_id, RetryRequest(reason=reason))
+
+    _print_detail(run(go), as_json, "retry requested for")
+
+
+@work_group.command("inject")
+@click.argument("work_id")
+@click.option("--payload", "payload_json", help="The input's payload, as JSON.")
+@click.option("--type", "event_type", default="core.input", show_default=True)
+@click.option("--queue", is_flag=True, help="Only queue it as the next attempt's input.")
+@config_option
+@json_option
+def inject(
+    work_id: str,
+    payload_json: str | None,
+    event_type: str,
+    queue: bool,
+    config_path: Path | None,
+    as_json: bool,
+) -> None:
+    """Deliver input to the running attempt (queued for the next attempt if none runs)."""
+    req = InputRequest(payload=parse_json_option(payload_json, "--payload"), type=event_type)
+
+    async def go() -> object:
+        async with open_api(config_path) as api:
+            if queue:
+                return await api.send_input(work_id, req)
+            return await api.inject(work_id, req)
+
+    event = run(go)
+    if as_json:
+        print_json(event)
+    else:
+        console().print(f"input accepted for {work_id}")
+
+
+@work_group.command("interrupt")
+@click.argument("work_id")
+@click.option("--reason", default="")
+@config_option
+@json_option
+def interrupt(work_id: str, reason: str, config_path: Path | None, as_json: bool) -> None:
+    """Interrupt the running attempt (delivered by the daemon as a control)."""
+
+    async def go() -> WorkDetail:
+        async with open_api(config_path) as api:
+            return await api.interrupt(work_id, InterruptRequest(reason=reason))
+
+    _print_detail(run(go), as_json, "interrupt requested for")
+
+
+def _print_detail(detail: WorkDetail, as_json: bool, verb: str) -> None:
+    if as_json:
+        print_json(detail)
+    else:
+        console().print(f"{verb} {detail.work.id}")
+        console().print(status_line(detail))
+
+
+@click.command("capacity")
+@config_option
+@json_option
+def capacity_command(config_path: Path | None, as_json: bool) -> None:
+    """Capacity per pool and scope: slots in use, limits, ready Work waiting."""
+
+    async def go() -> object:
+        async with open_api(config_path) as api:
+            return await api.capacity()
+
+    view = run(go)
+    if as_json:
+        print_json(view)
+        return
+    from conduit_core.http import CapacityView
+
+    assert isinstance(view, CapacityView)
+    console().print(capacity_table(view))
+    if view.waiting_at_ms is None:
+        console().print("no daemon runs: waiting counts are unknown", style="dim")

@@ -1,0 +1,24 @@
+"""The daemon: the host loop that drives the scheduler, its HTTP listeners and signals."""
+
+from conduit_core.daemon._host import HostLoop, PassStep
+from conduit_core.daemon._logging import LogFormat, configure_logging
+from conduit_core.daemon._netfs import check_local_filesystem, filesystem_type
+from conduit_core.daemon._paths import DaemonPaths, is_postgres
+from conduit_core.daemon._run import Daemon
+from conduit_core.daemon._wake import WAKE_CHANNEL, PgWakeChannel, Waker, notify_sync
+
+__all__ = [
+    "WAKE_CHANNEL",
+    "Daemon",
+    "DaemonPaths",
+    "HostLoop",
+    "LogFormat",
+    "PassStep",
+    "PgWakeChannel",
+    "Waker",
+    "check_local_filesystem",
+    "configure_logging",
+    "filesystem_type",
+    "is_postgres",
+    "notify_sync",
+]

@@ -1,0 +1,277 @@
+"""The host loop: one pass at a time drives the scheduler; every attempt runs in its own task.
+
+A pass fires due timers, recovers expired attempts, claims ready Work, runs the stop/confirm
+pass and dispatches controls. Launches never run on the pass itself, so one stuck launch never
+blocks the next. Passes are woken by writes (:class:`Waker`) and by a periodic rescan.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from conduit_core.daemon._wake import Waker
+from conduit_core.errors import ConduitError, LeaseLostError
+from conduit_core.http import Waiting
+from conduit_core.model import Lease
+from conduit_core.runtime import Scheduler
+from conduit_core.storage import Claim, ClaimRefusal
+
+__all__ = ["HostLoop", "PassStep"]
+
+log = logging.getLogger("conduit.daemon")
+
+AttemptKind = Literal["start", "recover", "resume"]
+#: An extra step of every pass (the Routines ticker plugs in here): gets the current scheduler.
+PassStep = Callable[[Scheduler], Awaitable[object]]
+
+
+@dataclass
+class _Running:
+    lease: Lease
+    kind: AttemptKind
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+
+
+class HostLoop:
+    """Drives one :class:`Scheduler` (replaced on reload; live attempts keep their own)."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        *,
+        rescan_s: float = 1.0,
+        claim_batch: int = 64,
+        waker: Waker | None = None,
+        on_wake: Callable[[], None] | None = None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.rescan_s = rescan_s
+        self.claim_batch = claim_batch
+        self.waker = waker or Waker()
+        self.stopping = False
+        self.passes = 0
+        self.running: dict[str, _Running] = {}
+        self._on_wake = on_wake
+        self._refusals: dict[str, ClaimRefusal] = {}
+        self._waiting: Counter[str] = Counter()
+        self._waiting_at_ms: int | None = None
+        self._steps: list[tuple[str, PassStep]] = []
+        self._tg: TaskGroup | None = None
+        self._idle = anyio.Event()
+
+    # --- HostHooks (what the API sees) -------------------------------------------------------
+
+    def wake(self) -> None:
+        self.waker.poke()
+        if self._on_wake is not None:
+            self._on_wake()
+
+    def waiting_for(self, work_id: str) -> Waiting | None:
+        refusal = self._refusals.get(work_id)
+        if refusal is None:
+            return None
+        return Waiting(code=refusal.code, message=refusal.message, limit_name=refusal.limit_name)
+
+    def waiting_counts(self) -> tuple[Mapping[str, int], int | None]:
+        return dict(self._waiting), self._waiting_at_ms
+
+    def run_resumed(self, claims: list[Claim]) -> None:
+        for claim in claims:
+            self._spawn(claim, "resume")
+
+    def forget(self, execution_ids: list[str]) -> None:
+        for execution_id in execution_ids:
+            running = self.running.get(execution_id)
+            if running is not None:
+                running.scope.cancel()
+
+    def running_count(self) -> int:
+        return len(self.running)
+
+    # --- extension -----------------------------------------------------------------------------
+
+    def add_step(self, name: str, step: PassStep) -> None:
+        """Run ``step`` at the end of every pass (errors are logged, never fatal)."""
+        self._steps.append((name, step))
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Pass, wait for a wake or the rescan, repeat; returns after :meth:`stop`."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            task_status.started()
+            while not self.stopping:
+                await self.run_pass()
+                await self.waker.wait(self.rescan_s)
+            await self._release_running()
+
+    async def run_pass(self) -> None:
+        sched = self.scheduler
+        self.passes += 1
+        await self._step("fire timers", self._fire_timers, sched)
+        if not self.stopping:
+            await self._step("recover", self._recover, sched)
+        if not self.stopping:
+            await self._step("claim", self._claim, sched)
+        await self._step("confirm stops", self._confirm, sched)
+        await self._step("dispatch controls", self._dispatch, sched)
+        for name, step in self._steps:
+            await self._step(name, step, sched)
+
+    async def _step(
+        self, name: str, step: Callable[[Scheduler], Awaitable[object]], sched: Scheduler
+    ) -> None:
+        try:
+            await step(sched)
+        except ConduitError as exc:
+            log.warning("pass step %r failed: [%s] %s", name, exc.code, exc.message)
+        except Exception:
+            log.exception("pass step %r failed", name)
+
+    async def _fire_timers(self, sched: Scheduler) -> None:
+        fired = await sched.fire_due_timers()
+        if fired:
+            log.info("timers fired: %d", len(fired))
+
+    async def _recover(self, sched: Scheduler) -> None:
+        recover = getattr(sched, "recover_expired", None)
+        if recover is None:
+            return
+        claims: list[Claim] = await recover(self.claim_batch)
+        for claim in claims:
+            self._spawn(claim, "recover")
+
+    async def _claim(self, sched: Scheduler) -> None:
+        claims, refusals = await sched.claim_ready(self.claim_batch)
+        # Capacity refusals are what "waiting" means; other refusals are races another
+        # scheduler won, or Work that became ineligible between the read and the claim.
+        refusals = [r for r in refusals if r.code.startswith("capacity_")]
+        self._refusals = {r.work_id: r for r in refusals}
+        self._waiting = Counter(r.limit_name or r.code for r in refusals)
+        self._waiting_at_ms = sched.clock.now_ms()
+        for claim in claims:
+            self._spawn(claim, "start")
+
+    async def _confirm(self, sched: Scheduler) -> None:
+        confirm = getattr(sched, "confirm_unexcluded", None)
+        if confirm is not None:
+            confirmed = await confirm()
+            if confirmed:
+                log.info("stops confirmed: %d", confirmed)
+
+    async def _dispatch(self, sched: Scheduler) -> None:
+        dispatch = getattr(sched, "dispatch_controls", None)
+        if dispatch is not None:
+            await dispatch()
+
+    # --- attempts ------------------------------------------------------------------------------
+
+    def _spawn(self, claim: Claim, kind: AttemptKind) -> None:
+        if self._tg is None:
+            raise RuntimeError("the host loop is not running")
+        running = _Running(lease=claim.lease, kind=kind)
+        self.running[claim.execution.id] = running
+        self._tg.start_soon(self._run_attempt, self.scheduler, claim, running)
+
+    async def _run_attempt(self, sched: Scheduler, claim: Claim, running: _Running) -> None:
+        ex = claim.execution
+        ids = {"execution_id": ex.id, "epoch": ex.epoch, "work_id": ex.work_id}
+        log.info(
+            "attempt %s execution=%s epoch=%s work=%s attempt=%d executor=%s",
+            running.kind, ex.id, ex.epoch, ex.work_id, ex.attempt, ex.snapshot.executor,
+            extra=ids,
+        )  # fmt: skip
+        try:
+            with running.scope:
+                if running.kind == "start":
+                    ended = await sched.run_attempt(claim)
+                elif running.kind == "recover":
+                    ended = await sched.run_recovery(claim)
+                else:
+                    ended = await sched.run_resumed(claim)
+                log.info(
+                    "attempt ended execution=%s epoch=%s work=%s status=%s%s",
+                    ended.id, ended.epoch, ended.work_id, ended.status,
+                    f" code={ended.failure_code}" if ended.failure_code else "",
+                    extra={**ids, "epoch": ended.epoch},
+                )  # fmt: skip
+            if running.scope.cancelled_caught and not self.stopping:
+                log.info("attempt observation stopped execution=%s epoch=%s", ex.id, ex.epoch,
+                         extra=ids)  # fmt: skip
+        except LeaseLostError as exc:
+            log.warning("attempt lost its lease execution=%s epoch=%s: %s", ex.id, ex.epoch,
+                        exc.message, extra=ids)  # fmt: skip
+            if not self.stopping:
+                await self._after_lost_lease(sched, claim.lease)
+        except ConduitError as exc:
+            log.error("attempt failed in the host execution=%s epoch=%s: [%s] %s",
+                      ex.id, ex.epoch, exc.code, exc.message, extra=ids)  # fmt: skip
+        except Exception:
+            log.exception("attempt crashed in the host execution=%s epoch=%s", ex.id, ex.epoch,
+                          extra=ids)  # fmt: skip
+        finally:
+            self.running.pop(ex.id, None)
+            if not self.running:
+                self._idle.set()
+            if not self.stopping:
+                self.wake()  # a slot is free: claim again (here and on other daemons)
+
+    async def _after_lost_lease(self, sched: Scheduler, lease: Lease) -> None:
+        """Stop and confirm only when recovery no longer owns the attempt."""
+        try:
+            handle = getattr(sched, "handle_lost_lease", None)
+            if handle is not None:
+                await handle(lease)
+            elif not await sched.store.adoptable(lease):
+                stop = getattr(sched, "stop_and_confirm", None)
+                if stop is not None:
+                    await stop(lease.execution_id)
+        except ConduitError as exc:
+            log.warning("stop after lost lease failed execution=%s epoch=%s: %s",
+                        lease.execution_id, lease.epoch, exc.message)  # fmt: skip
+
+    # --- graceful stop -------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop claiming; the loop then releases the leases of running attempts and returns."""
+        self.stopping = True
+        self.waker.poke()
+
+    async def _release_running(self) -> None:
+        """Stop observing every attempt and release its lease so recovery adopts it later.
+
+        Detached jobs keep running; cancelling observation never stops them.
+        """
+        held = [(eid, r.lease) for eid, r in self.running.items()]
+        if not held:
+            return
+        self._idle = anyio.Event()
+        for running in self.running.values():
+            running.scope.cancel()
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(10):
+                while self.running:
+                    await self._idle.wait()
+                    if self.running:
+                        self._idle = anyio.Event()
+            now = self.scheduler.clock.now_ms()
+            for execution_id, lease in held:
+                try:
+                    await self.scheduler.store.release_lease(lease, now_ms=now)
+                    log.info(
+                        "lease released execution=%s epoch=%s", execution_id, lease.epoch,
+                        extra={"execution_id": execution_id, "epoch": lease.epoch},
+                    )  # fmt: skip
+                except LeaseLostError:
+                    pass  # it ended (or was taken over) meanwhile: nothing to hand over
+                except ConduitError as exc:
+                    log.warning("lease release failed execution=%s epoch=%s: %s",
+                                execution_id, lease.epoch, exc.message)  # fmt: skip

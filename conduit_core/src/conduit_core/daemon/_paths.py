@@ -1,0 +1,72 @@
+"""Where a daemon keeps things, resolved from its config (relative paths: the config's folder)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from conduit_core.config import Config
+
+__all__ = ["DaemonPaths", "is_postgres"]
+
+
+def is_postgres(store: str) -> bool:
+    return "://" in store and urlsplit(store).scheme in ("postgresql", "postgres")
+
+
+@dataclass(frozen=True)
+class DaemonPaths:
+    config_file: Path
+    data_dir: Path
+    #: The store URL to open: a resolved SQLite path, or the PostgreSQL URL as written.
+    store: str
+    #: The SQLite file, or ``None`` on PostgreSQL.
+    sqlite_file: Path | None
+    token_file: Path
+    pid_file: Path
+    unix_socket: Path | None
+    listen: str
+
+    @classmethod
+    def from_config(cls, config: Config) -> DaemonPaths:
+        base = Path(config.source).resolve().parent
+        settings = config.settings
+
+        def resolve(value: str) -> Path:
+            path = Path(os.path.expanduser(value))
+            return path if path.is_absolute() else base / path
+
+        data_dir = resolve(settings.data_dir)
+        store = settings.store
+        sqlite_file: Path | None = None
+        if not is_postgres(store):
+            raw = store[len("sqlite://") :] if store.startswith("sqlite://") else store
+            sqlite_file = resolve(raw)
+            store = str(sqlite_file)
+        http = settings.http
+        return cls(
+            config_file=Path(config.source).resolve(),
+            data_dir=data_dir,
+            store=store,
+            sqlite_file=sqlite_file,
+            token_file=resolve(http.token_file) if http.token_file else data_dir / "token",
+            pid_file=data_dir / "daemon.pid",
+            unix_socket=resolve(http.unix_socket) if http.unix_socket else None,
+            listen=http.listen,
+        )
+
+    def running_pid(self) -> int | None:
+        """The pid in the pid file if that process is alive, else ``None``."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            return pid
+        return pid

@@ -1,0 +1,274 @@
+"""``conduit daemon``: start-up checks, the HTTP listeners, signals, reload and graceful stop."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import ipaddress
+import logging
+import os
+import secrets
+import signal
+import socket
+from collections.abc import Generator
+from pathlib import Path
+
+import anyio
+import uvicorn
+
+from conduit_core.config import Config, check_against_plugins, load_config
+from conduit_core.daemon._host import HostLoop
+from conduit_core.daemon._netfs import check_local_filesystem
+from conduit_core.daemon._paths import DaemonPaths, is_postgres
+from conduit_core.daemon._wake import PgWakeChannel, Waker
+from conduit_core.errors import ConduitError
+from conduit_core.http import ApiService, create_app, ensure_token, split_listen
+from conduit_core.plugins import Plugins
+from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock
+from conduit_core.storage import Store, open_store
+
+__all__ = ["Daemon", "bind_tcp", "bind_unix"]
+
+log = logging.getLogger("conduit.daemon")
+
+#: Exit status after a second stop signal (the first one stops gracefully with status 0).
+EXIT_FORCED = 1
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handlers: the daemon owns SIGTERM/SIGINT/SIGHUP."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def bind_tcp(listen: str) -> socket.socket:
+    host, port = split_listen(listen)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        hint = " (another daemon?)" if exc.errno == errno.EADDRINUSE else ""
+        raise ConduitError(
+            f"cannot listen on {listen}: {exc.strerror}{hint}; set settings.http.listen",
+            code="listen_failed",
+        ) from exc
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        log.warning("the API listens on %s, beyond this host (the token still guards it)", listen)
+    return sock
+
+
+def bind_unix(path: Path) -> socket.socket:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()  # a stale socket of a daemon that is gone
+        else:
+            raise ConduitError(
+                f"the unix socket {path} is in use by another daemon", code="listen_failed"
+            )
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    except OSError as exc:
+        sock.close()
+        raise ConduitError(
+            f"cannot listen on {path}: {exc.strerror}", code="listen_failed"
+        ) from exc
+    finally:
+        os.umask(old)
+    return sock
+
+
+class Daemon:
+    """One daemon process: ``await Daemon(config_path).run()`` returns after a graceful stop."""
+
+    def __init__(self, config_path: Path, *, rescan_s: float = 1.0) -> None:
+        self.config_path = config_path
+        self.rescan_s = rescan_s
+        self.clock = SystemClock()
+        self.owner = f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(2)}"
+        self.host: HostLoop | None = None
+        self.service: ApiService | None = None
+        self._servers: list[_Server] = []
+
+    def _load(self, plugins: Plugins) -> Config:
+        config = load_config(self.config_path)
+        check_against_plugins(config, plugins)
+        return config
+
+    async def _scheduler(
+        self, config: Config, store: Store, plugins: Plugins, paths: DaemonPaths
+    ) -> Scheduler:
+        generation = await store.record_config_generation(config.digest, now_ms=self.clock.now_ms())
+        options = SchedulerOptions.from_config(
+            config,
+            config_generation=generation.generation,
+            owner=self.owner,
+            state_dir=str(paths.data_dir),
+        )
+        return Scheduler(store, self.clock, plugins, options)
+
+    async def run(self) -> None:
+        plugins = Plugins.load()
+        config = self._load(plugins)
+        paths = DaemonPaths.from_config(config)
+        if paths.sqlite_file is not None:
+            check_local_filesystem(paths.sqlite_file)
+            paths.sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+        paths.data_dir.mkdir(parents=True, exist_ok=True)
+        other = paths.running_pid()
+        if other is not None and other != os.getpid():
+            raise ConduitError(
+                f"a daemon (pid {other}) already runs with data dir {paths.data_dir}; stop it "
+                f"first, or give this one another settings.data_dir",
+                code="daemon_running",
+            )
+        async with contextlib.AsyncExitStack() as stack:
+            store = await open_store(paths.store)
+            stack.push_async_callback(store.aclose)
+            token = ensure_token(paths.token_file)
+            sockets = [bind_tcp(paths.listen)]
+            if paths.unix_socket is not None:
+                sockets.append(bind_unix(paths.unix_socket))
+                stack.callback(_unlink, paths.unix_socket)
+            for sock in sockets:
+                stack.callback(sock.close)
+            paths.pid_file.write_text(f"{os.getpid()}\n")
+            stack.callback(_unlink, paths.pid_file)
+            scheduler = await self._scheduler(config, store, plugins, paths)
+            waker = Waker()
+            channel = (
+                PgWakeChannel(paths.store, waker, owner=self.owner)
+                if is_postgres(paths.store)
+                else None
+            )
+            host = HostLoop(
+                scheduler, rescan_s=self.rescan_s, waker=waker,
+                on_wake=channel.notify if channel is not None else None,
+            )  # fmt: skip
+            self.host = host
+            self.service = ApiService(config, scheduler, host)
+            app = create_app(self.service, token)
+            await self._serve(host, sockets, channel, app, plugins, store, paths)
+        log.info("daemon stopped owner=%s", self.owner)
+
+    async def _serve(
+        self,
+        host: HostLoop,
+        sockets: list[socket.socket],
+        channel: PgWakeChannel | None,
+        app: object,
+        plugins: Plugins,
+        store: Store,
+        paths: DaemonPaths,
+    ) -> None:
+        host_done = anyio.Event()
+
+        async def run_host(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+            try:
+                await host.run(task_status=task_status)
+            finally:
+                host_done.set()
+
+        servers_done = anyio.Event()
+        live_servers = len(sockets)
+
+        async def serve(server: _Server, sock: socket.socket) -> None:
+            nonlocal live_servers
+            try:
+                await server.serve([sock])
+            finally:
+                live_servers -= 1
+                if live_servers == 0:
+                    servers_done.set()
+
+        async with anyio.create_task_group() as tg:
+            if channel is not None:
+                await tg.start(channel.run)
+            await tg.start(run_host)
+            for sock in sockets:
+                server = _Server(
+                    uvicorn.Config(
+                        app,  # type: ignore[arg-type]
+                        log_config=None, access_log=False, lifespan="off",
+                        timeout_graceful_shutdown=2,
+                    )
+                )  # fmt: skip
+                self._servers.append(server)
+                tg.start_soon(serve, server, sock)
+            tg.start_soon(self._signals, host, plugins, store, paths)
+            where = [paths.listen] + ([str(paths.unix_socket)] if paths.unix_socket else [])
+            log.info(
+                "daemon ready owner=%s store=%s config_generation=%s listen=%s",
+                self.owner, store.url, host.scheduler.options.config_generation, ",".join(where),
+                extra={"owner": self.owner},
+            )  # fmt: skip
+            await host_done.wait()
+            for server in self._servers:
+                server.should_exit = True
+            with anyio.move_on_after(3):
+                await servers_done.wait()
+            tg.cancel_scope.cancel()
+
+    async def _signals(
+        self, host: HostLoop, plugins: Plugins, store: Store, paths: DaemonPaths
+    ) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            async for signum in signals:
+                if signum == signal.SIGHUP:
+                    await self.reload(plugins, store, paths)
+                    continue
+                name = signal.Signals(signum).name
+                if host.stopping:
+                    log.warning("second %s: exiting at once", name)
+                    logging.shutdown()
+                    os._exit(EXIT_FORCED)
+                log.info(
+                    "%s: stopping (no new claims; %d running attempt(s) will be handed over)",
+                    name, host.running_count(),
+                )  # fmt: skip
+                host.stop()
+
+    async def reload(self, plugins: Plugins, store: Store, paths: DaemonPaths) -> None:
+        """A new config generation for new attempts; live attempts keep their pinned snapshot."""
+        assert self.host is not None
+        assert self.service is not None
+        try:
+            config = self._load(plugins)
+            new_paths = DaemonPaths.from_config(config)
+            scheduler = await self._scheduler(config, store, plugins, paths)
+        except ConduitError as exc:
+            log.error("reload refused, the running config stays: [%s] %s", exc.code, exc.message)
+            return
+        if (new_paths.store, new_paths.listen, new_paths.unix_socket, new_paths.token_file) != (
+            paths.store,
+            paths.listen,
+            paths.unix_socket,
+            paths.token_file,
+        ):
+            log.warning("store and http settings change only when the daemon restarts")
+        self.host.scheduler = scheduler
+        self.service.config = config
+        self.service.scheduler = scheduler
+        log.info("config reloaded config_generation=%s", scheduler.options.config_generation)
+        self.host.wake()
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()

@@ -1,0 +1,107 @@
+"""Waking the host loop: a local event for writes in this process, LISTEN/NOTIFY on PostgreSQL
+for writes of other daemons and CLIs sharing the store. The periodic rescan is the safety net."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
+
+__all__ = ["WAKE_CHANNEL", "PgWakeChannel", "Waker", "notify_sync"]
+
+log = logging.getLogger("conduit.daemon")
+
+#: The PostgreSQL channel every daemon listens on.
+WAKE_CHANNEL = "conduit_wake"
+
+
+class Waker:
+    """One pending wake-up: ``poke`` sets it; ``wait`` returns when poked or after a while."""
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def poke(self) -> None:
+        self._event.set()
+
+    async def wait(self, at_most_s: float) -> bool:
+        """True if poked (not timed out). The wake is consumed before returning, so a poke
+        during the pass that follows wakes the next wait at once."""
+        with anyio.move_on_after(at_most_s):
+            await self._event.wait()
+        poked = self._event.is_set()
+        self._event = anyio.Event()
+        return poked
+
+
+class PgWakeChannel:
+    """LISTEN on ``conduit_wake`` (poking the local waker) and NOTIFY after local writes."""
+
+    def __init__(self, url: str, waker: Waker, *, owner: str) -> None:
+        self._url = url
+        self._waker = waker
+        self._owner = owner
+        self._send_needed = anyio.Event()
+        self.listening = False
+
+    def notify(self) -> None:
+        """Ask the sender task to NOTIFY (coalesced: one NOTIFY per burst of writes)."""
+        self._send_needed.set()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        started = False
+
+        def ready() -> None:
+            nonlocal started
+            if not started:
+                started = True
+                task_status.started()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._sender)
+            while True:
+                try:
+                    await self._listen(ready)
+                except Exception as exc:  # a lost connection: reconnect, the rescan covers the gap
+                    log.warning("wake channel lost (%s); reconnecting", type(exc).__name__)
+                self.listening = False
+                ready()  # a daemon without its channel still works, on the rescan
+                await anyio.sleep(1.0)
+
+    async def _listen(self, ready: Callable[[], None]) -> None:
+        import psycopg
+
+        conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+        async with conn:
+            await conn.execute(f"LISTEN {WAKE_CHANNEL}")
+            self.listening = True
+            ready()
+            async for note in conn.notifies():
+                if note.payload != self._owner:
+                    self._waker.poke()
+
+    async def _sender(self) -> None:
+        import psycopg
+
+        conn: Any = None
+        while True:
+            await self._send_needed.wait()
+            self._send_needed = anyio.Event()
+            try:
+                if conn is None or conn.closed:
+                    conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+                await conn.execute("SELECT pg_notify(%s, %s)", (WAKE_CHANNEL, self._owner))
+            except Exception as exc:
+                log.warning("wake notify failed (%s)", type(exc).__name__)
+                conn = None
+
+
+def notify_sync(url: str, sender: str = "cli") -> None:
+    """NOTIFY the daemons sharing a PostgreSQL store (the CLI's direct writes)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+        conn.execute("SELECT pg_notify(%s, %s)", (WAKE_CHANNEL, sender))

@@ -1,0 +1,61 @@
+"""The daemon's HTTP API: typed bodies, the operations behind them, the app and a client.
+
+``ApiService`` holds the semantics (the CLI calls it directly when no daemon runs);
+``create_app`` serves it over HTTP with a bearer token; ``ApiClient`` calls a running daemon.
+"""
+
+from conduit_core.http._app import ROUTES, create_app, status_for
+from conduit_core.http._client import ApiClient, split_listen
+from conduit_core.http._openapi import openapi_document
+from conduit_core.http._schemas import (
+    AttemptView,
+    CancelRequest,
+    CapacityView,
+    ErrorBody,
+    EventView,
+    Health,
+    InputRequest,
+    InterruptRequest,
+    PoolCapacity,
+    RetryRequest,
+    ScopeCapacity,
+    SubmitRequest,
+    Waiting,
+    WorkDetail,
+    WorkPage,
+    WorkView,
+)
+from conduit_core.http._service import GLOBAL_POOL, ApiService, HostHooks, NoHost, new_work_id
+from conduit_core.http._token import ensure_token, read_token
+
+__all__ = [
+    "GLOBAL_POOL",
+    "ROUTES",
+    "ApiClient",
+    "ApiService",
+    "AttemptView",
+    "CancelRequest",
+    "CapacityView",
+    "ErrorBody",
+    "EventView",
+    "Health",
+    "HostHooks",
+    "InputRequest",
+    "InterruptRequest",
+    "NoHost",
+    "PoolCapacity",
+    "RetryRequest",
+    "ScopeCapacity",
+    "SubmitRequest",
+    "Waiting",
+    "WorkDetail",
+    "WorkPage",
+    "WorkView",
+    "create_app",
+    "ensure_token",
+    "new_work_id",
+    "openapi_document",
+    "read_token",
+    "split_listen",
+    "status_for",
+]

@@ -1,0 +1,280 @@
+"""The Starlette application: bearer-token auth, msgspec bodies, ``{error, code}`` errors.
+
+One route table (:data:`ROUTES`) drives both the handlers and the OpenAPI document, so the
+document cannot drift from what is served.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from conduit_core.errors import ConduitError, LeaseLostError, StoreError
+from conduit_core.http._schemas import (
+    CancelRequest,
+    CapacityView,
+    ErrorBody,
+    EventView,
+    Health,
+    InputRequest,
+    InterruptRequest,
+    RetryRequest,
+    SubmitRequest,
+    WorkDetail,
+    WorkPage,
+)
+from conduit_core.http._service import ApiService
+from conduit_core.model import WorkStatus
+
+__all__ = ["ROUTES", "ApiRoute", "create_app", "status_for"]
+
+log = logging.getLogger("conduit.http")
+
+_UNPROCESSABLE = frozenset({"unknown_binding", "unknown_scope", "unknown_executor"})
+_UNAVAILABLE = frozenset({"store_unreachable", "store_unavailable", "daemon_stopping"})
+
+
+def status_for(exc: ConduitError) -> int:
+    """The HTTP status of an error, by its stable code."""
+    if isinstance(exc, LookupError) and exc.code == "not_found":
+        return 404
+    if exc.code in _UNPROCESSABLE:
+        return 422
+    if isinstance(exc, StoreError) or exc.code in _UNAVAILABLE:
+        return 503
+    if exc.code in ("invalid_json", "invalid_body", "invalid_query"):
+        return 400
+    if exc.code == "unauthorized":
+        return 401
+    if isinstance(exc, LeaseLostError):
+        return 409
+    return 409
+
+
+@dataclass(frozen=True)
+class ApiRoute:
+    method: str
+    path: str
+    summary: str
+    response: type[msgspec.Struct]
+    status: int = 200
+    body: type[msgspec.Struct] | None = None
+    query: tuple[tuple[str, type[Any], str], ...] = ()
+
+
+ROUTES: tuple[ApiRoute, ...] = (
+    ApiRoute(
+        "POST", "/v1/work", "Create Work with its first input", WorkDetail, 201, SubmitRequest
+    ),
+    ApiRoute(
+        "GET",
+        "/v1/work",
+        "List Work by id (keyset pagination)",
+        WorkPage,
+        query=(
+            ("status", WorkStatus, "only Work in this status"),
+            ("scope", str, "only Work in this scope"),
+            ("limit", int, "page size (1-500, default 100)"),
+            ("after", str, "the previous page's `next`"),
+        ),
+    ),
+    ApiRoute("GET", "/v1/work/{id}", "Work with attempts, segments, holds, waiting", WorkDetail),
+    ApiRoute("POST", "/v1/work/{id}/input", "Send an input event", EventView, 202, InputRequest),
+    ApiRoute(
+        "POST",
+        "/v1/work/{id}/inject",
+        "Deliver input to the running attempt",
+        EventView,
+        202,
+        InputRequest,
+    ),
+    ApiRoute("POST", "/v1/work/{id}/cancel", "Cancel Work", WorkDetail, 200, CancelRequest),
+    ApiRoute("POST", "/v1/work/{id}/retry", "Manual retry", WorkDetail, 200, RetryRequest),
+    ApiRoute(
+        "POST",
+        "/v1/work/{id}/interrupt",
+        "Interrupt the running attempt",
+        WorkDetail,
+        202,
+        InterruptRequest,
+    ),
+    ApiRoute("GET", "/v1/capacity", "Capacity per pool and scope", CapacityView),
+    ApiRoute("GET", "/v1/health", "Daemon and store health", Health),
+)
+
+_ENCODER = msgspec.json.Encoder()
+_DECODERS: dict[type[msgspec.Struct], msgspec.json.Decoder[Any]] = {
+    route.body: msgspec.json.Decoder(route.body) for route in ROUTES if route.body is not None
+}
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(_ENCODER.encode(body), status_code=status, media_type="application/json")
+
+
+def _error(message: str, code: str, status: int) -> Response:
+    return _json(ErrorBody(error=message, code=code), status)
+
+
+def _decode(body_type: type[msgspec.Struct], raw: bytes) -> Any:
+    if not raw.strip():
+        raw = b"{}"
+    try:
+        return _DECODERS[body_type].decode(raw)
+    except msgspec.ValidationError as exc:
+        raise ConduitError(f"invalid request body: {exc}", code="invalid_body") from exc
+    except msgspec.DecodeError as exc:
+        raise ConduitError(f"malformed JSON: {exc}", code="invalid_json") from exc
+
+
+def _query(request: Request) -> dict[str, Any]:
+    params = request.query_params
+    unknown = sorted(set(params) - {"status", "scope", "limit", "after"})
+    if unknown:
+        raise ConduitError(f"unknown query parameter {unknown[0]!r}", code="invalid_query")
+    out: dict[str, Any] = {}
+    if "status" in params:
+        try:
+            out["status"] = WorkStatus(params["status"])
+        except ValueError as exc:
+            allowed = ", ".join(s.value for s in WorkStatus)
+            raise ConduitError(
+                f"query parameter 'status': {params['status']!r} is not one of {allowed}",
+                code="invalid_query",
+            ) from exc
+    if "scope" in params:
+        out["scope"] = params["scope"]
+    if "after" in params:
+        out["after"] = params["after"]
+    if "limit" in params:
+        try:
+            out["limit"] = int(params["limit"])
+        except ValueError as exc:
+            raise ConduitError(
+                "query parameter 'limit' must be an integer", code="invalid_query"
+            ) from exc
+    return out
+
+
+Handler = Callable[[ApiService, Request, Any], Awaitable[msgspec.Struct]]
+
+
+async def _submit(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
+    return await svc.submit(body)
+
+
+async def _list(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
+    return await svc.list_work(**_query(request))
+
+
+async def _show(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
+    return await svc.show(request.path_params["id"])
+
+
+async def _input(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
+    return await svc.send_input(request.path_params["id"], body)
+
+
+async def _inject(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
+    return await svc.inject(request.path_params["id"], body)
+
+
+async def _cancel(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
+    return await svc.cancel(request.path_params["id"], body)
+
+
+async def _retry(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
+    return await svc.retry(request.path_params["id"], body)
+
+
+async def _interrupt(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
+    return await svc.interrupt(request.path_params["id"], body)
+
+
+async def _capacity(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
+    return await svc.capacity()
+
+
+async def _health(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
+    return await svc.health()
+
+
+_HANDLERS: dict[tuple[str, str], Handler] = {
+    ("POST", "/v1/work"): _submit,
+    ("GET", "/v1/work"): _list,
+    ("GET", "/v1/work/{id}"): _show,
+    ("POST", "/v1/work/{id}/input"): _input,
+    ("POST", "/v1/work/{id}/inject"): _inject,
+    ("POST", "/v1/work/{id}/cancel"): _cancel,
+    ("POST", "/v1/work/{id}/retry"): _retry,
+    ("POST", "/v1/work/{id}/interrupt"): _interrupt,
+    ("GET", "/v1/capacity"): _capacity,
+    ("GET", "/v1/health"): _health,
+}
+
+
+def create_app(service: ApiService, token: str) -> Starlette:
+    """The API over ``service``; every endpoint (the OpenAPI document too) needs ``token``."""
+    from conduit_core.http._openapi import openapi_document
+
+    expected = f"Bearer {token}".encode()
+    document = _ENCODER.encode(openapi_document())
+
+    def authorized(request: Request) -> bool:
+        given = request.headers.get("authorization", "").encode()
+        return hmac.compare_digest(given, expected)
+
+    def endpoint(route: ApiRoute) -> Callable[[Request], Awaitable[Response]]:
+        handler = _HANDLERS[(route.method, route.path)]
+
+        async def serve(request: Request) -> Response:
+            if not authorized(request):
+                return _error("missing or wrong bearer token", "unauthorized", 401)
+            try:
+                body = None
+                if route.body is not None:
+                    body = _decode(route.body, await request.body())
+                if service.host.stopping and route.method != "GET":
+                    raise ConduitError("the daemon is stopping", code="daemon_stopping")
+                result = await handler(service, request, body)
+            except ConduitError as exc:
+                status = status_for(exc)
+                if status >= 500:
+                    log.warning("%s %s failed: [%s] %s", route.method, route.path, exc.code, exc)
+                return _error(exc.message, exc.code, status)
+            return _json(result, route.status)
+
+        return serve
+
+    async def openapi(request: Request) -> Response:
+        if not authorized(request):
+            return _error("missing or wrong bearer token", "unauthorized", 401)
+        return Response(document, media_type="application/json")
+
+    routes = [Route(r.path, endpoint(r), methods=[r.method]) for r in ROUTES]
+    routes.append(Route("/v1/openapi.json", openapi, methods=["GET"]))
+    app = Starlette(routes=routes)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return _error(f"no route {request.method} {request.url.path}", "not_found", 404)
+
+    async def not_allowed(request: Request, exc: Exception) -> Response:
+        return _error(f"method {request.method} not allowed here", "method_not_allowed", 405)
+
+    async def internal(request: Request, exc: Exception) -> Response:
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return _error("internal error (see the daemon log)", "internal_error", 500)
+
+    app.add_exception_handler(404, not_found)
+    app.add_exception_handler(405, not_allowed)
+    app.add_exception_handler(500, internal)
+    return app

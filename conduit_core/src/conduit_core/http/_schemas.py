@@ -1,0 +1,245 @@
+"""The HTTP API's bodies: msgspec Structs that are also the source of the OpenAPI document.
+
+Request bodies refuse unknown fields (a typo must not be silently ignored); response bodies are
+plain records a newer daemon may extend with defaulted fields.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+
+from conduit_core.extension import Result
+from conduit_core.model import (
+    Execution,
+    ExecutionStatus,
+    Hold,
+    Segment,
+    Work,
+    WorkKind,
+    WorkStatus,
+)
+
+__all__ = [
+    "AttemptView",
+    "CancelRequest",
+    "CapacityView",
+    "ErrorBody",
+    "EventView",
+    "Health",
+    "InputRequest",
+    "InterruptRequest",
+    "PoolCapacity",
+    "RetryRequest",
+    "ScopeCapacity",
+    "SubmitRequest",
+    "Waiting",
+    "WorkDetail",
+    "WorkPage",
+    "WorkView",
+    "attempt_view",
+    "work_view",
+]
+
+WorkId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+EventType = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
+Reason = Annotated[str, msgspec.Meta(max_length=1000)]
+
+
+class _Request(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class _Response(msgspec.Struct, frozen=True, kw_only=True):
+    pass
+
+
+# --- requests ---------------------------------------------------------------------------------
+
+
+class SubmitRequest(_Request, frozen=True, kw_only=True):
+    """Create Work for ``binding`` with its first input (``input`` becomes its payload)."""
+
+    binding: Name
+    scope: Name | None = None
+    kind: WorkKind = WorkKind.TASK
+    input: Any = None
+    id: WorkId | None = None
+
+
+class InputRequest(_Request, frozen=True, kw_only=True):
+    """An input event for a Work; ``delivery_id`` makes a resend idempotent."""
+
+    payload: Any = None
+    type: EventType = "core.input"
+    correlation_key: Name | None = None
+    delivery_id: Name | None = None
+
+
+class CancelRequest(_Request, frozen=True, kw_only=True):
+    reason: Reason = ""
+
+
+class RetryRequest(_Request, frozen=True, kw_only=True):
+    reason: Reason = ""
+
+
+class InterruptRequest(_Request, frozen=True, kw_only=True):
+    reason: Reason = ""
+
+
+# --- responses --------------------------------------------------------------------------------
+
+
+class ErrorBody(_Response, frozen=True, kw_only=True):
+    error: str
+    code: str
+
+
+class Waiting(_Response, frozen=True, kw_only=True):
+    """Why ready Work did not start on the daemon's last pass (or what holds it)."""
+
+    code: str
+    message: str
+    #: The pool, ``global`` or ``scope:<id>`` whose limit held it back.
+    limit_name: str = ""
+
+
+class WorkView(_Response, frozen=True, kw_only=True):
+    id: str
+    scope: str
+    binding: str
+    kind: WorkKind
+    status: WorkStatus
+    scheduled_by: str
+    created_at_ms: int
+    updated_at_ms: int
+    last_attempt: int
+    failure_count: int
+    blocked_reason: str | None = None
+    retry_pending: bool = False
+    pending_inputs: int = 0
+
+
+class AttemptView(_Response, frozen=True, kw_only=True):
+    id: str
+    attempt: int
+    epoch: int
+    status: ExecutionStatus
+    binding: str
+    executor: str
+    executor_generation: int
+    config_generation: int
+    pool: str | None = None
+    started_at_ms: int
+    ended_at_ms: int | None = None
+    failure_code: str | None = None
+    failure_message: str | None = None
+    exclusion_confirmed: bool = False
+    result: Result | None = None
+    segments: list[Segment] = []
+    dropped_segments: int = 0
+
+
+class WorkDetail(_Response, frozen=True, kw_only=True):
+    work: WorkView
+    attempts: list[AttemptView] = []
+    holds: list[Hold] = []
+    waiting: Waiting | None = None
+
+
+class WorkPage(_Response, frozen=True, kw_only=True):
+    items: list[WorkView]
+    #: Pass as ``after`` for the next page; ``null`` on the last one.
+    next: str | None = None
+
+
+class EventView(_Response, frozen=True, kw_only=True):
+    id: str
+    type: str
+    work_id: str | None = None
+    seq: int
+    accepted_at_ms: int
+    #: Parked attempts this input woke.
+    resumed: list[str] = []
+    #: For an inject: the control intent that delivers it to the running attempt.
+    control_id: str | None = None
+
+
+class PoolCapacity(_Response, frozen=True, kw_only=True):
+    name: str
+    limit: int | None = None
+    #: Attempts holding a slot (live, or ended with their resource exclusion unconfirmed).
+    in_use: int
+    #: Ready Work the daemon's last pass could not start because of this limit.
+    waiting: int = 0
+
+
+class ScopeCapacity(_Response, frozen=True, kw_only=True):
+    name: str
+    limit: int | None = None
+    in_use: int
+    waiting: int = 0
+
+
+class CapacityView(_Response, frozen=True, kw_only=True):
+    pools: list[PoolCapacity]
+    scopes: list[ScopeCapacity] = []
+    #: When the waiting counts were taken (the daemon's last pass); ``null`` without a daemon.
+    waiting_at_ms: int | None = None
+
+
+class Health(_Response, frozen=True, kw_only=True):
+    status: str
+    version: str
+    owner: str
+    store: str
+    config_generation: int
+    running_attempts: int = 0
+    stopping: bool = False
+
+
+# --- conversions ------------------------------------------------------------------------------
+
+
+def work_view(work: Work) -> WorkView:
+    return WorkView(
+        id=work.id,
+        scope=work.scope,
+        binding=work.binding,
+        kind=work.kind,
+        status=work.status,
+        scheduled_by=work.scheduled_by,
+        created_at_ms=work.created_at_ms,
+        updated_at_ms=work.updated_at_ms,
+        last_attempt=work.last_attempt,
+        failure_count=work.failure_count,
+        blocked_reason=work.blocked_reason,
+        retry_pending=work.retry_timer_id is not None,
+        pending_inputs=work.pending_inputs,
+    )
+
+
+def attempt_view(ex: Execution) -> AttemptView:
+    snap = ex.snapshot
+    return AttemptView(
+        id=ex.id,
+        attempt=ex.attempt,
+        epoch=ex.epoch,
+        status=ex.status,
+        binding=snap.binding,
+        executor=snap.executor,
+        executor_generation=snap.executor_generation,
+        config_generation=snap.config_generation,
+        pool=snap.pool,
+        started_at_ms=ex.started_at_ms,
+        ended_at_ms=ex.ended_at_ms,
+        failure_code=ex.failure_code,
+        failure_message=ex.failure_message,
+        exclusion_confirmed=ex.exclusion_confirmed,
+        result=ex.result,
+        segments=list(ex.segments),
+        dropped_segments=ex.dropped_segments,
+    )

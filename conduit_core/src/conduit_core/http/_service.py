@@ -1,0 +1,367 @@
+"""What the API does, independent of HTTP: the daemon serves it, the CLI calls it directly when
+no daemon runs (``work list``/``show`` on the store).
+
+Every write is followed by ``host.wake()`` so the host loop's next pass starts at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from conduit_core._version import __version__
+from conduit_core.config import Config
+from conduit_core.errors import ConduitError
+from conduit_core.http._schemas import (
+    CancelRequest,
+    CapacityView,
+    EventView,
+    Health,
+    InputRequest,
+    InterruptRequest,
+    PoolCapacity,
+    RetryRequest,
+    ScopeCapacity,
+    SubmitRequest,
+    Waiting,
+    WorkDetail,
+    WorkPage,
+    attempt_view,
+    work_view,
+)
+from conduit_core.model import Event, Execution, Work, WorkStatus
+from conduit_core.runtime import JOBS_POOL, Scheduler
+from conduit_core.storage import Claim, Store
+
+__all__ = ["ApiService", "GLOBAL_POOL", "HostHooks", "NoHost", "new_work_id"]
+
+log = logging.getLogger("conduit.api")
+
+#: The name capacity reports for executors without a pool (``settings.concurrency``).
+GLOBAL_POOL = "global"
+MAX_PAGE = 500
+
+
+class HostHooks(Protocol):
+    """What the API needs from a running host loop (the daemon); :class:`NoHost` without one."""
+
+    stopping: bool
+
+    def wake(self) -> None:
+        """A write happened: run a pass now (and tell other daemons sharing the store)."""
+
+    def waiting_for(self, work_id: str) -> Waiting | None:
+        """Why the last pass could not start this Work, if it could not."""
+
+    def waiting_counts(self) -> tuple[Mapping[str, int], int | None]:
+        """Refusals of the last pass per limit name (pool, ``global``, ``scope:<id>``), and when."""
+
+    def run_resumed(self, claims: list[Claim]) -> None:
+        """Run attempts an input woke, each in its own task."""
+
+    def forget(self, execution_ids: list[str]) -> None:
+        """Stop observing attempts that were cancelled (their physical stop follows)."""
+
+    def running_count(self) -> int: ...
+
+
+@dataclass
+class NoHost:
+    """The CLI's direct mode: no loop to wake; a daemon finds the writes on its next rescan."""
+
+    stopping: bool = False
+    pending_resumed: list[Claim] = field(default_factory=list)
+
+    def wake(self) -> None:
+        return None
+
+    def waiting_for(self, work_id: str) -> Waiting | None:
+        return None
+
+    def waiting_counts(self) -> tuple[Mapping[str, int], int | None]:
+        return {}, None
+
+    def run_resumed(self, claims: list[Claim]) -> None:
+        # Without a host the resumed attempts' leases lapse and a daemon recovers them.
+        self.pending_resumed.extend(claims)
+
+    def forget(self, execution_ids: list[str]) -> None:
+        return None
+
+    def running_count(self) -> int:
+        return 0
+
+
+def new_work_id(now_ms: int) -> str:
+    """Ids sort by creation time (``work list`` pages by id)."""
+    return f"w-{now_ms:012x}-{secrets.token_hex(3)}"
+
+
+class ApiService:
+    """The API's operations over the current config and scheduler (both replaced on reload)."""
+
+    def __init__(self, config: Config, scheduler: Scheduler, host: HostHooks | None = None):
+        self.config = config
+        self.scheduler = scheduler
+        self.host: HostHooks = host or NoHost()
+
+    @property
+    def store(self) -> Store:
+        return self.scheduler.store
+
+    def _now(self) -> int:
+        return self.scheduler.clock.now_ms()
+
+    # --- reads -----------------------------------------------------------------------------
+
+    async def list_work(
+        self,
+        *,
+        status: WorkStatus | None = None,
+        scope: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> WorkPage:
+        limit = max(1, min(limit, MAX_PAGE))
+        items = await self.store.list_work(status=status, scope=scope, limit=limit + 1, after=after)
+        more = len(items) > limit
+        items = items[:limit]
+        return WorkPage(
+            items=[work_view(w) for w in items], next=items[-1].id if more and items else None
+        )
+
+    async def show(self, work_id: str) -> WorkDetail:
+        work = await self.store.get_work(work_id)
+        attempts = await self.store.list_executions(work_id)
+        holds = await self.store.list_holds(work_id)
+        return WorkDetail(
+            work=work_view(work),
+            attempts=[attempt_view(a) for a in attempts],
+            holds=holds,
+            waiting=self._waiting(work, holds),
+        )
+
+    def _waiting(self, work: Work, holds: list[Any]) -> Waiting | None:
+        if work.status is WorkStatus.HELD and holds:
+            hold = holds[0]
+            return Waiting(code=f"hold_{hold.kind}", message=hold.reason, limit_name=hold.holder)
+        if work.status is not WorkStatus.READY:
+            return None
+        if work.retry_timer_id is not None:
+            return Waiting(code="retry_backoff", message="waiting for its retry delay")
+        if work.blocked_reason is not None:
+            return Waiting(
+                code=work.blocked_reason,
+                message=f"blocked ({work.blocked_reason}): `conduit work retry {work.id}`",
+            )
+        return self.host.waiting_for(work.id)
+
+    async def capacity(self) -> CapacityView:
+        opts = self.scheduler.options
+        held: list[Execution] = [
+            *await self.store.live_executions(),
+            *await self.store.unconfirmed_exclusions(),
+        ]
+        seen: set[str] = set()
+        by_pool: Counter[str] = Counter()
+        by_scope: Counter[str] = Counter()
+        for ex in held:
+            if ex.id in seen:
+                continue
+            seen.add(ex.id)
+            by_pool[ex.snapshot.pool or GLOBAL_POOL] += 1
+            for scope in opts.scope_chain(ex.scope):
+                by_scope[scope] += 1
+        waiting, at_ms = self.host.waiting_counts()
+        limits: dict[str, int | None] = {
+            GLOBAL_POOL: opts.concurrency,
+            JOBS_POOL: opts.job_concurrency,
+        }
+        for info in self.scheduler.plugins.executors():
+            if info.pool is not None:
+                limits.setdefault(info.pool, None)
+        for pool in by_pool:
+            limits.setdefault(pool, None)
+        pools = [
+            PoolCapacity(name=name, limit=limit, in_use=by_pool[name], waiting=waiting.get(name, 0))
+            for name, limit in sorted(limits.items())
+        ]
+        scopes = [
+            ScopeCapacity(
+                name=name,
+                limit=limit,
+                in_use=by_scope[name],
+                waiting=waiting.get(f"scope:{name}", 0),
+            )
+            for name, limit in sorted(opts.scope_limits.items())
+        ]
+        return CapacityView(pools=pools, scopes=scopes, waiting_at_ms=at_ms)
+
+    async def health(self) -> Health:
+        latest = await self.store.latest_config_generation()  # proves the store answers
+        return Health(
+            status="stopping" if self.host.stopping else "ok",
+            version=__version__,
+            owner=self.scheduler.options.owner,
+            store=self.store.url,
+            config_generation=(
+                self.scheduler.options.config_generation if latest is None else latest.generation
+            ),
+            running_attempts=self.host.running_count(),
+            stopping=self.host.stopping,
+        )
+
+    # --- writes ----------------------------------------------------------------------------
+
+    async def submit(self, req: SubmitRequest) -> WorkDetail:
+        binding = self.config.bindings.get(req.binding)
+        if binding is None:
+            known = ", ".join(sorted(self.config.bindings)) or "none"
+            raise ConduitError(
+                f"unknown binding {req.binding!r} (configured: {known})", code="unknown_binding"
+            )
+        scope = req.scope or binding.scope
+        if scope not in self.config.scopes:
+            known = ", ".join(sorted(self.config.scopes))
+            raise ConduitError(
+                f"unknown scope {scope!r} (configured: {known})", code="unknown_scope"
+            )
+        now = self._now()
+        work_id = req.id or new_work_id(now)
+        work = Work(
+            id=work_id,
+            scope=scope,
+            binding=req.binding,
+            kind=req.kind,
+            created_at_ms=now,
+            updated_at_ms=now,
+        )
+        first = Event(
+            id=f"{work_id}/input/1",
+            delivery_id=f"{work_id}/input/1",
+            type="core.input",
+            payload=req.input,
+            work_id=work_id,
+            scope=scope,
+            pending=True,
+            accepted_at_ms=now,
+        )
+        await self.scheduler.submit(work, first)
+        log.info("work submitted work=%s binding=%s scope=%s", work_id, req.binding, scope)
+        self.host.wake()
+        return await self.show(work_id)
+
+    def _event(self, work_id: str, req: InputRequest) -> Event:
+        now = self._now()
+        delivery = req.delivery_id or f"{work_id}/input/{now}/{secrets.token_hex(4)}"
+        return Event(
+            id=f"{work_id}/{delivery}" if req.delivery_id else delivery,
+            delivery_id=delivery,
+            type=req.type,
+            payload=req.payload,
+            work_id=work_id,
+            correlation_key=req.correlation_key,
+            pending=True,
+            accepted_at_ms=now,
+        )
+
+    async def send_input(self, work_id: str, req: InputRequest) -> EventView:
+        work = await self.store.get_work(work_id)
+        if work.status.terminal:
+            raise ConduitError(f"work {work_id!r} is {work.status}", code="not_eligible")
+        stored, resumed = await self.scheduler.accept_input(self._event(work_id, req))
+        if resumed:
+            self.host.run_resumed(resumed)
+        self.host.wake()
+        return _event_view(stored, resumed=[c.execution.id for c in resumed])
+
+    async def inject(self, work_id: str, req: InputRequest) -> EventView:
+        """Deliver input to the running attempt (a control); queued as input if none runs."""
+        work = await self.store.get_work(work_id)
+        if work.status.terminal:
+            raise ConduitError(f"work {work_id!r} is {work.status}", code="not_eligible")
+        event = self._event(work_id, req)
+        inject = getattr(self.scheduler, "inject", None)
+        if inject is None:
+            return await self.send_input(work_id, req)
+        outcome = await inject(work_id, event)
+        self.host.wake()
+        control_id = _control_id(outcome)
+        stored = await self.store.get_event(event.id)
+        return _event_view(stored, control_id=control_id)
+
+    async def cancel(self, work_id: str, req: CancelRequest) -> WorkDetail:
+        work = await self.store.get_work(work_id)
+        if work.status.terminal:
+            raise ConduitError(f"work {work_id!r} is already {work.status}", code="not_eligible")
+        live = [a.id for a in await self.store.list_executions(work_id) if not a.status.terminal]
+        cancel = getattr(self.scheduler, "cancel_work", None)
+        if cancel is not None:
+            await cancel(work_id, req.reason)
+        else:
+            await self.store.cancel_work(work_id, now_ms=self._now())
+        self.host.forget(live)
+        stop = getattr(self.scheduler, "stop_and_confirm", None)
+        if stop is not None:
+            for execution_id in live:
+                try:
+                    await stop(execution_id)
+                except ConduitError as exc:
+                    log.warning("stop after cancel failed execution=%s: %s", execution_id, exc)
+        log.info("work cancelled work=%s attempts=%s", work_id, ",".join(live) or "-")
+        self.host.wake()
+        return await self.show(work_id)
+
+    async def retry(self, work_id: str, req: RetryRequest) -> WorkDetail:
+        work = await self.store.get_work(work_id)
+        if work.status is not WorkStatus.READY:
+            raise ConduitError(
+                f"work {work_id!r} is {work.status}: only ready Work (failed and waiting for its "
+                "retry, or blocked) can be retried",
+                code="not_eligible",
+            )
+        await self.scheduler.manual_retry(work_id, reason=req.reason)
+        log.info("manual retry work=%s", work_id)
+        self.host.wake()
+        return await self.show(work_id)
+
+    async def interrupt(self, work_id: str, req: InterruptRequest) -> WorkDetail:
+        work = await self.store.get_work(work_id)
+        live = [a for a in await self.store.list_executions(work_id) if a.status.live]
+        if work.status.terminal or not live:
+            raise ConduitError(
+                f"work {work_id!r} has no running attempt to interrupt", code="not_running"
+            )
+        interrupt = getattr(self.scheduler, "interrupt", None)
+        if interrupt is None:
+            raise ConduitError("this conduit cannot interrupt yet", code="unsupported")
+        await interrupt(work_id)
+        log.info("interrupt requested work=%s execution=%s", work_id, live[-1].id)
+        self.host.wake()
+        return await self.show(work_id)
+
+
+def _control_id(outcome: Any) -> str | None:
+    for candidate in outcome if isinstance(outcome, tuple) else (outcome,):
+        ident = getattr(candidate, "id", None)
+        if isinstance(ident, str) and hasattr(candidate, "kind"):
+            return ident
+    return None
+
+
+def _event_view(
+    event: Event, *, resumed: list[str] | None = None, control_id: str | None = None
+) -> EventView:
+    return EventView(
+        id=event.id,
+        type=event.type,
+        work_id=event.work_id,
+        seq=event.seq,
+        accepted_at_ms=event.accepted_at_ms,
+        resumed=resumed or [],
+        control_id=control_id,
+    )

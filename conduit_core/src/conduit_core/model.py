@@ -258,6 +258,8 @@ class Execution(Record, frozen=True, kw_only=True):
     exclusion_confirmed: bool = False
     #: Usage already staged for budgets (so a stale copy never charges twice).
     charged: dict[str, float] = {}
+    #: The epoch (segment) ``charged`` belongs to: a resumed segment reports its own usage.
+    charged_epoch: int = 0
     started_at_ms: int
     ended_at_ms: int | None = None
 

@@ -3,6 +3,14 @@
 The conformance suite every backend passes is :mod:`conduit_core.storage.conformance`.
 """
 
+from conduit_core.storage._admission import (
+    AdmitRequest,
+    BudgetPolicy,
+    GateVerdict,
+    LedgerSpec,
+    NoBudgets,
+    PendingUsage,
+)
 from conduit_core.storage._contract import (
     AttemptEnd,
     CapacityLimits,
@@ -24,6 +32,12 @@ from conduit_core.storage._sqlstore import SqlStore
 
 __all__ = [
     "SCHEMA_VERSION",
+    "AdmitRequest",
+    "BudgetPolicy",
+    "GateVerdict",
+    "LedgerSpec",
+    "NoBudgets",
+    "PendingUsage",
     "AttemptEnd",
     "CapacityLimits",
     "Claim",

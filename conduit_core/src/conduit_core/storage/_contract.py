@@ -19,7 +19,6 @@ import msgspec
 
 from conduit_core.errors import ConduitError
 from conduit_core.extension import PhaseOutcome, Result
-from conduit_core.storage._admission import AdmitRequest, BudgetPolicy, PendingUsage
 from conduit_core.model import (
     MAX_LAUNCH_PHASES,
     AttemptSnapshot,
@@ -41,6 +40,7 @@ from conduit_core.model import (
     Work,
     WorkStatus,
 )
+from conduit_core.storage._admission import AdmitRequest, BudgetPolicy, PendingUsage
 
 if TYPE_CHECKING:
     from conduit_core.storage._ops_routines import BoundWorkCheck, RoutineChange, RoutineRun

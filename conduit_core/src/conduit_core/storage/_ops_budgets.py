@@ -1,0 +1,436 @@
+"""Budgets and start gates as synchronous operations inside one transaction.
+
+The admission transaction runs, per Work: eligibility, capacity, the start gates' hold (decided
+outside the transaction), budgets, then the claim itself. Usage staged by attempt-state writes is
+charged to the ledgers at the start of every admission transaction and by ``settle_budgets``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import msgspec
+
+from conduit_core.errors import ConduitError
+from conduit_core.model import (
+    AttemptSnapshot,
+    BudgetLedger,
+    Event,
+    Execution,
+    Hold,
+    HoldKind,
+    Work,
+)
+from conduit_core.storage._admission import (
+    BUDGET_HELD,
+    BUDGET_RELEASED,
+    GATE_HELD,
+    GATE_REFUSED,
+    GATE_RELEASED,
+    AdmitRequest,
+    BudgetPolicy,
+    GateVerdict,
+    LedgerSpec,
+    PendingUsage,
+)
+from conduit_core.storage._contract import (
+    CapacityLimits,
+    Claim,
+    ClaimRefusal,
+    ClaimRequest,
+    NotEligibleError,
+)
+from conduit_core.storage._ops_misc import delete_hold, get_ledger, list_holds, put_hold
+from conduit_core.storage._ops_work import (
+    Slots,
+    accept_event,
+    cancel_work,
+    claim_one,
+    ineligibility,
+    ready_work,
+)
+from conduit_core.storage._sql import Cx, dump, find_work, first, load_work, save_work
+
+__all__ = [
+    "admission_candidates",
+    "admit_attempts",
+    "charge_pending",
+    "list_pending_usage",
+    "release_budget_hold",
+    "settle_gate_hold",
+    "stage_usage",
+    "work_events",
+]
+
+_pending_decoder = msgspec.json.Decoder(PendingUsage)
+_event_decoder = msgspec.json.Decoder(Event)
+_ledger_decoder = msgspec.json.Decoder(BudgetLedger)
+
+Candidate = tuple[Work, AttemptSnapshot, ClaimRefusal | None]
+
+
+# --- Usage staging and charging -------------------------------------------------------------
+
+
+def stage_usage(cx: Cx, ex: Execution, now_ms: int) -> Execution:
+    """Stage the part of the attempt's usage not staged yet; returns it with ``charged`` set.
+
+    ``ex`` is the attempt as stored (read in this transaction) with its new result, so a stale
+    copy of the attempt never charges twice. A resumed segment reports its own usage and counts
+    one turn (its start was no admission).
+    """
+    amounts = ex.result.usage.amounts() if ex.result is not None else {}
+    same_segment = ex.charged_epoch == ex.epoch
+    already = ex.charged if same_segment else {}
+    delta = {
+        unit: amount - already.get(unit, 0.0)
+        for unit, amount in amounts.items()
+        if math.isfinite(amount) and amount > already.get(unit, 0.0)
+    }
+    resumed = bool(ex.segments) and ex.segments[-1].wake_event_id is not None
+    if resumed and not same_segment:
+        delta["turns"] = 1.0
+    if not delta:
+        return ex
+    pending = PendingUsage(
+        id=f"{ex.id}@{ex.epoch}/{len(already)}",
+        work_id=ex.work_id,
+        scope=ex.scope,
+        units=delta,
+        staged_at_ms=now_ms,
+    )
+    cx.run(
+        "INSERT INTO conduit_budget_pending (id, work_id, data) VALUES (?, ?, ?) "
+        "ON CONFLICT (id) DO NOTHING",
+        (pending.id, pending.work_id, dump(pending)),
+    )
+    return msgspec.structs.replace(ex, charged=dict(amounts), charged_epoch=ex.epoch)
+
+
+def list_pending_usage(cx: Cx) -> list[PendingUsage]:
+    rows = cx.rows("SELECT data FROM conduit_budget_pending ORDER BY id")
+    return [_pending_decoder.decode(r[0]) for r in rows]
+
+
+def charge(
+    cx: Cx, policy: BudgetPolicy, spec: LedgerSpec, amount: float, work_id: str, scope: str,
+    now_ms: int,
+) -> BudgetLedger:  # fmt: skip
+    """Add ``amount`` to one ledger and accept the notices the charge crosses."""
+    ledger = _ledger(cx, spec)
+    used = ledger.used + amount
+    ledger = msgspec.structs.replace(
+        ledger,
+        used=used,
+        warned=ledger.warned or (spec.warn_at is not None and used >= spec.warn_at * spec.max),
+        exceeded=ledger.exceeded or used >= spec.max,
+    )
+    _save_ledger(cx, ledger)
+    for event in policy.notices(spec, ledger.used - amount, used, work_id, scope, now_ms):
+        accept_event(cx, event)
+    return ledger
+
+
+def _ledger(cx: Cx, spec: LedgerSpec) -> BudgetLedger:
+    return get_ledger(cx, spec.key) or BudgetLedger(
+        key=spec.key,
+        budget=spec.budget,
+        unit=spec.unit,
+        subject=spec.subject,
+        window_start_ms=spec.window_start_ms,
+    )
+
+
+def _save_ledger(cx: Cx, ledger: BudgetLedger) -> None:
+    cx.run(
+        "INSERT INTO conduit_budget_ledger (key, data) VALUES (?, ?) "
+        "ON CONFLICT (key) DO UPDATE SET data = excluded.data",
+        (ledger.key, dump(ledger)),
+    )
+
+
+def charge_pending(cx: Cx, policy: BudgetPolicy, now_ms: int) -> int:
+    """Charge every staged usage to its ledgers (dropped without budgets); returns how many."""
+    staged = list_pending_usage(cx)
+    if not staged:
+        return 0
+    if policy.enabled:
+        for usage in staged:
+            for unit, amount in sorted(usage.units.items()):
+                for spec in policy.ledgers(usage.work_id, usage.scope, unit, usage.staged_at_ms):
+                    charge(cx, policy, spec, amount, usage.work_id, usage.scope, now_ms)
+    cx.many("DELETE FROM conduit_budget_pending WHERE id = ?", [(u.id,) for u in staged])
+    return len(staged)
+
+
+def _over_budget(
+    cx: Cx, policy: BudgetPolicy, work: Work, now_ms: int
+) -> tuple[LedgerSpec, float] | None:
+    for spec in policy.ledgers(work.id, work.scope, None, now_ms):
+        ledger = get_ledger(cx, spec.key)
+        used = ledger.used if ledger is not None else 0.0
+        if used >= spec.max:
+            return spec, used
+    return None
+
+
+# --- Admission ------------------------------------------------------------------------------
+
+
+def needs_gates(work: Work, gates_registered: bool) -> bool:
+    """Whether the start gates must be asked before this start (only before the first one)."""
+    return gates_registered and work.last_attempt == 0 and not work.gated and not work.gate_pass
+
+
+def _precheck(
+    cx: Cx, work: Work | None, work_id: str, pool: str | None, slots: Slots | None
+) -> ClaimRefusal | None:
+    """Everything ``claim_one`` refuses for, without claiming (capacity is not taken)."""
+    if work is None:
+        return ClaimRefusal(work_id=work_id, code="not_found", message=f"unknown work {work_id!r}")
+    reason = ineligibility(work)
+    if reason is None and first(cx, "SELECT 1 FROM conduit_hold WHERE work_id = ?", (work_id,)):
+        reason = f"work {work_id!r} is held"
+    if reason is None and first(
+        cx, "SELECT 1 FROM conduit_execution WHERE work_id = ? AND live = 1", (work_id,)
+    ):
+        reason = f"work {work_id!r} has a live attempt"
+    if reason is not None:
+        return ClaimRefusal(work_id=work_id, code="not_eligible", message=reason)
+    if slots is not None:
+        return slots.refusal(work_id, pool, work.scope)
+    return None
+
+
+def admission_candidates(
+    cx: Cx,
+    work_ids: Sequence[str] | None,
+    limit: int,
+    snapshot_for: Callable[[Work], AttemptSnapshot | None],
+    capacity: CapacityLimits | None,
+) -> list[Candidate]:
+    """A read-only dry run of the claim: which Work eligibility and capacity would let start.
+
+    Slots are taken as if each admitted candidate were claimed, so the start gates are asked
+    only for Work capacity would let start.
+    """
+    slots = Slots(cx, capacity) if capacity is not None else None
+    if work_ids is None:
+        works: list[Work | None] = list(ready_work(cx, limit, None))
+        ids = [w.id for w in works if w is not None]
+    else:
+        ids = list(work_ids)
+        works = [find_work(cx, i) for i in ids]
+    out: list[Candidate] = []
+    for work_id, work in zip(ids, works, strict=True):
+        if work is None:
+            continue
+        snapshot = snapshot_for(work)
+        if snapshot is None:
+            continue
+        refused = _precheck(cx, work, work_id, snapshot.pool, slots)
+        if refused is None and slots is not None:
+            slots.take(snapshot.pool, work.scope)
+        out.append((work, snapshot, refused))
+    return out
+
+
+def admit_attempts(
+    cx: Cx,
+    requests: Sequence[AdmitRequest],
+    owner: str,
+    now_ms: int,
+    lease_ms: int,
+    capacity: CapacityLimits | None,
+    policy: BudgetPolicy,
+    gates_registered: bool,
+) -> list[Claim | ClaimRefusal]:
+    """Claim attempts after capacity, a gate's hold and budgets, in one transaction."""
+    charge_pending(cx, policy, now_ms)
+    slots = Slots(cx, capacity) if capacity is not None else None
+    return [
+        _admit_one(cx, r, owner, now_ms, lease_ms, slots, policy, gates_registered)
+        for r in requests
+    ]
+
+
+def _admit_one(
+    cx: Cx,
+    request: AdmitRequest,
+    owner: str,
+    now_ms: int,
+    lease_ms: int,
+    slots: Slots | None,
+    policy: BudgetPolicy,
+    gates_registered: bool,
+) -> Claim | ClaimRefusal:
+    work_id = request.work_id
+    work = find_work(cx, work_id)
+    refused = _precheck(cx, work, work_id, request.snapshot.pool, slots)
+    if refused is not None or work is None:
+        return refused or ClaimRefusal(work_id=work_id, code="not_found", message=work_id)
+    gated = needs_gates(work, gates_registered)
+    if gated and request.gates is GateVerdict.SKIP:
+        return ClaimRefusal(
+            work_id=work_id,
+            code="not_eligible",
+            message=f"work {work_id!r} changed since its start gates were considered",
+        )
+    if gated and request.gates is GateVerdict.HOLD:
+        put_hold(cx, _hold(work, HoldKind.GATE, request.holder, request.reason, now_ms))
+        _record(cx, work, GATE_HELD, request.holder, now_ms, gate=request.holder,
+                reason=request.reason)  # fmt: skip
+        return ClaimRefusal(
+            work_id=work_id,
+            code="gate_held",
+            message=f"start gate {request.holder!r} holds work {work_id!r}: {request.reason}",
+        )
+    if gated and not work.gated:
+        # The gates let it start: a budget hold below never asks them again.
+        work = msgspec.structs.replace(work, gated=True)
+        save_work(cx, work)
+    if not work.budget_pass and (over := _over_budget(cx, policy, work, now_ms)) is not None:
+        spec, used = over
+        reason = (
+            f"budget {spec.budget!r}: {used:g} of {spec.max:g} {spec.unit} used "
+            f"({spec.subject}, window from {spec.window_start_ms} ms)"
+        )
+        put_hold(cx, _hold(work, HoldKind.BUDGET, spec.key, reason, now_ms))
+        _record(cx, work, BUDGET_HELD, spec.key, now_ms, budget=spec.budget, reason=reason)
+        # A limit lowered below what was already used is reported here too.
+        for event in policy.notices(spec, used, used, work.id, work.scope, now_ms):
+            accept_event(cx, event)
+        return ClaimRefusal(work_id=work_id, code="over_budget", message=reason)
+
+    def spend_passes(current: Work) -> Work:
+        gated_now = current.gated or current.gate_pass or gated
+        return msgspec.structs.replace(
+            current, gate_pass=False, budget_pass=False, gated=gated_now
+        )
+
+    claim = claim_one(
+        cx,
+        work,
+        ClaimRequest(
+            work_id=work_id,
+            snapshot=request.snapshot,
+            max_inputs=request.max_inputs,
+            update_work=spend_passes,
+        ),
+        owner,
+        now_ms,
+        lease_ms,
+        slots,
+    )
+    if isinstance(claim, Claim):
+        for unit in ("turns", "attempts"):
+            for spec in policy.ledgers(work.id, work.scope, unit, now_ms):
+                charge(cx, policy, spec, 1.0, work.id, work.scope, now_ms)
+    return claim
+
+
+def _hold(work: Work, kind: HoldKind, holder: str, reason: str, now_ms: int) -> Hold:
+    return Hold(work_id=work.id, kind=kind, holder=holder, reason=reason, created_at_ms=now_ms)
+
+
+def _record(
+    cx: Cx, work: Work, kind: str, holder: str, now_ms: int, *, key: str | None = None,
+    **payload: str,
+) -> Event:  # fmt: skip
+    """A control event addressed to the Work: its history, never its input."""
+    delivery = f"{kind}/{work.id}/{holder}/{key if key is not None else now_ms}"
+    return accept_event(
+        cx,
+        Event(
+            id=delivery,
+            delivery_id=delivery,
+            type=kind,
+            payload={"work": work.id, **payload},
+            work_id=work.id,
+            scope=work.scope,
+            pending=False,
+            accepted_at_ms=now_ms,
+        ),
+    )
+
+
+# --- Settling holds -------------------------------------------------------------------------
+
+
+def release_budget_hold(cx: Cx, work_id: str, reason: str, now_ms: int) -> Work:
+    """Delete the Work's budget holds and leave it a pass for its next admitted start."""
+    holds = list_holds(cx, work_id)
+    budget = [h for h in holds if h.kind is HoldKind.BUDGET]
+    if not budget:
+        load_work(cx, work_id)  # NotFoundError for unknown Work
+        gates = [h.holder for h in holds if h.kind is HoldKind.GATE]
+        if gates:
+            raise ConduitError(
+                f"work {work_id!r} is held by start gate {gates[0]!r}, which only that gate "
+                f"settles (cancel the Work instead)",
+                code="gate_hold",
+            )
+        raise NotEligibleError(f"work {work_id!r} has no budget hold", code="not_held")
+    for hold in budget:
+        delete_hold(cx, work_id, hold.kind, hold.holder)
+        work = load_work(cx, work_id)
+        _record(cx, work, BUDGET_RELEASED, hold.holder, now_ms, key=str(hold.created_at_ms),
+                reason=reason)  # fmt: skip
+    work = msgspec.structs.replace(load_work(cx, work_id), budget_pass=True)
+    save_work(cx, work)
+    return work
+
+
+def settle_gate_hold(
+    cx: Cx, work_id: str, gate: str, admit: bool, reason: str, now_ms: int
+) -> Work:
+    """Only the holding registration settles: admit leaves a gate pass, refuse cancels."""
+    work = load_work(cx, work_id)
+    held = [h for h in list_holds(cx, work_id) if h.kind is HoldKind.GATE and h.holder == gate]
+    wanted = GATE_RELEASED if admit else GATE_REFUSED
+    if not held:
+        settled = [
+            e for e in work_events(cx, work_id)
+            if e.type in (GATE_RELEASED, GATE_REFUSED)
+            and isinstance(e.payload, dict) and e.payload.get("gate") == gate
+        ]  # fmt: skip
+        if settled and settled[-1].type == wanted:
+            return work  # settled the same way already: idempotent
+        if settled:
+            raise NotEligibleError(
+                f"gate {gate!r} already settled work {work_id!r} ({settled[-1].type})",
+                code="gate_hold_settled",
+            )
+        holders = [f"{h.kind}:{h.holder}" for h in list_holds(cx, work_id)]
+        raise NotEligibleError(
+            f"work {work_id!r} is not held by start gate {gate!r}"
+            + (f" (held by {', '.join(holders)})" if holders else ""),
+            code="no_gate_hold",
+        )
+    hold = held[0]
+    delete_hold(cx, work_id, HoldKind.GATE, gate)
+    _record(cx, work, wanted, gate, now_ms, key=str(hold.created_at_ms), gate=gate,
+            reason=reason)  # fmt: skip
+    if not admit:
+        return cancel_work(cx, work_id, now_ms)
+    work = load_work(cx, work_id)
+    work = msgspec.structs.replace(work, gate_pass=True, gated=True)
+    save_work(cx, work)
+    return work
+
+
+def work_events(cx: Cx, work_id: str) -> list[Event]:
+    """Every event addressed to the Work (input and control history), in acceptance order."""
+    rows = cx.rows("SELECT data FROM conduit_event WHERE work_id = ? ORDER BY seq", (work_id,))
+    return [_event_decoder.decode(r[0]) for r in rows]
+
+
+def held_work(cx: Cx) -> list[tuple[Hold, Work]]:
+    """Every hold with its Work (the needs-you list)."""
+    out = []
+    for hold in list_holds(cx, None):
+        work = find_work(cx, hold.work_id)
+        if work is not None and not work.status.terminal:
+            out.append((hold, work))
+    return out

@@ -64,6 +64,7 @@ class HostLoop:
         self._waiting_at_ms: int | None = None
         self._steps: list[tuple[str, PassStep]] = []
         self._tg: TaskGroup | None = None
+        self._keepers: TaskGroup | None = None
         self._idle = anyio.Event()
 
     # --- HostHooks (what the API sees) -------------------------------------------------------
@@ -105,13 +106,33 @@ class HostLoop:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Pass, wait for a wake or the rescan, repeat; returns after :meth:`stop`."""
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
+        async with anyio.create_task_group() as keepers:
+            self._keepers = keepers
+            await keepers.start(self._keep_leases, self.scheduler)
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                task_status.started()
+                while not self.stopping:
+                    await self.run_pass()
+                    await self.waker.wait(self.rescan_s)
+                await self._release_running()
+            keepers.cancel_scope.cancel()
+
+    async def _keep_leases(
+        self, sched: Scheduler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        # One lease keeper per scheduler, kept until the loop ends: attempts started before a
+        # reload are still held by the scheduler (and keeper) they started with.
+        async with sched.keeping_leases():
             task_status.started()
-            while not self.stopping:
-                await self.run_pass()
-                await self.waker.wait(self.rescan_s)
-            await self._release_running()
+            await anyio.sleep_forever()
+
+    async def replace_scheduler(self, sched: Scheduler) -> None:
+        """Use ``sched`` for new passes and attempts (a reload); live attempts keep theirs."""
+        if self._keepers is not None:
+            await self._keepers.start(self._keep_leases, sched)
+        self.scheduler = sched
+        self.wake()
 
     async def run_pass(self) -> None:
         sched = self.scheduler
@@ -142,11 +163,7 @@ class HostLoop:
             log.info("timers fired: %d", len(fired))
 
     async def _recover(self, sched: Scheduler) -> None:
-        recover = getattr(sched, "recover_expired", None)
-        if recover is None:
-            return
-        claims: list[Claim] = await recover(self.claim_batch)
-        for claim in claims:
+        for claim in await sched.recover_expired(self.claim_batch):
             self._spawn(claim, "recover")
 
     async def _claim(self, sched: Scheduler) -> None:
@@ -161,16 +178,14 @@ class HostLoop:
             self._spawn(claim, "start")
 
     async def _confirm(self, sched: Scheduler) -> None:
-        confirm = getattr(sched, "confirm_unexcluded", None)
-        if confirm is not None:
-            confirmed = await confirm()
-            if confirmed:
-                log.info("stops confirmed: %d", confirmed)
+        confirmed = await sched.confirm_unexcluded()
+        if confirmed:
+            log.info("stops confirmed: %d", confirmed)
 
     async def _dispatch(self, sched: Scheduler) -> None:
-        dispatch = getattr(sched, "dispatch_controls", None)
-        if dispatch is not None:
-            await dispatch()
+        settled = await sched.dispatch_controls()
+        if settled:
+            log.info("controls settled: %d", settled)
 
     # --- attempts ------------------------------------------------------------------------------
 
@@ -227,13 +242,7 @@ class HostLoop:
     async def _after_lost_lease(self, sched: Scheduler, lease: Lease) -> None:
         """Stop and confirm only when recovery no longer owns the attempt."""
         try:
-            handle = getattr(sched, "handle_lost_lease", None)
-            if handle is not None:
-                await handle(lease)
-            elif not await sched.store.adoptable(lease):
-                stop = getattr(sched, "stop_and_confirm", None)
-                if stop is not None:
-                    await stop(lease.execution_id)
+            await sched.handle_lost_lease(lease)
         except ConduitError as exc:
             log.warning("stop after lost lease failed execution=%s epoch=%s: %s",
                         lease.execution_id, lease.epoch, exc.message)  # fmt: skip

@@ -262,11 +262,10 @@ class Daemon:
             paths.token_file,
         ):
             log.warning("store and http settings change only when the daemon restarts")
-        self.host.scheduler = scheduler
+        await self.host.replace_scheduler(scheduler)
         self.service.config = config
         self.service.scheduler = scheduler
         log.info("config reloaded config_generation=%s", scheduler.options.config_generation)
-        self.host.wake()
 
 
 def _unlink(path: Path) -> None:

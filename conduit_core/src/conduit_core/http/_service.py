@@ -280,39 +280,32 @@ class ApiService:
         return _event_view(stored, resumed=[c.execution.id for c in resumed])
 
     async def inject(self, work_id: str, req: InputRequest) -> EventView:
-        """Deliver input to the running attempt (a control); queued as input if none runs."""
+        """Deliver input to the running attempt (a control); queued as input if none takes it.
+
+        The event's type is the core's input type; ``type`` and ``correlation_key`` apply to
+        ``/input`` only.
+        """
         work = await self.store.get_work(work_id)
         if work.status.terminal:
             raise ConduitError(f"work {work_id!r} is {work.status}", code="not_eligible")
-        event = self._event(work_id, req)
-        inject = getattr(self.scheduler, "inject", None)
-        if inject is None:
-            return await self.send_input(work_id, req)
-        outcome = await inject(work_id, event)
+        stored, intent = await self.scheduler.inject(
+            work_id, req.payload, delivery_id=req.delivery_id
+        )
         self.host.wake()
-        control_id = _control_id(outcome)
-        stored = await self.store.get_event(event.id)
-        return _event_view(stored, control_id=control_id)
+        return _event_view(stored, control_id=intent.id if intent is not None else None)
 
     async def cancel(self, work_id: str, req: CancelRequest) -> WorkDetail:
+        """Cancel atomically; the scheduler then stops (verified) what the attempts started."""
         work = await self.store.get_work(work_id)
         if work.status.terminal:
             raise ConduitError(f"work {work_id!r} is already {work.status}", code="not_eligible")
         live = [a.id for a in await self.store.list_executions(work_id) if not a.status.terminal]
-        cancel = getattr(self.scheduler, "cancel_work", None)
-        if cancel is not None:
-            await cancel(work_id, req.reason)
-        else:
-            await self.store.cancel_work(work_id, now_ms=self._now())
+        await self.scheduler.cancel_work(work_id)
         self.host.forget(live)
-        stop = getattr(self.scheduler, "stop_and_confirm", None)
-        if stop is not None:
-            for execution_id in live:
-                try:
-                    await stop(execution_id)
-                except ConduitError as exc:
-                    log.warning("stop after cancel failed execution=%s: %s", execution_id, exc)
-        log.info("work cancelled work=%s attempts=%s", work_id, ",".join(live) or "-")
+        log.info(
+            "work cancelled work=%s attempts=%s reason=%r", work_id, ",".join(live) or "-",
+            req.reason,
+        )  # fmt: skip
         self.host.wake()
         return await self.show(work_id)
 
@@ -336,21 +329,10 @@ class ApiService:
             raise ConduitError(
                 f"work {work_id!r} has no running attempt to interrupt", code="not_running"
             )
-        interrupt = getattr(self.scheduler, "interrupt", None)
-        if interrupt is None:
-            raise ConduitError("this conduit cannot interrupt yet", code="unsupported")
-        await interrupt(work_id)
+        await self.scheduler.interrupt(work_id)
         log.info("interrupt requested work=%s execution=%s", work_id, live[-1].id)
         self.host.wake()
         return await self.show(work_id)
-
-
-def _control_id(outcome: Any) -> str | None:
-    for candidate in outcome if isinstance(outcome, tuple) else (outcome,):
-        ident = getattr(candidate, "id", None)
-        if isinstance(ident, str) and hasattr(candidate, "kind"):
-            return ident
-    return None
 
 
 def _event_view(

@@ -37,7 +37,8 @@ def test_submit_over_http_and_cli_then_watch_to_completion(
     listed = json.loads(daemon.cli("work", "list", "--json").stdout)
     assert {w["id"] for w in listed["items"]} == {via_http, via_cli}
     table = daemon.cli("work", "list").stdout
-    assert via_http in table and "completed" in table
+    assert via_http in table
+    assert "completed" in table
 
 
 def test_failure_is_retried_by_policy_and_by_hand(make_daemon: Callable[..., Daemon]) -> None:
@@ -53,7 +54,8 @@ def test_failure_is_retried_by_policy_and_by_hand(make_daemon: Callable[..., Dae
         "the gated Work to be blocked",
         lambda: (d := daemon.show(gated)).work.blocked_reason and d,
     )
-    assert blocked.work.status == "ready" and blocked.work.last_attempt == 1
+    assert blocked.work.status == "ready"
+    assert blocked.work.last_attempt == 1
     assert daemon.cli("work", "watch", gated, check=False).returncode == 1  # blocked: not completed
     (daemon.root / "gate").touch()
     daemon.cli("work", "retry", gated, "--reason", "gate opened")
@@ -72,7 +74,7 @@ def test_cancel_stops_the_running_job(make_daemon: Callable[..., Daemon]) -> Non
 
     cancelled = daemon.cli("work", "cancel", work_id, "--json")
     assert json.loads(cancelled.stdout)["work"]["status"] == "cancelled"
-    gone, alive = psutil.wait_procs(processes, timeout=15)
+    _, alive = psutil.wait_procs(processes, timeout=15)
     assert not alive, "the cancelled job's processes still run"
     assert not job_processes(execution_id)
     final = wait_for(
@@ -102,7 +104,7 @@ def test_interrupt_stops_the_running_attempt(make_daemon: Callable[..., Daemon])
     assert final.attempts[-1].status != "running"
     assert final.work.status != "running"
     # Nothing left to interrupt.
-    status, body = daemon.raw("POST", f"/v1/work/{work_id}/interrupt", b"{}")
+    status, _ = daemon.raw("POST", f"/v1/work/{work_id}/interrupt", b"{}")
     assert status == 409
 
 
@@ -112,7 +114,8 @@ def test_capacity_reports_pools_and_sigterm_exits_zero(make_daemon: Callable[...
     daemon.wait_attempt(work_id, "running")
     capacity = json.loads(daemon.cli("capacity", "--json").stdout)
     pools = {p["name"]: p for p in capacity["pools"]}
-    assert pools["jobs"]["limit"] == 4 and pools["jobs"]["in_use"] == 1
+    assert pools["jobs"]["limit"] == 4
+    assert pools["jobs"]["in_use"] == 1
     assert pools["global"]["in_use"] == 0
     daemon.signal(signal.SIGTERM)
     assert daemon.wait_exit() == 0

@@ -30,3 +30,75 @@ def ms(iso: str) -> int:
 def wall(when_ms: int, zone: str) -> str:
     """``when_ms`` as local ISO time with its offset in ``zone`` (to the second)."""
     return datetime.fromtimestamp(when_ms / 1000, ZoneInfo(zone)).isoformat(timespec="seconds")
+
+
+# --- Store-backed fixtures (every case runs on SQLite and PostgreSQL) ---------------------------
+
+from collections.abc import AsyncIterator  # noqa: E402
+from typing import Any  # noqa: E402
+
+from conduit_core.model import Event, Work, WorkStatus  # noqa: E402
+from conduit_core.routines.managed import ConduitRoutineSource  # noqa: E402
+from conduit_core.runtime import ManualClock  # noqa: E402
+from conduit_core.storage import Claim, Store, open_store  # noqa: E402
+from tests.storage.conftest import postgres_url, sqlite_url, store_url  # noqa: E402, F401
+
+T0 = ms("2026-03-02T10:00:00+00:00")  # a Monday; every store test starts here
+BINDINGS = {"echo": "root", "team-job": "team-a"}
+SCOPES = {"root", "team-a"}
+
+
+class StoreTarget:
+    """A fire target that writes straight to the store (the Scheduler's submit, minus plugins).
+
+    ``block`` holds submits of a Work id prefix until released (a slow fire).
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.submitted: list[str] = []
+        self.block: dict[str, Any] = {}
+
+    async def submit(self, work: Work, first_input: Event | None = None) -> Work:
+        for prefix, gate in self.block.items():
+            if work.id.startswith(prefix):
+                await gate.wait()
+        self.submitted.append(work.id)
+        return await self.store.create_work(work, first_input=first_input)
+
+    async def accept_input(self, event: Event) -> tuple[Event, list[Claim]]:
+        return await self.store.accept_event(event), []
+
+
+@pytest.fixture
+async def store(store_url: str) -> AsyncIterator[Store]:  # noqa: F811
+    async with await open_store(store_url) as opened:
+        yield opened
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+@pytest.fixture
+def source(store: Store, clock: ManualClock) -> ConduitRoutineSource:
+    return ConduitRoutineSource(store, clock, bindings=BINDINGS, scopes=SCOPES)
+
+
+async def finish_work(store: Store, work_id: str, status: WorkStatus, now_ms: int) -> Work:
+    """End a fired Work as an attempt would (the runtime's own tests cover attempts)."""
+    import msgspec
+
+    return await store.update_work(
+        work_id, lambda w: msgspec.structs.replace(w, status=status), now_ms=now_ms
+    )
+
+
+async def eventually(check: Any, *, within: float = 10.0) -> None:
+    """Poll the async ``check`` until it holds, failing after ``within`` seconds."""
+    import anyio
+
+    with anyio.fail_after(within):
+        while not await check():  # noqa: ASYNC110 - a condition in storage, polled with a deadline
+            await anyio.sleep(0.01)

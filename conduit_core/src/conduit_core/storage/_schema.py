@@ -61,8 +61,17 @@ _V1 = (
     "CREATE INDEX conduit_routine_due ON conduit_routine (next_run_at_ms) WHERE status = 'idle'",
 )
 
+# Routines: the ticker's queued/claimed/running scans and the per-Routine run history.
+_V2 = (
+    "CREATE INDEX conduit_routine_status ON conduit_routine (status, next_run_at_ms)",
+    """CREATE TABLE conduit_routine_run (
+        routine_id TEXT NOT NULL, scheduled_for_ms BIGINT NOT NULL, work_id TEXT,
+        outcome TEXT NOT NULL, started_at_ms BIGINT NOT NULL, data TEXT NOT NULL,
+        PRIMARY KEY (routine_id, scheduled_for_ms))""",
+)
+
 #: Ordered forward migrations; ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 #: Every table a conduit store owns (the meta table is created before any migration).
@@ -80,6 +89,7 @@ TABLES = (
     "conduit_budget_ledger",
     "conduit_config_generation",
     "conduit_routine",
+    "conduit_routine_run",
 )
 
 META_DDL = "CREATE TABLE IF NOT EXISTS conduit_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"

@@ -1,0 +1,202 @@
+"""The ticker: the actuator of the Routine ledger. It holds no durable state.
+
+One timer, armed at ``min(max(next_due - now, 0), 60 s)``. Each tick: the due-pass (in SQL),
+atomic claims of queued rows (a lost claim is dropped, never retried), the claimed fires
+dispatched concurrently (the tick never waits for them), the settle pass over ``running`` rows
+whose Work finished, then re-arm. :meth:`Ticker.poke` re-arms at once (any write to a Routine
+pokes). The 60-second clamp is the rescan that picks up rows other processes wrote.
+
+At start, boot-resume heals the rows whose claim lease EXPIRED (claimed -> queued, recurring
+running -> idle, one-shot running -> error); live leases belong to other daemons and are left
+alone. A daemon renews the claims of its own running fires every tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Callable
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from conduit_core.errors import ConduitError
+from conduit_core.model import Routine, RoutineStatus
+from conduit_core.routines import ledger
+from conduit_core.routines.fire import FireTarget, OnResumed, fire_claimed, settle_fire
+from conduit_core.runtime import Clock
+from conduit_core.storage import Store
+
+__all__ = ["Ticker"]
+
+log = logging.getLogger("conduit.routines")
+
+#: The rescan clamp: the ticker never sleeps longer than this.
+MAX_SLEEP_MS = 60_000
+#: A claim lease; renewed every tick (at most every MAX_SLEEP_MS) by its owner.
+CLAIM_LEASE_MS = 5 * 60_000
+
+
+class Ticker:
+    """``Ticker(store, target, clock).run()`` in a task group; :meth:`poke` after Routine writes.
+
+    ``target`` is what fires feed (the daemon's :class:`~conduit_core.runtime.Scheduler`); assign
+    :attr:`target` again after a reload. ``on_fired`` is called after fires created Work (the
+    daemon wakes its host loop); ``on_resumed`` gets the claims of parked attempts a bound
+    Routine's input woke.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        target: FireTarget,
+        clock: Clock,
+        *,
+        owner: str | None = None,
+        lease_ms: int = CLAIM_LEASE_MS,
+        max_sleep_ms: int = MAX_SLEEP_MS,
+        running_recheck_ms: int = 5_000,
+        claim_batch: int = 1_000,
+        on_fired: Callable[[], None] | None = None,
+        on_resumed: OnResumed | None = None,
+    ) -> None:
+        self.store = store
+        self.target = target
+        self.clock = clock
+        self.owner = owner or f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(3)}"
+        self.lease_ms = lease_ms
+        self.max_sleep_ms = max_sleep_ms
+        self.running_recheck_ms = running_recheck_ms
+        self.claim_batch = claim_batch
+        self.on_fired = on_fired
+        self.on_resumed = on_resumed
+        self.ticks = 0
+        #: The delay the last tick armed the timer with (ms).
+        self.armed_ms: int | None = None
+        self._wake = anyio.Event()
+        self._tg: TaskGroup | None = None
+
+    def poke(self) -> None:
+        """Re-arm now: the next tick runs at once (a Routine was written)."""
+        self._wake.set()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Boot-resume, then tick until cancelled. Fires run in this task's own task group."""
+        await self.boot_resume()
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            task_status.started()
+            try:
+                while True:
+                    self._wake = anyio.Event()
+                    try:
+                        delay_ms = await self.tick()
+                    except (ConduitError, OSError) as exc:
+                        log.warning("routine tick failed: %s", exc)
+                        delay_ms = min(1_000, self.max_sleep_ms)
+                    with anyio.move_on_after(delay_ms / 1000):
+                        await self._wake.wait()
+            finally:
+                self._tg = None
+
+    async def boot_resume(self) -> list[Routine]:
+        """Heal the rows a dead ticker left mid-fire (only expired claims)."""
+        now = self.clock.now_ms()
+        healed = await self.store.heal_routines(
+            lambda r: ledger.heal_on_boot(r, ledger.spec_of(r), now)
+        )
+        for routine in healed:
+            log.info("routine %s healed on boot -> %s", routine.id, routine.status)
+        return healed
+
+    async def tick(self) -> int:
+        """One pass; returns the delay (ms) until the next. Without :meth:`run`, it waits for
+        the fires it dispatched (tests drive it this way)."""
+        self.ticks += 1
+        now = self.clock.now_ms()
+        await self.store.due_pass(now_ms=now)
+        claimed = await self.store.claim_queued(self._claim_change(now), limit=self.claim_batch)
+        if claimed:
+            if self._tg is not None:
+                for routine in claimed:
+                    self._tg.start_soon(self._fire, routine, name=f"fire {routine.id}")
+            else:
+                async with anyio.create_task_group() as tg:
+                    for routine in claimed:
+                        tg.start_soon(self._fire, routine)
+        running = await self.settle_running()
+        delay = await self.next_delay(running)
+        self.armed_ms = delay
+        return delay
+
+    def _claim_change(self, now: int) -> Callable[[Routine], Routine]:
+        def change(routine: Routine) -> Routine:
+            return ledger.claim(
+                routine,
+                owner=self.owner,
+                token=secrets.token_hex(16),
+                now_ms=now,
+                lease_ms=self.lease_ms,
+            )
+
+        return change
+
+    async def _fire(self, routine: Routine) -> None:
+        try:
+            await fire_claimed(
+                self.store,
+                self.target,
+                routine,
+                now_ms=self.clock.now_ms(),
+                on_resumed=self.on_resumed,
+            )
+        except Exception:
+            log.exception("routine %s: fire failed", routine.id)
+            return
+        self.poke()  # recheck soon: the running row now needs settling and renewing
+        if self.on_fired is not None:
+            self.on_fired()
+
+    async def settle_running(self) -> int:
+        """Settle running rows whose Work is done; renew the claims this ticker holds.
+
+        Returns how many fires are still running (store-wide).
+        """
+        still = 0
+        for routine in await self.store.running_routines():
+            now = self.clock.now_ms()
+            if routine.status is RoutineStatus.RUNNING:
+                try:
+                    settled = await settle_fire(self.store, routine, now_ms=now)
+                except ConduitError as exc:
+                    log.warning("routine %s: settle failed: %s", routine.id, exc)
+                    settled = None
+                if settled is not None:
+                    continue
+            still += 1
+            if routine.claim_owner == self.owner and routine.claim_token is not None:
+                await self._renew(routine, now)
+        return still
+
+    async def _renew(self, routine: Routine, now: int) -> None:
+        token = routine.claim_token
+        assert token is not None
+        try:
+            await self.store.apply_routine(
+                routine.id,
+                lambda r: ledger.renew_claim(r, token=token, now_ms=now, lease_ms=self.lease_ms),
+            )
+        except ConduitError as exc:
+            log.info("routine %s: claim not renewed: %s", routine.id, exc)
+
+    async def next_delay(self, running: int = 0) -> int:
+        """``min(max(next_due - now, 0), max_sleep)``; shorter while fires are running."""
+        cap = self.max_sleep_ms
+        if running:
+            cap = min(cap, self.running_recheck_ms)
+        next_due = await self.store.next_due_at()
+        if next_due is None:
+            return cap
+        return min(max(next_due - self.clock.now_ms(), 0), cap)

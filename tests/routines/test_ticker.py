@@ -1,0 +1,434 @@
+"""The ledger in the store and the ticker over it, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from conduit_core.errors import ConduitError
+from conduit_core.model import Event, MisfirePolicy, RoutineStatus, Work, WorkStatus, WorkTemplate
+from conduit_core.routines import ScheduleChange, ScheduleCreate
+from conduit_core.routines.managed import ConduitRoutineSource
+from conduit_core.routines.ticker import Ticker
+from conduit_core.runtime import ManualClock
+from conduit_core.storage import Store
+from tests.routines.conftest import T0, StoreTarget, eventually, finish_work, ms
+
+pytestmark = pytest.mark.anyio
+
+S = RoutineStatus
+MINUTE = 60_000
+HOUR = 60 * MINUTE
+
+
+def create(spec: str = "0 * * * *", rid: str = "hourly", **fields: object) -> ScheduleCreate:
+    target = fields.pop("target", WorkTemplate(binding="echo", input={"n": 1}))
+    return ScheduleCreate(spec=spec, id=rid, target=target, **fields)  # type: ignore[arg-type]
+
+
+def ticker(store: Store, clock: ManualClock, owner: str = "daemon-a", **kw: object) -> Ticker:
+    return Ticker(store, StoreTarget(store), clock, owner=owner, **kw)  # type: ignore[arg-type]
+
+
+async def works_of(store: Store, routine_id: str) -> list[Work]:
+    return [
+        w for w in await store.list_work(limit=1000) if w.scheduled_by == f"routine:{routine_id}"
+    ]
+
+
+async def status_is(store: Store, routine_id: str, status: RoutineStatus) -> bool:
+    return (await store.get_routine(routine_id)).status is status
+
+
+# --- Registration -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("request_", "code"),
+    [
+        (create(""), "invalid_cron_spec"),
+        (create("* * *"), "invalid_cron_spec"),
+        (create("61 * * * *"), "invalid_cron_spec"),
+        (create("once@2026-03-02T12:00:00"), "invalid_cron_spec"),  # no offset
+        (create("once@2026-03-01T12:00:00Z"), "invalid_cron_spec"),  # in the past
+        (create(timezone="Mars/Olympus"), "invalid_timezone"),
+        (create(target=WorkTemplate(binding="nope")), "unknown_binding"),
+        (create(target=WorkTemplate(binding="echo", scope="nowhere")), "unknown_scope"),
+        (create(rid="bad:id"), "invalid_routine_id"),
+    ],
+)
+async def test_bad_input_is_refused_and_nothing_is_stored(
+    source: ConduitRoutineSource, store: Store, request_: ScheduleCreate, code: str
+) -> None:
+    with pytest.raises(ConduitError) as caught:
+        await source.create(request_)
+    assert caught.value.code == code
+    assert await store.list_routines() == []
+
+
+async def test_created_routine_is_armed_at_its_next_occurrence(
+    source: ConduitRoutineSource, store: Store
+) -> None:
+    record = await source.create(create("*/15 * * * *", timezone="Europe/Berlin"))
+    assert record.id == "conduit:hourly"
+    routine = await store.get_routine("hourly")
+    assert (routine.status, routine.next_run_at_ms) == (S.IDLE, T0 + 15 * MINUTE)
+    assert (routine.scope, routine.target.scope) == ("root", "root")
+    with pytest.raises(ConduitError) as caught:
+        await source.create(create("*/15 * * * *"))
+    assert caught.value.code == "routine_exists"
+    assert await store.next_due_at() == T0 + 15 * MINUTE
+
+
+# --- The fire cycle -----------------------------------------------------------------------------
+
+
+async def test_fire_creates_work_and_success_re_arms_on_the_scheduled_time(
+    source: ConduitRoutineSource, store: Store, clock: ManualClock
+) -> None:
+    await source.create(create())
+    tick = ticker(store, clock)
+    assert await tick.tick() == 60_000  # nothing due for an hour: the 60 s rescan
+    clock.set(T0 + HOUR + 20)
+    await tick.tick()
+    (work,) = await works_of(store, "hourly")
+    assert work.id == f"routine:hourly:{T0 + HOUR}"
+    assert (work.binding, work.scope, work.kind) == ("echo", "root", "task")
+    (first,) = await store.pending_inputs(work.id)
+    assert (first.type, first.payload) == ("core.routine.fire", {"n": 1})
+    routine = await store.get_routine("hourly")
+    assert (routine.status, routine.fired_work_id, routine.scheduled_for_ms) == (
+        S.RUNNING, work.id, T0 + HOUR,
+    )  # fmt: skip
+    # One pending run per Routine: still running while the Work runs, even past the next hour.
+    clock.set(T0 + 2 * HOUR + 5 * MINUTE)
+    await tick.tick()
+    assert len(await works_of(store, "hourly")) == 1
+    await finish_work(store, work.id, WorkStatus.COMPLETED, clock.now_ms())
+    await tick.tick()
+    routine = await store.get_routine("hourly")
+    assert (routine.status, routine.next_run_at_ms) == (S.IDLE, T0 + 2 * HOUR)
+    (run,) = await store.routine_history("hourly")
+    assert (run.scheduled_for_ms, run.work_id, run.outcome) == (T0 + HOUR, work.id, "completed")
+    kinds = [e.type for e in await _routine_events(store)]
+    for kind in ("fired", "dispatched", "completed"):
+        assert f"core.routine.{kind}" in kinds
+
+
+async def _routine_events(store: Store) -> list[Event]:
+    """The stored ``core.routine.*`` events (read through the store's private reader)."""
+    rows = await store._read(  # type: ignore[attr-defined]
+        lambda cx: cx.rows("SELECT id FROM conduit_event WHERE id LIKE ?", ("routine-event/%",))
+    )
+    return [await store.get_event(event_id) for (event_id,) in rows]
+
+
+async def test_failure_halts_a_recurring_routine_until_resumed(
+    source: ConduitRoutineSource, store: Store, clock: ManualClock
+) -> None:
+    await source.create(create())
+    tick = ticker(store, clock)
+    clock.set(T0 + HOUR)
+    await tick.tick()
+    (work,) = await works_of(store, "hourly")
+    await finish_work(store, work.id, WorkStatus.FAILED, clock.now_ms())
+    await tick.tick()
+    routine = await store.get_routine("hourly")
+    assert (routine.status, routine.next_run_at_ms) == (S.ERROR, None)
+    assert "failed" in (routine.last_error or "")
+    # Error-halts: hours later nothing has fired again.
+    for hours in range(2, 6):
+        clock.set(T0 + hours * HOUR)
+        await tick.tick()
+    assert len(await works_of(store, "hourly")) == 1
+    assert (await store.get_routine("hourly")).status is S.ERROR
+    record = await source.change("hourly", ScheduleChange(action="resume"))
+    assert (record.status, record.next_run_at_ms) == ("idle", T0 + 6 * HOUR)
+    clock.set(T0 + 6 * HOUR)
+    await tick.tick()
+    assert len(await works_of(store, "hourly")) == 2
+
+
+async def test_pause_never_fires_and_is_refused_while_a_fire_runs(
+    source: ConduitRoutineSource, store: Store, clock: ManualClock
+) -> None:
+    await source.create(create("* * * * *", rid="minutely"))
+    await source.create(create())
+    tick = ticker(store, clock)
+    await source.change("minutely", ScheduleChange(action="pause"))
+    for minutes in range(1, 120, 7):
+        clock.set(T0 + minutes * MINUTE)
+        await tick.tick()
+    assert await works_of(store, "minutely") == []
+    assert (await store.get_routine("minutely")).status is S.PAUSED
+    # hourly fired at 11:00 and is running: pause and resume are refused, nothing changes.
+    assert (await store.get_routine("hourly")).status is S.RUNNING
+    for action in ("pause", "resume", "run"):
+        with pytest.raises(ConduitError) as caught:
+            await source.change("hourly", ScheduleChange(action=action))  # type: ignore[arg-type]
+        assert caught.value.code in ("routine_busy", "illegal_transition")
+    assert (await store.get_routine("hourly")).status is S.RUNNING
+
+
+async def test_one_shot_fires_once_then_goes_quiet(
+    source: ConduitRoutineSource, store: Store, clock: ManualClock
+) -> None:
+    await source.create(create("once@2026-03-02T11:30:00+01:00", rid="once"))  # 10:30 UTC
+    tick = ticker(store, clock)
+    clock.set(T0 + 30 * MINUTE)
+    await tick.tick()
+    (work,) = await works_of(store, "once")
+    await finish_work(store, work.id, WorkStatus.COMPLETED, clock.now_ms())
+    await tick.tick()
+    routine = await store.get_routine("once")
+    assert (routine.status, routine.next_run_at_ms) == (S.IDLE, None)
+    clock.set(T0 + 48 * HOUR)
+    await tick.tick()
+    assert len(await works_of(store, "once")) == 1
+
+
+@pytest.mark.parametrize(
+    ("policy", "fired_for", "next_after"),
+    [
+        # Down 10:00 -> 15:20: coalesce fires once for 15:00 (the latest), re-arms at 16:00.
+        (MisfirePolicy.COALESCE, T0 + 5 * HOUR, T0 + 6 * HOUR),
+        # skip: 15:00 is 20 minutes late, beyond the 60 s grace: nothing fires.
+        (MisfirePolicy.SKIP, None, T0 + 6 * HOUR),
+    ],
+)
+async def test_misfire_after_a_simulated_downtime(
+    source: ConduitRoutineSource,
+    store: Store,
+    clock: ManualClock,
+    policy: MisfirePolicy,
+    fired_for: int | None,
+    next_after: int,
+) -> None:
+    await source.create(create(misfire=policy))
+    clock.set(T0 + 5 * HOUR + 20 * MINUTE)  # the daemon was down since 10:00
+    tick = ticker(store, clock)
+    await tick.boot_resume()
+    await tick.tick()
+    works = await works_of(store, "hourly")
+    if fired_for is None:
+        assert works == []
+        routine = await store.get_routine("hourly")
+        assert (routine.status, routine.next_run_at_ms) == (S.IDLE, next_after)
+        return
+    assert [w.id for w in works] == [f"routine:hourly:{fired_for}"]
+    await finish_work(store, works[0].id, WorkStatus.COMPLETED, clock.now_ms())
+    await tick.tick()
+    assert (await store.get_routine("hourly")).next_run_at_ms == next_after
+
+
+async def test_skip_within_grace_still_fires(
+    source: ConduitRoutineSource, store: Store, clock: ManualClock
+) -> None:
+    await source.create(create(misfire=MisfirePolicy.SKIP, grace_seconds=120))
+    clock.set(T0 + HOUR + 90_000)
+    await ticker(store, clock).tick()
+    assert [w.id for w in await works_of(store, "hourly")] == [f"routine:hourly:{T0 + HOUR}"]
+
+
+# --- Idempotent fires, claims and boot-resume ---------------------------------------------------
+
+
+async def test_a_retried_fire_never_creates_a_second_work(
+    source: ConduitRoutineSource, store: Store, clock: ManualClock
+) -> None:
+    """A fire that created its Work and died before recording it is fired again after its
+    claim expires: it finds its Work by the fire key."""
+    await source.create(create())
+    clock.set(T0 + HOUR)
+    dead = ticker(store, clock, owner="dead", lease_ms=30_000)
+    await store.due_pass(now_ms=clock.now_ms())
+    (claimed,) = await store.claim_queued(dead._claim_change(clock.now_ms()), limit=10)
+    # The dead ticker created the Work, then was killed before start_fire.
+    await StoreTarget(store).submit(
+        Work(id=f"routine:hourly:{T0 + HOUR}", scope="root", binding="echo",
+             scheduled_by="routine:hourly", created_at_ms=T0, updated_at_ms=T0),
+    )  # fmt: skip
+    clock.advance(31_000)
+    alive = ticker(store, clock, owner="alive")
+    healed = await alive.boot_resume()
+    assert [(r.id, r.status) for r in healed] == [("hourly", S.QUEUED)]
+    await alive.tick()
+    assert [w.id for w in await works_of(store, "hourly")] == [f"routine:hourly:{T0 + HOUR}"]
+    routine = await store.get_routine("hourly")
+    assert (routine.status, routine.claim_owner) == (S.RUNNING, "alive")
+    assert claimed.claim_token != routine.claim_token
+
+
+async def test_boot_resume_leaves_a_live_daemons_fire_alone(
+    source: ConduitRoutineSource, store: Store, clock: ManualClock
+) -> None:
+    await source.create(create())
+    await source.create(create("once@2026-03-02T11:00:00Z", rid="once"))
+    clock.set(T0 + HOUR)
+    live = ticker(store, clock, owner="live", lease_ms=5 * MINUTE)
+    await live.tick()
+    assert {r.id: r.status for r in await store.running_routines()} == {
+        "hourly": S.RUNNING, "once": S.RUNNING,
+    }  # fmt: skip
+    # A second daemon boots while the first one's claims are live: nothing is healed.
+    clock.advance(MINUTE)
+    booted = ticker(store, clock, owner="booted")
+    assert await booted.boot_resume() == []
+    await booted.tick()
+    for routine in await store.running_routines():
+        assert (routine.status, routine.claim_owner) == (S.RUNNING, "live")
+    # The live daemon renews its claims every tick, so they stay live past the first lease.
+    clock.advance(4 * MINUTE)
+    await live.tick()
+    clock.advance(4 * MINUTE)
+    assert await booted.boot_resume() == []
+    # The live daemon dies; after its lease expires the next boot heals: recurring -> idle at
+    # the next occurrence, one-shot -> error (its outcome is unknown).
+    clock.advance(6 * MINUTE)
+    healed = {r.id: r for r in await booted.boot_resume()}
+    assert (healed["hourly"].status, healed["hourly"].next_run_at_ms) == (S.IDLE, T0 + 2 * HOUR)
+    assert healed["once"].status is S.ERROR
+
+
+async def test_two_tickers_race_and_each_due_row_fires_once(
+    source: ConduitRoutineSource, store: Store, clock: ManualClock
+) -> None:
+    for i in range(20):
+        await source.create(create("*/5 * * * *", rid=f"r{i:02d}"))
+    a, b = ticker(store, clock, owner="a"), ticker(store, clock, owner="b")
+    clock.set(T0 + 5 * MINUTE)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(a.tick)
+        tg.start_soon(b.tick)
+    works = [w for w in await store.list_work(limit=1000)]
+    assert sorted(w.id for w in works) == sorted(
+        f"routine:r{i:02d}:{T0 + 5 * MINUTE}" for i in range(20)
+    )
+    owners = {r.claim_owner for r in await store.running_routines()}
+    assert owners <= {"a", "b"}
+
+
+# --- Bound Routines and the one-firing-owner invariant ------------------------------------------
+
+
+async def _manual_work(store: Store, work_id: str, scheduled_by: str = "manual") -> Work:
+    return await store.create_work(
+        Work(id=work_id, scope="root", binding="echo", scheduled_by=scheduled_by,
+             created_at_ms=T0, updated_at_ms=T0)
+    )  # fmt: skip
+
+
+async def test_binding_an_existing_work_enforces_one_firing_owner(
+    source: ConduitRoutineSource, store: Store, clock: ManualClock
+) -> None:
+    await _manual_work(store, "w-manual")
+    await _manual_work(store, "w-owned", scheduled_by="routine:someone-else")
+    once = "once@2026-03-02T12:00:00Z"
+    with pytest.raises(ConduitError) as caught:
+        await source.create(create(once, rid="b1", target=WorkTemplate(work_id="w-owned")))
+    assert (caught.value.code, getattr(caught.value, "http_status", None)) == (
+        "duplicate_firing_owner", 409,
+    )  # fmt: skip
+    with pytest.raises(ConduitError) as caught:
+        await source.create(create("0 * * * *", rid="b2", target=WorkTemplate(work_id="w-manual")))
+    assert (caught.value.code, getattr(caught.value, "http_status", None)) == (
+        "bound_recurring_schedule", 400,
+    )  # fmt: skip
+    with pytest.raises(ConduitError) as caught:
+        await source.create(create(once, rid="b3", target=WorkTemplate(work_id="w-missing")))
+    assert caught.value.code == "not_found"
+    assert await store.list_routines() == []
+    assert (await store.get_work("w-manual")).scheduled_by == "manual"
+    # A manual Work is stamped with its new owner in the same transaction.
+    await source.create(create(once, rid="b4", target=WorkTemplate(work_id="w-manual")))
+    assert (await store.get_work("w-manual")).scheduled_by == "routine:b4"
+    with pytest.raises(ConduitError) as caught:
+        await source.create(create(once, rid="b5", target=WorkTemplate(work_id="w-manual")))
+    assert caught.value.code == "duplicate_firing_owner"
+
+
+async def test_a_bound_fire_delivers_input_and_a_finished_work_counts_as_satisfied(
+    source: ConduitRoutineSource, store: Store, clock: ManualClock
+) -> None:
+    await _manual_work(store, "w-bound")
+    await source.create(
+        create("once@2026-03-02T12:00:00Z", rid="bound", target=WorkTemplate(work_id="w-bound"))
+    )
+    clock.set(T0 + 2 * HOUR)
+    tick = ticker(store, clock)
+    await tick.tick()
+    (delivered,) = await store.pending_inputs("w-bound")
+    assert delivered.delivery_id == f"routine:bound:{T0 + 2 * HOUR}/input"
+    assert (await store.get_routine("bound")).status is S.RUNNING
+    await finish_work(store, "w-bound", WorkStatus.CANCELLED, clock.now_ms())
+    await tick.tick()
+    routine = await store.get_routine("bound")
+    assert (routine.status, routine.next_run_at_ms, routine.last_error) == (S.IDLE, None, None)
+
+
+# --- The timer ----------------------------------------------------------------------------------
+
+
+async def test_the_timer_is_clamped_to_the_rescan(
+    source: ConduitRoutineSource, store: Store, clock: ManualClock
+) -> None:
+    tick = ticker(store, clock)
+    assert await tick.tick() == 60_000  # nothing armed: the 60 s rescan
+    await source.create(create("30 10 * * *", rid="daily"))
+    assert await tick.tick() == 60_000  # 30 minutes away: still the rescan
+    clock.set(T0 + 30 * MINUTE - 1_500)
+    assert await tick.tick() == 1_500
+
+
+async def test_run_now_re_arms_the_sleeping_ticker_at_once(
+    store: Store, clock: ManualClock
+) -> None:
+    tick = ticker(store, clock, max_sleep_ms=60_000)
+    source = ConduitRoutineSource(store, clock, bindings={"echo": "root"}, on_change=tick.poke)
+    await source.create(create("0 0 1 1 *", rid="yearly"))
+    async with anyio.create_task_group() as tg:
+        await tg.start(tick.run)
+        with anyio.fail_after(5):
+            while tick.armed_ms != 60_000:  # noqa: ASYNC110 - the armed timer, polled
+                await anyio.sleep(0.01)
+        await source.change("yearly", ScheduleChange(action="run"))
+        # Far less than the 60 s the timer was armed for.
+        await eventually(lambda: works_of(store, "yearly"), within=5)
+        tg.cancel_scope.cancel()
+    assert (await store.get_routine("yearly")).status is S.RUNNING
+
+
+async def test_a_slow_fire_never_delays_another_routine(
+    source: ConduitRoutineSource, store: Store, clock: ManualClock
+) -> None:
+    await source.create(create("*/5 * * * *", rid="slow"))
+    await source.create(create("*/5 * * * *", rid="quick"))
+    target = StoreTarget(store)
+    gate = anyio.Event()
+    target.block["routine:slow:"] = gate
+    tick = Ticker(store, target, clock, owner="a")
+    clock.set(T0 + 5 * MINUTE)
+    async with anyio.create_task_group() as tg:
+        await tg.start(tick.run)
+        await eventually(lambda: status_is(store, "quick", S.RUNNING), within=5)
+        assert (await store.get_routine("slow")).status is S.CLAIMED
+        assert await works_of(store, "slow") == []
+        gate.set()
+        await eventually(lambda: status_is(store, "slow", S.RUNNING), within=5)
+        tg.cancel_scope.cancel()
+
+
+async def test_delete_and_edit(
+    source: ConduitRoutineSource, store: Store, clock: ManualClock
+) -> None:
+    await source.create(create())
+    record = await source.change("hourly", ScheduleChange(action="edit", spec="30 * * * *"))
+    assert (record.spec, record.next_run_at_ms) == ("30 * * * *", T0 + 30 * MINUTE)
+    with pytest.raises(ConduitError) as caught:
+        await source.change("hourly", ScheduleChange(action="edit", spec="99 * * * *"))
+    assert caught.value.code == "invalid_cron_spec"
+    await source.delete("hourly")
+    with pytest.raises(ConduitError) as caught:
+        await source.delete("hourly")
+    assert caught.value.code == "not_found"
+    assert ms("2026-03-02T10:00:00Z") == T0

@@ -48,10 +48,7 @@ def filesystem_type(path: Path, mounts: str | None = None) -> str | None:
 
 def check_local_filesystem(sqlite_file: Path, mounts: str | None = None) -> None:
     """Raise ``StoreError`` (``store_on_network_fs``) when the file's folder is a network mount."""
-    folder = sqlite_file.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    fstype = filesystem_type(folder, mounts)
+    fstype = filesystem_type(sqlite_file.parent, mounts)
     if fstype is not None and (fstype in NETWORK_FILESYSTEMS or fstype.startswith("nfs")):
         raise StoreError(
             f"the SQLite store {sqlite_file} is on a network filesystem ({fstype}), where file "

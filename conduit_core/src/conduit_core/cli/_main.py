@@ -12,6 +12,7 @@ from conduit_core.cli._config import config_group
 from conduit_core.cli._daemon import daemon_command, reload_command
 from conduit_core.cli._doctor import doctor_command
 from conduit_core.cli._plugins import plugins_group
+from conduit_core.cli._routines import routines_group
 from conduit_core.cli._work import capacity_command, work_group
 from conduit_core.errors import ConduitError
 
@@ -45,6 +46,7 @@ cli.add_command(reload_command)
 cli.add_command(work_group)
 cli.add_command(capacity_command)
 cli.add_command(doctor_command)
+cli.add_command(routines_group)
 
 
 def main() -> None:

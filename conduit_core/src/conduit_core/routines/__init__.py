@@ -1,8 +1,10 @@
 """Routines: cron occurrence math, the ledger state machine, and the unified schedule surface.
 
 ``occurrence`` is the only module of conduit that imports croniter; ``ledger`` holds pure
-transitions the store applies inside its write transactions; ``sources`` and ``crontab`` make the
-schedule surface.
+transitions the store applies inside its write transactions; ``fire`` turns a claimed Routine
+into Work; ``ticker`` drives the ledger (no durable state); ``managed`` is the ``conduit``
+schedule source and ``reconcile`` loads ``[[routines]]`` from config; ``sources`` and
+``crontab`` make the schedule surface.
 """
 
 from conduit_core.routines.crontab import CrontabLocation, CrontabSource
@@ -19,6 +21,8 @@ from conduit_core.routines.errors import (
     SourceUnavailableError,
     StaleRoutineClaimError,
 )
+from conduit_core.routines.fire import FireTarget, check_bound_owner, firing_owner
+from conduit_core.routines.managed import ConduitRoutineSource, InvalidRoutineIdError, new_routine
 from conduit_core.routines.occurrence import (
     MisfireDecision,
     Spec,
@@ -26,6 +30,7 @@ from conduit_core.routines.occurrence import (
     parse_spec,
     validate_once_not_past,
 )
+from conduit_core.routines.reconcile import ReconcileReport, reconcile_routines
 from conduit_core.routines.sources import (
     ManagedScheduleSource,
     MergedRead,
@@ -38,21 +43,28 @@ from conduit_core.routines.sources import (
     SourceStatus,
     routine_record,
 )
+from conduit_core.routines.ticker import Ticker
+from conduit_core.storage._ops_routines import RoutineRun
 
 __all__ = [
     "BoundRecurringScheduleError",
+    "ConduitRoutineSource",
     "CrontabLocation",
     "CrontabSource",
     "DomainViolationError",
     "DuplicateFiringOwnerError",
+    "FireTarget",
     "IllegalTransitionError",
     "InvalidCronSpecError",
+    "InvalidRoutineIdError",
     "InvalidTimezoneError",
     "ManagedScheduleSource",
     "MergedRead",
     "MisfireDecision",
     "ReadOnlySourceError",
+    "ReconcileReport",
     "RoutineBusyError",
+    "RoutineRun",
     "ScheduleChange",
     "ScheduleCreate",
     "ScheduleMultiplexer",
@@ -64,8 +76,13 @@ __all__ = [
     "SourceUnavailableError",
     "Spec",
     "StaleRoutineClaimError",
+    "Ticker",
+    "check_bound_owner",
+    "firing_owner",
     "misfire_next",
+    "new_routine",
     "parse_spec",
+    "reconcile_routines",
     "routine_record",
     "validate_once_not_past",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from conduit_core.config import Binding, Config
+from conduit_core.config import Binding, Budget, Config
 from conduit_core.storage import CapacityLimits
 
 __all__ = ["JOBS_POOL", "SchedulerOptions"]
@@ -32,12 +32,15 @@ class SchedulerOptions:
     state_dir: str | None = None
     #: How many pending inputs one attempt takes (None: all of them).
     max_inputs: int | None = None
+    #: Budgets Start enforces after capacity (none: nothing is charged or held).
+    budgets: tuple[Budget, ...] = ()
 
     def __post_init__(self) -> None:
         # Copy the mappings so a caller mutating theirs cannot change a running scheduler.
         object.__setattr__(self, "bindings", dict(self.bindings))
         object.__setattr__(self, "scope_parents", dict(self.scope_parents))
         object.__setattr__(self, "scope_limits", dict(self.scope_limits))
+        object.__setattr__(self, "budgets", tuple(self.budgets))
 
     @classmethod
     def from_config(
@@ -60,6 +63,7 @@ class SchedulerOptions:
                 if s.limits.concurrency is not None
             },
             state_dir=state_dir,
+            budgets=tuple(config.budgets),
         )
 
     def capacity(self) -> CapacityLimits:

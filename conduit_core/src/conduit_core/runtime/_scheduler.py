@@ -43,7 +43,7 @@ from conduit_core.model import (
     Work,
 )
 from conduit_core.plugins import Plugins
-from conduit_core.runtime import _controls, _recovery
+from conduit_core.runtime import _admission, _controls, _recovery
 from conduit_core.runtime import _policy as policy
 from conduit_core.runtime._callbacks import StoreCallbacks
 from conduit_core.runtime._clock import Clock
@@ -134,6 +134,8 @@ class Scheduler:
 
     async def claim(self, work_id: str) -> Claim:
         """Claim the next attempt of one Work (raises the refusal as an error)."""
+        if _admission.active(self):  # start gates or budgets: see _admission
+            return await _admission.claim(self, work_id)
         work = await self.store.get_work(work_id)
         return await self.store.claim_attempt(
             ClaimRequest(
@@ -149,6 +151,8 @@ class Scheduler:
 
     async def claim_ready(self, limit: int) -> tuple[list[Claim], list[ClaimRefusal]]:
         """Claim up to ``limit`` ready Work in one transaction; refusals are returned."""
+        if _admission.active(self):
+            return await _admission.claim_ready(self, limit)
 
         def snapshot_for(work: Work) -> AttemptSnapshot | None:
             try:
@@ -479,6 +483,29 @@ class Scheduler:
     async def dispatch_controls(self, *, limit: int = 100) -> int:
         """Dispatch open inject/interrupt intents; returns how many were settled."""
         return await _controls.dispatch_controls(self, limit=limit)
+
+    # --- budgets and gates (see _admission, _budgets) -----------------------------------------
+
+    async def settle_budgets(self) -> int:
+        """Charge staged usage to the budget ledgers (the daemon runs this every pass)."""
+        return await self.store.settle_budgets(
+            _admission.budget_book(self), now_ms=self.clock.now_ms()
+        )
+
+    async def release_hold(self, work_id: str, *, reason: str = "") -> Work:
+        """Release a budget hold, leaving one pass; a gate's hold is refused (``gate_hold``)."""
+        return await self.store.release_budget_hold(
+            work_id, reason=reason, now_ms=self.clock.now_ms()
+        )
+
+    async def settle_gate_hold(
+        self, work_id: str, gate: str, *, admit: bool, reason: str = ""
+    ) -> Work:
+        """Only the holding gate registration settles its hold: admit leaves a pass (the next
+        start skips the gates once), refuse cancels the Work. Idempotent."""
+        return await self.store.settle_gate_hold(
+            work_id, gate, admit=admit, reason=reason, now_ms=self.clock.now_ms()
+        )
 
     async def _fail(
         self,

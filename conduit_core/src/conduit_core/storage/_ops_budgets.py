@@ -305,9 +305,7 @@ def _admit_one(
 
     def spend_passes(current: Work) -> Work:
         gated_now = current.gated or current.gate_pass or gated
-        return msgspec.structs.replace(
-            current, gate_pass=False, budget_pass=False, gated=gated_now
-        )
+        return msgspec.structs.replace(current, gate_pass=False, budget_pass=False, gated=gated_now)
 
     claim = claim_one(
         cx,

@@ -70,8 +70,14 @@ _V2 = (
         PRIMARY KEY (routine_id, scheduled_for_ms))""",
 )
 
+# Budgets: usage staged by attempt-state writes, charged to the ledgers at the next start.
+_V3 = (
+    """CREATE TABLE conduit_budget_pending (
+        id TEXT PRIMARY KEY, work_id TEXT NOT NULL, data TEXT NOT NULL)""",
+)
+
 #: Ordered forward migrations; ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 #: Every table a conduit store owns (the meta table is created before any migration).
@@ -90,6 +96,7 @@ TABLES = (
     "conduit_config_generation",
     "conduit_routine",
     "conduit_routine_run",
+    "conduit_budget_pending",
 )
 
 META_DDL = "CREATE TABLE IF NOT EXISTS conduit_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"

@@ -56,11 +56,30 @@ class EchoExecutor(Executor):
         return StopEvidence(verified=True, detail="nothing runs outside the call")
 
 
+#: (gate, work_id) for every question a start gate of this plugin was asked, in order.
+GATE_CALLS: list[tuple[str, str]] = []
+
+
 class AllowGate(StartGate):
     async def check(self, request: GateRequest) -> StartHold | None:
+        GATE_CALLS.append(("test-allow", request.work_id))
         payload = request.first_input.payload if request.first_input else None
         if isinstance(payload, dict) and payload.get("hold"):
             return StartHold(reason=str(payload["hold"]))
+        return None
+
+
+class ProbeGate(StartGate):
+    """Asked after ``test-allow``: holds on ``{"probe_hold": reason}``, raises on
+    ``{"gate_error": true}``, lets everything else start."""
+
+    async def check(self, request: GateRequest) -> StartHold | None:
+        GATE_CALLS.append(("test-probe", request.work_id))
+        payload = request.first_input.payload if request.first_input else None
+        if isinstance(payload, dict) and payload.get("gate_error"):
+            raise RuntimeError("the probe gate cannot decide")
+        if isinstance(payload, dict) and payload.get("probe_hold"):
+            return StartHold(reason=str(payload["probe_hold"]))
         return None
 
 
@@ -78,7 +97,10 @@ def conduit_executors() -> Sequence[ExecutorRegistration]:
 
 @hookimpl
 def conduit_start_gates() -> Sequence[GateRegistration]:
-    return [GateRegistration(name="test-allow", gate=AllowGate())]
+    return [
+        GateRegistration(name="test-probe", gate=ProbeGate()),
+        GateRegistration(name="test-allow", gate=AllowGate()),
+    ]
 
 
 @hookimpl

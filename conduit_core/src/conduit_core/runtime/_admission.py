@@ -1,0 +1,251 @@
+"""Admission: the start gates and budgets a start passes after capacity.
+
+A start is admitted in three steps. A read-only dry run of the claim tells which Work eligibility
+and capacity would let start (so a gate is never asked about Work capacity would refuse). The
+start gates are asked, in registration-name order and outside any transaction, only before a
+Work's first attempt. Then one claim transaction rechecks capacity, commits a gate's hold,
+checks and charges budgets, and claims.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import anyio
+import msgspec
+
+from conduit_core.errors import ConduitError
+from conduit_core.extension import GateRequest, InputEvent, StartHold
+from conduit_core.model import AttemptSnapshot, HoldKind, Work
+from conduit_core.runtime._budgets import BudgetBook
+from conduit_core.storage import AdmitRequest, Claim, ClaimRefusal, GateVerdict, Store
+from conduit_core.storage._contract import refusal_error
+from conduit_core.storage._ops_budgets import needs_gates
+
+if TYPE_CHECKING:
+    from conduit_core.runtime._scheduler import Scheduler
+
+__all__ = [
+    "HUMAN_GATE",
+    "NeedsYou",
+    "StartGateError",
+    "active",
+    "budget_book",
+    "claim",
+    "claim_ready",
+    "needs_you",
+]
+
+log = logging.getLogger("conduit.runtime")
+
+#: The registration name of the human-approval gate (``conduit-gate-human``).
+HUMAN_GATE = "human"
+
+
+class StartGateError(ConduitError):
+    """A start gate failed to decide: nothing is held and it is asked again on the next pass."""
+
+    code = "start_gate_failed"
+
+
+def active(sched: Scheduler) -> bool:
+    """Admission runs when a gate is registered or a budget configured (off by default)."""
+    return bool(sched.options.budgets) or bool(sched.plugins.start_gates())
+
+
+def budget_book(sched: Scheduler) -> BudgetBook:
+    return BudgetBook(sched.options.budgets, sched.options.scope_parents)
+
+
+async def claim(sched: Scheduler, work_id: str) -> Claim:
+    """Admit and claim one Work's next attempt; raises the refusal as an error."""
+    work = await sched.store.get_work(work_id)
+    snapshot = sched.snapshot_for(work)  # unknown binding / generation: raise, as before
+    claims, refusals = await _admit(sched, [work_id], 1, lambda _: snapshot)
+    if claims:
+        return claims[0]
+    (refusal,) = refusals
+    if refusal.code == StartGateError.code:
+        raise StartGateError(refusal.message)
+    raise refusal_error(refusal)
+
+
+async def claim_ready(sched: Scheduler, limit: int) -> tuple[list[Claim], list[ClaimRefusal]]:
+    """Admit and claim up to ``limit`` ready Work; refusals (held, over budget…) returned."""
+
+    def snapshot_for(work: Work) -> AttemptSnapshot | None:
+        try:
+            return sched.snapshot_for(work)
+        except ConduitError as exc:
+            log.warning("work %s cannot be pinned: %s", work.id, exc)
+            return None
+
+    return await _admit(sched, None, limit, snapshot_for)
+
+
+async def _admit(
+    sched: Scheduler,
+    work_ids: list[str] | None,
+    limit: int,
+    snapshot_for: Callable[[Work], AttemptSnapshot | None],
+) -> tuple[list[Claim], list[ClaimRefusal]]:
+    store, options = sched.store, sched.options
+    capacity = options.capacity()
+    candidates = await store.admission_candidates(
+        work_ids=work_ids,
+        limit=limit,
+        snapshot_for=snapshot_for,
+        capacity=capacity,
+    )
+    gates_registered = bool(sched.plugins.start_gates())
+    refusals: list[ClaimRefusal] = []
+    slots: list[AdmitRequest | ClaimRefusal | None] = []
+    asks: list[tuple[int, Work, AttemptSnapshot]] = []
+    for work, snapshot, refused in candidates:
+        if refused is not None:
+            refusals.append(refused)
+        elif needs_gates(work, gates_registered):
+            asks.append((len(slots), work, snapshot))
+            slots.append(None)
+        else:
+            slots.append(
+                AdmitRequest(work_id=work.id, snapshot=snapshot, max_inputs=options.max_inputs)
+            )
+
+    async def ask(index: int, work: Work, snapshot: AttemptSnapshot) -> None:
+        slots[index] = await ask_gates(sched, work, snapshot)
+
+    if asks:
+        async with anyio.create_task_group() as tg:
+            for index, work, snapshot in asks:
+                tg.start_soon(ask, index, work, snapshot)
+    requests = [s for s in slots if isinstance(s, AdmitRequest)]
+    refusals.extend(s for s in slots if isinstance(s, ClaimRefusal))
+    if not requests:
+        return [], refusals
+    outcomes = await store.admit_attempts(
+        requests,
+        owner=options.owner,
+        now_ms=sched.clock.now_ms(),
+        lease_ms=options.lease_ms,
+        capacity=capacity,
+        budgets=budget_book(sched),
+        gates_registered=gates_registered,
+    )
+    claims = [o for o in outcomes if isinstance(o, Claim)]
+    refusals.extend(o for o in outcomes if isinstance(o, ClaimRefusal))
+    return claims, refusals
+
+
+async def ask_gates(
+    sched: Scheduler, work: Work, snapshot: AttemptSnapshot
+) -> AdmitRequest | ClaimRefusal:
+    """Ask every start gate in registration-name order, outside any transaction."""
+    pending = await sched.store.pending_inputs(work.id)
+    first = pending[0] if pending else None
+    request = GateRequest(
+        work_id=work.id,
+        scope=work.scope,
+        kind=str(work.kind),
+        binding=work.binding,
+        executor=snapshot.executor,
+        first_input=None
+        if first is None
+        else InputEvent(
+            id=first.id,
+            type=first.type,
+            payload=first.payload,
+            correlation_key=first.correlation_key,
+            accepted_at_ms=first.accepted_at_ms,
+        ),
+    )
+    for registration in sched.plugins.start_gates():
+        try:
+            answer = await registration.gate.check(request)
+            if answer is not None and not isinstance(answer, StartHold):
+                raise TypeError(f"check returned {type(answer).__name__}, not StartHold | None")
+        except Exception as exc:
+            # Fail closed: nothing is held, and the next pass asks again.
+            log.warning(
+                "start gate %r failed to decide for work %s: %s",
+                registration.name, work.id, type(exc).__name__,
+            )  # fmt: skip
+            return ClaimRefusal(
+                work_id=work.id,
+                code=StartGateError.code,
+                message=f"start gate {registration.name!r} failed to decide "
+                f"({type(exc).__name__}); it is asked again on the next pass",
+            )
+        if answer is not None:
+            return _request(sched, work, snapshot, GateVerdict.HOLD, registration.name, answer)
+    return _request(sched, work, snapshot, GateVerdict.LET, "", None)
+
+
+def _request(
+    sched: Scheduler,
+    work: Work,
+    snapshot: AttemptSnapshot,
+    verdict: GateVerdict,
+    holder: str,
+    hold: StartHold | None,
+) -> AdmitRequest:
+    # Re-pinned: asking may have taken a while, and the deadline counts from the claim (on a
+    # pin error the dry run's pin is still valid for everything but the deadline).
+    with contextlib.suppress(ConduitError):
+        snapshot = sched.snapshot_for(work)
+    return AdmitRequest(
+        work_id=work.id,
+        snapshot=snapshot,
+        max_inputs=sched.options.max_inputs,
+        gates=verdict,
+        holder=holder,
+        reason=hold.reason if hold is not None else "",
+    )
+
+
+# --- The needs-you list ---------------------------------------------------------------------
+
+
+class NeedsYou(msgspec.Struct, frozen=True, kw_only=True):
+    """A held Work, why, and how a person settles it."""
+
+    work_id: str
+    kind: HoldKind
+    holder: str
+    reason: str
+    held_since_ms: int
+    binding: str
+    scope: str
+    settle: str
+
+
+def how_to_settle(work_id: str, kind: HoldKind, holder: str) -> str:
+    if kind is HoldKind.BUDGET:
+        budget = holder.split("|", 1)[0]
+        return (
+            f"conduit release {work_id} (lets one more start through), or raise budget "
+            f"{budget!r} in conduit.toml"
+        )
+    if holder == HUMAN_GATE:
+        return f"conduit approve {work_id} [--reason R], or conduit refuse {work_id} --reason R"
+    return f"settled by start gate {holder!r} only; or cancel it: conduit work cancel {work_id}"
+
+
+async def needs_you(store: Store) -> list[NeedsYou]:
+    """Every held Work (budget and gate holds) with its reason and how to settle it."""
+    return [
+        NeedsYou(
+            work_id=hold.work_id,
+            kind=hold.kind,
+            holder=hold.holder,
+            reason=hold.reason,
+            held_since_ms=hold.created_at_ms,
+            binding=work.binding,
+            scope=work.scope,
+            settle=how_to_settle(hold.work_id, hold.kind, hold.holder),
+        )
+        for hold, work in await store.held_work()
+    ]

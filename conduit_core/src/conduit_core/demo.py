@@ -1,0 +1,221 @@
+"""``python -m conduit_core.demo``: conduit working end to end, in under a minute.
+
+It writes a config in a temporary folder (a SQLite store, shell bindings), starts the daemon as
+a subprocess, submits shell Work through the HTTP API — jobs that succeed, one that fails once
+and is retried by policy — shows their progress, then prints ``conduit work list`` and stops the
+daemon with SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from conduit_core.http import ApiClient, SubmitRequest, WorkDetail, read_token
+from conduit_core.plugins import Plugins
+
+__all__ = ["main"]
+
+CONFIG = """\
+# Written by python -m conduit_core.demo
+[settings]
+store = "conduit.db"
+data_dir = "data"
+job_concurrency = 2
+lease_seconds = 15
+retry_delays_seconds = [2]
+http.listen = "127.0.0.1:{port}"
+
+[bindings.hello]
+executor = "shell"
+config = {{ command = 'echo "hello from conduit, work $CONDUIT_WORK_ID"; date -u' }}
+
+[bindings.report]
+executor = "shell"
+timeout_seconds = 60
+config = {{ command = 'for i in 1 2 3; do echo "step $i"; sleep 1; done' }}
+
+[bindings.flaky]
+executor = "shell"
+retry_delays_seconds = [1]
+config = {{ command = '{flaky}' }}
+{routines}"""
+
+#: Hook for the Routines work: a ``[[routines]]`` table appended to the demo config (for
+#: example one firing ``hello`` every 10 seconds) once the daemon ticks Routines.
+ROUTINES = ""
+
+#: Fails the first time (leaving a marker), succeeds on the retry.
+FLAKY = 'test -e {root}/flaky-ok || {{ touch {root}/flaky-ok; echo "failing once" >&2; exit 3; }}'
+
+SUBMISSIONS = [("hello", None), ("report", {"day": "today"}), ("flaky", None), ("hello", None)]
+DEADLINE_S = 50.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _conduit(*args: str) -> list[str]:
+    return [sys.executable, "-m", "conduit_core.cli", *args]
+
+
+def _table(details: list[WorkDetail]) -> Table:
+    table = Table(title="conduit demo: Work through the daemon", header_style="bold")
+    for column in ("WORK", "BINDING", "STATUS", "ATTEMPTS", "LAST OUTCOME"):
+        table.add_column(column)
+    for detail in details:
+        last = detail.attempts[-1] if detail.attempts else None
+        outcome = ""
+        if last is not None:
+            outcome = str(last.status)
+            if last.failure_message:
+                outcome += f" ({last.failure_message})"
+            elif last.result is not None and last.result.summary:
+                outcome += f" ({last.result.summary})"
+        note = " (retry pending)" if detail.work.retry_pending else ""
+        table.add_row(
+            detail.work.id, detail.work.binding, f"{detail.work.status}{note}",
+            str(len(detail.attempts)), outcome,
+        )  # fmt: skip
+    return table
+
+
+def _wait_ready(api: ApiClient, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the daemon exited ({proc.returncode}):\n{log.read_text()}")
+        try:
+            api.request("GET", "/v1/health", None, dict)
+            return
+        except Exception:
+            time.sleep(0.1)
+    raise SystemExit(f"the daemon did not answer in 20 s:\n{log.read_text()}")
+
+
+def run_demo(folder: Path, out: Console) -> int:
+    if "shell" not in {info.name for info in Plugins.load().executors()}:
+        out.print("[red]the shell executor is not installed: pip install conduit-executors-shell")
+        return 1
+    config = folder / "conduit.toml"
+    flaky = FLAKY.format(root=folder)
+    config.write_text(CONFIG.format(port=_free_port(), flaky=flaky, routines=ROUTINES))
+    log = folder / "daemon.log"
+    out.print(f"[bold]1.[/] config written to {config}")
+    out.print("[bold]2.[/] starting the daemon: conduit daemon --config conduit.toml")
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            _conduit("daemon", "--config", str(config), "--rescan", "0.5"),
+            stdout=sink, stderr=subprocess.STDOUT, cwd=folder,
+        )  # fmt: skip
+    try:
+        return _drive(folder, config, proc, log, out)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _drive(
+    folder: Path, config: Path, proc: subprocess.Popen[bytes], log: Path, out: Console
+) -> int:
+    port = int(config.read_text().split("127.0.0.1:")[1].split('"')[0])
+    token_file = folder / "data" / "token"
+    deadline = time.monotonic() + 20
+    while not token_file.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    api = ApiClient(read_token(token_file), listen=f"127.0.0.1:{port}")
+    _wait_ready(api, proc, log)
+    out.print(f"[bold]3.[/] daemon ready on 127.0.0.1:{port}; submitting Work over HTTP")
+    ids = []
+    for binding, payload in SUBMISSIONS:
+        req = SubmitRequest(binding=binding, input=payload)
+        ids.append(api.request("POST", "/v1/work", req, WorkDetail).work.id)
+        out.print(f"   submitted {ids[-1]} ({binding})")
+    finished = False
+    deadline = time.monotonic() + DEADLINE_S
+    details: list[WorkDetail] = []
+    with Live(console=out, refresh_per_second=4, transient=False) as live:
+        last_seen = ""
+        while time.monotonic() < deadline:
+            details = [api.request("GET", f"/v1/work/{i}", None, WorkDetail) for i in ids]
+            if out.is_terminal:
+                live.update(_table(details))
+            else:
+                seen = " ".join(f"{d.work.binding}={d.work.status}" for d in details)
+                if seen != last_seen:
+                    out.print(f"   {seen}")
+                    last_seen = seen
+            if all(d.work.status.terminal for d in details):
+                finished = True
+                break
+            time.sleep(0.25)
+        live.update(_table(details))
+    out.print()
+    if not finished:
+        out.print(f"[red]the demo Work did not finish in {DEADLINE_S:g} s; daemon log: {log}")
+        return 1
+    out.print("[bold]4.[/] all Work finished; the flaky job failed once and was retried:")
+    out.print("\n[bold]$ conduit work list[/]")
+    listing = subprocess.run(
+        _conduit("work", "list", "--config", str(config)), capture_output=True, text=True
+    )
+    print(listing.stdout.rstrip(), flush=True)
+    flaky = next(d for d in details if d.work.binding == "flaky")
+    out.print(f"\n[bold]$ conduit work show {flaky.work.id}[/]")
+    shown = subprocess.run(
+        _conduit("work", "show", flaky.work.id, "--config", str(config)),
+        capture_output=True, text=True,
+    )  # fmt: skip
+    print(shown.stdout.rstrip(), flush=True)
+    out.print("\n[bold]5.[/] stopping the daemon (SIGTERM: leases released, exit 0)")
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(15)
+    out.print(f"   daemon exited with status {code}; its log: {log}")
+    return 0 if code == 0 and all(d.work.status == "completed" for d in details) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m conduit_core.demo", description=__doc__)
+    parser.add_argument("--dir", type=Path, help="Use this folder (kept) instead of a temp one.")
+    parser.add_argument("--keep", action="store_true", help="Keep the temporary folder.")
+    args = parser.parse_args(argv)
+    out = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+    started = time.monotonic()
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
+        code = run_demo(args.dir.resolve(), out)
+    else:
+        folder = Path(tempfile.mkdtemp(prefix="conduit-demo-"))
+        try:
+            code = run_demo(folder, out)
+        finally:
+            if args.keep or os.environ.get("CONDUIT_DEMO_KEEP"):
+                out.print(f"kept {folder}")
+            else:
+                shutil.rmtree(folder, ignore_errors=True)
+    out.print(f"demo {'done' if code == 0 else 'FAILED'} in {time.monotonic() - started:.1f} s")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

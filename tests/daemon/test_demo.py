@@ -1,0 +1,19 @@
+"""The README's first command ends in ``python -m conduit_core.demo``: it must work, quickly."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_demo_runs_through_the_daemon(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "conduit_core.demo", "--dir", str(tmp_path / "demo")],
+        capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "conduit work list" in done.stdout
+    assert "daemon exited with status 0" in done.stdout
+    listing = done.stdout.split("$ conduit work list")[1].split("$ conduit work show")[0]
+    assert listing.count("completed") == 4

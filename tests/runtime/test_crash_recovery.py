@@ -86,11 +86,19 @@ async def test_sigkilled_scheduler_attempts_are_recovered_once_each(
         stdout=subprocess.DEVNULL,
     )
     try:
+        # Kill once every job runs and its launch is acknowledged (recovery metadata stored).
+        # A kill between a job's start and that write is the uncertain-launch case: recovery
+        # then fails closed, which tests/runtime/test_recovery.py covers.
         deadline = time.monotonic() + 60
-        while not (side_effects.exists() and side_effects.read_text().count("start") == N):
-            assert child.poll() is None, "the scheduler process died on its own"
-            assert time.monotonic() < deadline, "the jobs never all started"
-            await anyio.sleep(0.05)
+        async with await open_store(store_url) as watcher:
+            while True:
+                running = [e for e in await watcher.live_executions() if e.recovery is not None]
+                started = side_effects.exists() and side_effects.read_text().count("start") == N
+                if started and len(running) == N:
+                    break
+                assert child.poll() is None, "the scheduler process died on its own"
+                assert time.monotonic() < deadline, "the jobs never all started"
+                await anyio.sleep(0.05)
         os.kill(child.pid, signal.SIGKILL)  # the daemon dies; its detached jobs keep running
         child.wait(timeout=30)
     finally:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from conduit_core.errors import ConduitError, LeaseLostError, UnsupportedGenerationError
-from conduit_core.extension import ExecutionContext, OperationError, StopTarget
+from conduit_core.extension import OperationError, StopTarget
 from conduit_core.model import Execution, ExecutionStatus, Invoke, Lease, Segment
 from conduit_core.runtime._callbacks import StoreCallbacks
 from conduit_core.runtime._holder import HeldLease
@@ -111,23 +111,8 @@ async def adopt(sched: Scheduler, execution: Execution, held: HeldLease) -> Atte
         )
         return await sched.fail_attempt(execution, held, exc.code, exc.message)
     callbacks = StoreCallbacks(sched.store, sched.clock, held)
-    ctx = ExecutionContext(
-        execution_id=execution.id,
-        work_id=execution.work_id,
-        attempt=execution.attempt,
-        epoch=execution.epoch,
-        scope=execution.scope,
-        binding=snap.binding,
-        executor=snap.executor,
-        generation=snap.executor_generation,
-        config=snap.binding_config,
-        inputs=[],
-        env={},  # the run environment is never asked for a recovery
-        deadline_ms=snap.deadline_ms,
-        recovery=execution.recovery,
-        state_dir=sched.options.state_dir,
-        callbacks=callbacks,
-    )
+    # The run environment is never asked for a recovery.
+    ctx = sched.execution_context(execution, callbacks)
     try:
         handle = await executor.recover(ctx)
     except LeaseLostError:

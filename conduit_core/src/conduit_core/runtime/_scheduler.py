@@ -22,6 +22,7 @@ from conduit_core.extension import (
     ExecutionContext,
     Executor,
     Handle,
+    InputEvent,
     OperationError,
     OutcomeKind,
     PhaseOutcome,
@@ -220,21 +221,11 @@ class Scheduler:
             # The executor was never called: nothing can be running.
             return await self._fail(execution, held, exc.code, exc.message, confirmed=True)
         callbacks.buffer_end("environment", PhaseOutcome.OK)
-        ctx = ExecutionContext(
-            execution_id=execution.id,
-            work_id=execution.work_id,
-            attempt=execution.attempt,
-            epoch=execution.epoch,
-            scope=execution.scope,
-            binding=snap.binding,
-            executor=snap.executor,
-            generation=snap.executor_generation,
-            config=snap.binding_config,
+        ctx = self.execution_context(
+            execution,
+            callbacks,
             inputs=[_input(e) for e in await self._presented_inputs(claim.inputs)],
             env=env,
-            deadline_ms=snap.deadline_ms,
-            state_dir=self.options.state_dir,
-            callbacks=callbacks,
         )
         # One fenced write just before the executor is called: the trail so far, Invoke called
         # (with Isolated) and the executor phase begun.
@@ -280,6 +271,34 @@ class Scheduler:
             execution=execution, held=held, context=ctx, executor=executor, handle=handle,
             callbacks=callbacks,
         )  # fmt: skip
+
+    def execution_context(
+        self,
+        execution: Execution,
+        callbacks: StoreCallbacks,
+        *,
+        inputs: Sequence[InputEvent] = (),
+        env: dict[str, str] | None = None,
+    ) -> ExecutionContext:
+        """The context an executor gets for this attempt, as pinned by its snapshot."""
+        snap = execution.snapshot
+        return ExecutionContext(
+            execution_id=execution.id,
+            work_id=execution.work_id,
+            attempt=execution.attempt,
+            epoch=execution.epoch,
+            scope=execution.scope,
+            binding=snap.binding,
+            executor=snap.executor,
+            generation=snap.executor_generation,
+            config=snap.binding_config,
+            inputs=inputs,
+            env=env,
+            deadline_ms=snap.deadline_ms,
+            recovery=execution.recovery,
+            state_dir=self.options.state_dir,
+            callbacks=callbacks,
+        )
 
     async def _presented_inputs(self, inputs: Sequence[Event]) -> list[Event]:
         """The inputs an attempt sees: a retry event brings back the input it retries first."""

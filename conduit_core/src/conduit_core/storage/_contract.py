@@ -428,9 +428,13 @@ class Store(ABC):
         )
 
     @abstractmethod
-    async def settle_attempt(self, lease: Lease, decide: Decision, *, now_ms: int) -> Execution:
+    async def settle_attempt(
+        self, lease: Lease, decide: Decision, *, now_ms: int, consumed: Sequence[str] = ()
+    ) -> Execution:
         """Like ``finish_attempt``, with the settlement decided inside the transaction from the
-        freshly read attempt and Work (``decide`` must be pure and quick)."""
+        freshly read attempt and Work (``decide`` must be pure and quick). ``consumed`` input
+        ids settle their inject intents and leave the pending queue first, in the same
+        transaction (see ``settle_consumed``)."""
 
     @abstractmethod
     async def get_execution(self, execution_id: str) -> Execution: ...

@@ -8,6 +8,12 @@ from typing import Any
 import click
 
 from conduit_core._version import __version__
+from conduit_core.cli._approvals import (
+    approve_command,
+    needs_you_command,
+    refuse_command,
+    release_command,
+)
 from conduit_core.cli._config import config_group
 from conduit_core.cli._daemon import daemon_command, reload_command
 from conduit_core.cli._doctor import doctor_command
@@ -46,6 +52,10 @@ cli.add_command(reload_command)
 cli.add_command(work_group)
 cli.add_command(capacity_command)
 cli.add_command(doctor_command)
+cli.add_command(approve_command)
+cli.add_command(refuse_command)
+cli.add_command(release_command)
+cli.add_command(needs_you_command)
 cli.add_command(routines_group)
 
 

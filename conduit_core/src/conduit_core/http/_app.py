@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from conduit_core.errors import ConduitError, LeaseLostError, StoreError
+from conduit_core.http._approvals import APPROVAL_HANDLERS, APPROVAL_ROUTES
 from conduit_core.http._schemas import (
     CancelRequest,
     CapacityView,
@@ -109,6 +110,8 @@ ROUTES: tuple[ApiRoute, ...] = (
     ),
     ApiRoute("GET", "/v1/capacity", "Capacity per pool and scope", CapacityView),
     ApiRoute("GET", "/v1/health", "Daemon and store health", Health),
+    # Held Work: needs-you, approve/refuse (human gate), release (budget); see _approvals.
+    *(ApiRoute(*route) for route in APPROVAL_ROUTES),
 )
 
 _ENCODER = msgspec.json.Encoder()
@@ -219,6 +222,7 @@ _HANDLERS: dict[tuple[str, str], Handler] = {
     ("POST", "/v1/work/{id}/interrupt"): _interrupt,
     ("GET", "/v1/capacity"): _capacity,
     ("GET", "/v1/health"): _health,
+    **APPROVAL_HANDLERS,
 }
 
 

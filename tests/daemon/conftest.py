@@ -34,6 +34,7 @@ job_concurrency = 4
 lease_seconds = {lease}
 retry_delays_seconds = [0.2]
 http.listen = "127.0.0.1:{port}"
+{settings_extra}
 
 [scopes.team]
 limits.concurrency = 2
@@ -97,7 +98,13 @@ class Daemon:
         self.data = root / f"data-{name}"
         self.config = root / f"{name}.toml"
         self.port = free_port()
-        self.settings = {"lease": 30, "sleep": 2.5, "concurrency": 8, "extra": ""} | settings
+        self.settings = {
+            "lease": 30,
+            "sleep": 2.5,
+            "concurrency": 8,
+            "extra": "",
+            "settings_extra": "",
+        } | settings
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = root / f"{name}.log"
         self.write_config()

@@ -3,7 +3,12 @@ daemon's start-up refusals (incompatible schema, network filesystem, a second da
 
 from __future__ import annotations
 
+import json
+import signal
 import sqlite3
+import stat
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +17,8 @@ from openapi_spec_validator import validate
 
 from conduit_core.daemon import check_local_filesystem, filesystem_type
 from conduit_core.errors import StoreError
-from tests.daemon.conftest import Daemon
+from conduit_core.http import ApiClient, Health
+from tests.daemon.conftest import Daemon, wait_for
 
 
 @pytest.fixture
@@ -80,6 +86,33 @@ def test_capacity_health_and_doctor(make_daemon: Callable[..., Daemon]) -> None:
     doctor = daemon.cli("doctor")
     assert "ok   store" in doctor.stdout
     assert "fail" not in doctor.stdout
+
+
+def test_unix_socket_and_json_logs(make_daemon: Callable[..., Daemon], tmp_path: Path) -> None:
+    sock = tmp_path / "api.sock"
+    daemon = make_daemon(settings_extra=f'http.unix_socket = "{sock}"')
+    daemon.proc = None
+    log = daemon.log_path.open("ab")
+    daemon.proc = subprocess.Popen(
+        [sys.executable, "-m", "conduit_core.cli", "daemon", "--config", str(daemon.config),
+         "--log-format", "json", "--rescan", "0.2"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
+    )  # fmt: skip
+    log.close()
+    wait_for("the daemon", daemon._healthy)
+    assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+    client = ApiClient(daemon.token, unix_socket=str(sock))
+    health = client.request("GET", "/v1/health", None, Health)
+    assert health.status == "ok"
+    work_id = daemon.submit("ok")
+    daemon.wait_status(work_id, "completed")
+    events = [json.loads(line) for line in daemon.log().splitlines() if line.startswith("{")]
+    ended = [e for e in events if e["message"].startswith("attempt ended")]
+    assert ended[0]["execution_id"] == f"{work_id}#1"
+    assert ended[0]["epoch"] == 1
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait_exit() == 0
+    assert not sock.exists()
 
 
 def test_work_list_and_show_without_a_daemon(make_daemon: Callable[..., Daemon]) -> None:

@@ -144,6 +144,7 @@ class HostLoop:
             await self._step("claim", self._claim, sched)
         await self._step("confirm stops", self._confirm, sched)
         await self._step("dispatch controls", self._dispatch, sched)
+        await self._step("settle budgets", self._settle_budgets, sched)
         for name, step in self._steps:
             await self._step(name, step, sched)
 
@@ -186,6 +187,11 @@ class HostLoop:
         settled = await sched.dispatch_controls()
         if settled:
             log.info("controls settled: %d", settled)
+
+    async def _settle_budgets(self, sched: Scheduler) -> None:
+        settled = await sched.settle_budgets()
+        if settled:
+            log.info("budget usage settled: %d", settled)
 
     # --- attempts ------------------------------------------------------------------------------
 

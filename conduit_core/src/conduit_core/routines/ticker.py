@@ -116,8 +116,10 @@ class Ticker:
         the fires it dispatched (tests drive it this way)."""
         self.ticks += 1
         now = self.clock.now_ms()
-        await self.store.due_pass(now_ms=now)
-        claimed = await self.store.claim_queued(self._claim_change(now), limit=self.claim_batch)
+        # The due-pass and the claims share one transaction: a due row is committed once.
+        claimed = await self.store.claim_queued(
+            self._claim_change(now), limit=self.claim_batch, due_at_ms=now
+        )
         if claimed:
             if self._tg is not None:
                 for routine in claimed:

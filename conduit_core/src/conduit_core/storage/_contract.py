@@ -616,9 +616,12 @@ class Store(ABC):
         """Queue every idle Routine with ``next_run_at <= now``; returns how many."""
 
     @abstractmethod
-    async def claim_queued(self, change: RoutineChange, *, limit: int) -> list[Routine]:
+    async def claim_queued(
+        self, change: RoutineChange, *, limit: int, due_at_ms: int | None = None
+    ) -> list[Routine]:
         """Claim queued Routines with ``change`` (queued -> claimed), each only while still
-        queued; the rows another ticker won are simply not returned."""
+        queued; the rows another ticker won are simply not returned. ``due_at_ms`` runs the
+        due-pass for that instant first, in the same transaction."""
 
     @abstractmethod
     async def heal_routines(self, heal: Callable[[Routine], Routine | None]) -> list[Routine]:

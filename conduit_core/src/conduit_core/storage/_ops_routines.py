@@ -151,23 +151,43 @@ def due_pass(cx: Cx, now_ms: int) -> int:
     return len(rows)
 
 
-def claim_queued(cx: Cx, change: RoutineChange, limit: int) -> list[Routine]:
+def claim_queued(cx: Cx, change: RoutineChange, limit: int, due_at_ms: int | None) -> list[Routine]:
     """Claim up to ``limit`` queued rows, each only while it is still queued (a lost row is
-    dropped, never retried)."""
+    dropped, never retried). With ``due_at_ms`` the due-pass runs first in the same transaction,
+    so a row due now is written (and committed) once, not twice."""
+    fresh: dict[str, Routine] = {}
+    if due_at_ms is not None:
+        rows = cx.rows(
+            "UPDATE conduit_routine SET status = 'queued' WHERE status = 'idle' "
+            "AND next_run_at_ms IS NOT NULL AND next_run_at_ms <= ? RETURNING id, data",
+            (due_at_ms,),
+        )
+        fresh = {
+            routine_id: msgspec.structs.replace(
+                Codec.routine.decode(data), status=S.QUEUED, updated_at_ms=due_at_ms
+            )
+            for routine_id, data in rows
+        }
     rows = cx.rows(
-        "SELECT data FROM conduit_routine WHERE status = 'queued' "
+        "SELECT id, data FROM conduit_routine WHERE status = 'queued' "
         "ORDER BY next_run_at_ms, id LIMIT ?",
         (limit,),
     )
     won: list[Routine] = []
-    for (data,) in rows:
-        claimed = change(Codec.routine.decode(data))
+    for routine_id, data in rows:
+        queued = fresh.pop(routine_id, None) or Codec.routine.decode(data)
+        claimed = change(queued)
         if cx.run(
             "UPDATE conduit_routine SET status = ?, next_run_at_ms = ?, data = ? "
             "WHERE id = ? AND status = 'queued'",
             _params(claimed),
         ):
             won.append(claimed)
+    if fresh:  # queued now, claimed by a later pass: keep the record in step with its column
+        cx.many(
+            "UPDATE conduit_routine SET data = ? WHERE id = ?",
+            [(dump(routine), routine_id) for routine_id, routine in fresh.items()],
+        )
     return won
 
 

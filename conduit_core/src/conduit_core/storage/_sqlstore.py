@@ -358,8 +358,10 @@ class SqlStore(Store):
     async def due_pass(self, *, now_ms: int) -> int:
         return await self._write(rt.due_pass, now_ms)
 
-    async def claim_queued(self, change: rt.RoutineChange, *, limit: int) -> list[Routine]:
-        return await self._write(rt.claim_queued, change, limit)
+    async def claim_queued(
+        self, change: rt.RoutineChange, *, limit: int, due_at_ms: int | None = None
+    ) -> list[Routine]:
+        return await self._write(rt.claim_queued, change, limit, due_at_ms)
 
     async def heal_routines(self, heal: Callable[[Routine], Routine | None]) -> list[Routine]:
         return await self._write(rt.heal_routines, heal)

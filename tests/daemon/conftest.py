@@ -47,6 +47,10 @@ config = {{ command = 'echo "$CONDUIT_WORK_ID run" >> {side}; echo hello' }}
 executor = "shell"
 config = {{ command = 'echo "$CONDUIT_WORK_ID start" >> {side}; sleep {sleep}; echo "$CONDUIT_WORK_ID end" >> {side}' }}
 
+[bindings.held]
+executor = "shell"
+config = {{ command = 'echo "$CONDUIT_WORK_ID start" >> {side}; while test ! -e {root}/release.$CONDUIT_WORK_ID; do sleep 0.05; done; echo "$CONDUIT_WORK_ID end" >> {side}' }}
+
 [bindings.forever]
 executor = "shell"
 config = {{ command = 'echo "$CONDUIT_WORK_ID start" >> {side}; sleep 300', stop_grace_seconds = 2 }}
@@ -217,6 +221,10 @@ class Daemon:
             return None
 
         return wait_for(f"{work_id}'s attempt to be {'/'.join(statuses)}", check, timeout)
+
+    def release(self, work_id: str) -> None:
+        """Let a ``held`` job finish."""
+        (self.root / f"release.{work_id}").touch()
 
     def runs(self, work_id: str, word: str = "run") -> int:
         if not self.side.exists():

@@ -11,8 +11,9 @@ import psutil
 from tests.daemon.conftest import Daemon, job_processes, wait_for
 
 
-def _start_sleepers(daemon: Daemon, n: int) -> dict[str, str]:
-    works = [daemon.submit("sleeper") for _ in range(n)]
+def _start_held_jobs(daemon: Daemon, n: int) -> dict[str, str]:
+    """Jobs that run until the test releases them (no race with a fixed duration)."""
+    works = [daemon.submit("held") for _ in range(n)]
     executions = {}
     for work_id in works:
         executions[work_id] = daemon.wait_attempt(work_id, "running").attempts[-1].id
@@ -20,19 +21,26 @@ def _start_sleepers(daemon: Daemon, n: int) -> dict[str, str]:
     return executions
 
 
+def _adopted(daemon: Daemon, work_id: str) -> bool:
+    attempt = daemon.show(work_id).attempts[-1]
+    return attempt.epoch >= 2 and attempt.status == "running"
+
+
 def test_sigterm_then_restart_adopts_running_jobs(make_daemon: Callable[..., Daemon]) -> None:
-    daemon = make_daemon(sleep=3).start()
-    executions = _start_sleepers(daemon, 2)
-    jobs = {w: job_processes(e) for w, e in executions.items()}
-    assert all(jobs.values())
+    daemon = make_daemon().start()
+    executions = _start_held_jobs(daemon, 2)
+    assert all(job_processes(e) for e in executions.values())
 
     daemon.signal(signal.SIGTERM)
     assert daemon.wait_exit() == 0
     assert "lease released" in daemon.log()
     # The detached jobs outlive the daemon.
-    assert all(p.is_running() for procs in jobs.values() for p in procs)
+    assert all(job_processes(e) for e in executions.values())
 
     daemon.start()
+    for work_id in executions:
+        wait_for(f"{work_id} to be adopted", lambda w=work_id: _adopted(daemon, w))
+        daemon.release(work_id)
     for work_id in executions:
         detail = daemon.wait_status(work_id, "completed")
         (attempt,) = detail.attempts  # adopted, never relaunched
@@ -44,13 +52,16 @@ def test_sigterm_then_restart_adopts_running_jobs(make_daemon: Callable[..., Dae
 
 
 def test_sigkill_then_restart_recovers_running_jobs(make_daemon: Callable[..., Daemon]) -> None:
-    daemon = make_daemon(sleep=3, lease=2).start()
-    executions = _start_sleepers(daemon, 2)
+    daemon = make_daemon(lease=2).start()
+    executions = _start_held_jobs(daemon, 2)
     daemon.signal(signal.SIGKILL)
     daemon.wait_exit()
     assert (daemon.data / "daemon.pid").exists()  # a stale pid file does not block the restart
 
     daemon.start()
+    for work_id in executions:
+        wait_for(f"{work_id} to be recovered", lambda w=work_id: _adopted(daemon, w))
+        daemon.release(work_id)
     for work_id in executions:
         detail = daemon.wait_status(work_id, "completed", timeout=45)
         (attempt,) = detail.attempts

@@ -14,7 +14,6 @@ import argparse
 import json
 
 import anyio
-
 from bench_scheduler import bench_one, fresh_url  # type: ignore[import-not-found]
 
 

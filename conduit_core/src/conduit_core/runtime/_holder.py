@@ -38,6 +38,7 @@ async def hold_lease(
 ) -> AsyncIterator[HeldLease]:
     """Hold ``lease`` for the body; cancel the body and raise ``LeaseLostError`` if it is lost."""
     held = HeldLease(lease)
+    completed = False
     interval = tick_s if tick_s is not None else lease.duration_ms / 3000
     async with anyio.create_task_group() as tg:
 
@@ -61,9 +62,11 @@ async def hold_lease(
         tg.start_soon(renew_forever)
         try:
             yield held
+            completed = True
         finally:
             tg.cancel_scope.cancel()
-    if held.lost is not None:
+    # A renewal refused after the body finished (it settled the attempt) is no loss.
+    if held.lost is not None and not completed:
         raise LeaseLostError(
             f"lease of execution {lease.execution_id!r} epoch {lease.epoch} was lost"
         ) from held.lost
@@ -106,6 +109,8 @@ class LeaseKeeper:
             held.lease = await self._store.renew_lease(held.lease, now_ms=self._clock.now_ms())
             held.renewals += 1
         except ConduitError as exc:
+            if key not in self._held:
+                return  # released meanwhile: the attempt settled, nothing was lost
             if not isinstance(exc, LeaseLostError) and exc.code != "lease_lost":
                 log.warning("lease renewal of %s failed, retrying: %s", key[0], exc)
                 return
@@ -120,14 +125,17 @@ class LeaseKeeper:
     async def hold(self, lease: Lease) -> AsyncIterator[HeldLease]:
         held = HeldLease(lease)
         key = (lease.execution_id, lease.epoch)
+        completed = False
         with anyio.CancelScope() as scope:
             self._held[key] = (held, scope, anyio.current_time() + lease.duration_ms / 3000)
             self._changed.set()
             try:
                 yield held
+                completed = True
             finally:
                 self._held.pop(key, None)
-        if held.lost is not None:
+        # A renewal refused after the body finished (it settled the attempt) is no loss.
+        if held.lost is not None and not completed:
             raise LeaseLostError(
                 f"lease of execution {lease.execution_id!r} epoch {lease.epoch} was lost"
             ) from held.lost

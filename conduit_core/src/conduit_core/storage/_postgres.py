@@ -62,11 +62,12 @@ class PostgresStore(SqlStore):
         *,
         masked_url: str,
         pool_size: int = 8,
+        parallel_batches: int = 2,
         retry_budget_s: float = 30.0,
         connect_timeout_s: float = 5.0,
     ) -> None:
         """Use :meth:`open` (or ``open_store``), which checks and migrates the database first."""
-        super().__init__(masked_url, threads=pool_size)
+        super().__init__(masked_url, threads=pool_size, parallel_batches=parallel_batches)
         self.retry_budget_s = retry_budget_s
         self._pool = ConnectionPool(
             conninfo,

@@ -161,8 +161,6 @@ class Daemon:
                 scheduler, rescan_s=self.rescan_s, waker=waker,
                 on_wake=channel.notify if channel is not None else None,
             )  # fmt: skip
-            # Staged usage is charged (and budget notices emitted) every pass.
-            host.add_step("settle budgets", lambda sched: sched.settle_budgets())
             self.host = host
             self.service = ApiService(config, scheduler, host)
             app = create_app(self.service, token)

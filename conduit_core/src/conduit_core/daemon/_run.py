@@ -20,9 +20,11 @@ from conduit_core.config import Config, check_against_plugins, load_config
 from conduit_core.daemon._host import HostLoop
 from conduit_core.daemon._netfs import check_local_filesystem
 from conduit_core.daemon._paths import DaemonPaths, is_postgres
+from conduit_core.daemon._routines import RoutinesHost
 from conduit_core.daemon._wake import PgWakeChannel, Waker
 from conduit_core.errors import ConduitError
 from conduit_core.http import ApiService, create_app, ensure_token, split_listen
+from conduit_core.http.routes_schedules import mount_schedules
 from conduit_core.plugins import Plugins
 from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock
 from conduit_core.storage import Store, open_store
@@ -104,6 +106,7 @@ class Daemon:
         self.owner = f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(2)}"
         self.host: HostLoop | None = None
         self.service: ApiService | None = None
+        self.routines: RoutinesHost | None = None
         self._servers: list[_Server] = []
 
     def _load(self, plugins: Plugins) -> Config:
@@ -163,7 +166,10 @@ class Daemon:
             )  # fmt: skip
             self.host = host
             self.service = ApiService(config, scheduler, host)
+            self.routines = RoutinesHost(store, scheduler, self.clock, host, config)
+            routines = self.routines
             app = create_app(self.service, token)
+            app = mount_schedules(app, lambda: routines.schedules, token)
             await self._serve(host, sockets, channel, app, plugins, store, paths)
         log.info("daemon stopped owner=%s", self.owner)
 
@@ -201,6 +207,8 @@ class Daemon:
             if channel is not None:
                 await tg.start(channel.run)
             await tg.start(run_host)
+            if self.routines is not None:
+                await tg.start(self.routines.run)
             for sock in sockets:
                 server = _Server(
                     uvicorn.Config(
@@ -265,6 +273,8 @@ class Daemon:
         await self.host.replace_scheduler(scheduler)
         self.service.config = config
         self.service.scheduler = scheduler
+        if self.routines is not None:
+            await self.routines.reload(config, scheduler)
         log.info("config reloaded config_generation=%s", scheduler.options.config_generation)
 
 

@@ -1,0 +1,68 @@
+"""The daemon's Routines: config reconciled into the ledger, the ticker, the schedule sources.
+
+The ticker holds no durable state and is not a per-pass step: it sleeps until the next due row
+(at most 60 s) and is poked by every Routine write, so an idle daemon spends no CPU on it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+from anyio.abc import TaskStatus
+
+from conduit_core.config import Config
+from conduit_core.daemon._host import HostLoop
+from conduit_core.routines import (
+    ConduitRoutineSource,
+    CrontabSource,
+    ScheduleMultiplexer,
+    Ticker,
+    reconcile_routines,
+)
+from conduit_core.runtime import Clock, Scheduler
+from conduit_core.storage import Store
+
+__all__ = ["RoutinesHost"]
+
+log = logging.getLogger("conduit.routines")
+
+
+class RoutinesHost:
+    """Owns the ticker and the schedule multiplexer of one daemon."""
+
+    def __init__(
+        self, store: Store, scheduler: Scheduler, clock: Clock, host: HostLoop, config: Config
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.config = config
+        self.ticker = Ticker(
+            store, scheduler, clock, owner=scheduler.options.owner,
+            on_fired=host.wake, on_resumed=host.run_resumed,
+        )  # fmt: skip
+        self.source = ConduitRoutineSource(
+            store, clock, bindings=_binding_scopes(config), scopes=set(config.scopes),
+            on_change=self.ticker.poke,
+        )  # fmt: skip
+        self.schedules = ScheduleMultiplexer([self.source, CrontabSource()])
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Reconcile ``[[routines]]`` into the ledger, then tick until cancelled."""
+        report = await reconcile_routines(self.store, self.config, self.clock)
+        log.info("routines reconciled from config: %s", report)
+        await self.ticker.run(task_status=task_status)
+
+    async def reload(self, config: Config, scheduler: Scheduler) -> None:
+        """New fires feed the new scheduler; the ledger follows the new config."""
+        self.config = config
+        self.ticker.target = scheduler
+        self.source.bindings = _binding_scopes(config)
+        self.source.scopes = set(config.scopes)
+        report = await reconcile_routines(self.store, config, self.clock)
+        log.info("routines reconciled from config: %s", report)
+        self.ticker.poke()
+
+
+def _binding_scopes(config: Config) -> dict[str, str]:
+    return {name: binding.scope for name, binding in config.bindings.items()}

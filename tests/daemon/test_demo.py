@@ -15,5 +15,10 @@ def test_demo_runs_through_the_daemon(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "conduit work list" in done.stdout
     assert "daemon exited with status 0" in done.stdout
+    assert "Routine conduit:every-5s" in done.stdout
     listing = done.stdout.split("$ conduit work list")[1].split("$ conduit work show")[0]
-    assert listing.count("completed") == 4
+    submitted = [line for line in listing.splitlines() if line.startswith("w-")]
+    assert len(submitted) == 4
+    assert all(" completed " in line for line in submitted)
+    fired = [line for line in listing.splitlines() if line.startswith("routine:every-5s:")]
+    assert fired, "the demo Routine's fire shows in the history"

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
@@ -53,9 +54,15 @@ retry_delays_seconds = [1]
 config = {{ command = '{flaky}' }}
 {routines}"""
 
-#: Hook for the Routines work: a ``[[routines]]`` table appended to the demo config (for
-#: example one firing ``hello`` every 10 seconds) once the daemon ticks Routines.
-ROUTINES = ""
+#: A Routine the daemon fires from the config: ``hello`` every five seconds (6-field cron,
+#: seconds first).
+ROUTINES = """
+[[routines]]
+id = "every-5s"
+cron = "*/5 * * * * *"
+binding = "hello"
+"""
+ROUTINE_ID = "conduit:every-5s"
 
 #: Fails the first time (leaving a marker), succeeds on the retry.
 FLAKY = 'test -e {root}/flaky-ok || {{ touch {root}/flaky-ok; echo "failing once" >&2; exit 3; }}'
@@ -107,6 +114,22 @@ def _wait_ready(api: ApiClient, proc: subprocess.Popen[bytes], log: Path) -> Non
         except Exception:
             time.sleep(0.1)
     raise SystemExit(f"the daemon did not answer in 20 s:\n{log.read_text()}")
+
+
+def _wait_routine_fire(api: ApiClient, timeout_s: float = 15.0) -> dict[str, Any] | None:
+    """The demo Routine's schedule record once it has fired (it fires every 5 seconds)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        merged = api.request("GET", "/v1/schedules", None, dict)
+        for record in merged.get("records", []):
+            if record.get("id") == ROUTINE_ID and record.get("last_run_at_ms"):
+                return dict(record)
+        time.sleep(0.25)
+    return None
+
+
+def _clock(ms: int | None) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(ms / 1000)) if ms else "-"
 
 
 def run_demo(folder: Path, out: Console) -> int:
@@ -174,7 +197,13 @@ def _drive(
     if not finished:
         out.print(f"[red]the demo Work did not finish in {DEADLINE_S:g} s; daemon log: {log}")
         return 1
-    out.print("[bold]4.[/] all Work finished; the flaky job failed once and was retried:")
+    out.print("[bold]4.[/] all Work finished; the flaky job failed once and was retried.")
+    fired = _wait_routine_fire(api)
+    if fired is None:
+        out.print(f"[red]the Routine did not fire in time; daemon log: {log}")
+        return 1
+    out.print(f"[bold]5.[/] Routine {fired['id']} ({fired['spec']}) fired; next fire at "
+              f"{_clock(fired['next_run_at_ms'])} UTC")  # fmt: skip
     out.print("\n[bold]$ conduit work list[/]")
     listing = subprocess.run(
         _conduit("work", "list", "--config", str(config)), capture_output=True, text=True
@@ -187,7 +216,7 @@ def _drive(
         capture_output=True, text=True,
     )  # fmt: skip
     print(shown.stdout.rstrip(), flush=True)
-    out.print("\n[bold]5.[/] stopping the daemon (SIGTERM: leases released, exit 0)")
+    out.print("\n[bold]6.[/] stopping the daemon (SIGTERM: leases released, exit 0)")
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(15)
     out.print(f"   daemon exited with status {code}; its log: {log}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conduit_core.errors import ConduitError
+from conduit_core.errors import ConduitError, DuplicateRegistrationError
 from conduit_core.extension import GateRequest, HookSpecs, InputEvent, RetryHint, StartHold
 from conduit_core.plugins import Plugins
 
@@ -74,11 +74,24 @@ def test_hook_conduit_retry_hint_classifies_failures() -> None:
     assert plugins.retry_hint("shell", RuntimeError("rate limited"), None) is None
 
 
+@pytest.mark.anyio
+async def test_hook_conduit_schedule_sources_adds_observe_only_sources() -> None:
+    plugins = Plugins.load(disabled=())
+    (source,) = [s for s in plugins.schedule_sources() if s.name == "test-remote"]
+    read = await source.read()
+    assert [r.id for r in read.records] == ["test-remote:nightly"]
+    assert source.manageability == "observe-only"
+    # A name the core uses (or another plugin took) is refused, never shadowed.
+    with pytest.raises(DuplicateRegistrationError, match="'test-remote'"):
+        plugins.schedule_sources(reserved=("test-remote",))
+
+
 def test_every_hook_spec_is_documented_and_has_a_test_of_its_own() -> None:
     assert HOOK_NAMES == [
         "conduit_executors",
         "conduit_retry_hint",
         "conduit_run_environment",
+        "conduit_schedule_sources",
         "conduit_start_gates",
     ]
     docs = (REPO / "docs" / "plugins.md").read_text()

@@ -35,7 +35,11 @@ def test_a_config_routine_fires_through_the_daemon_and_is_listed(
     conduit = next(r for r in doc["records"] if r["id"] == "conduit:every-second")
     assert conduit["domain"] == "conduit"
     assert conduit["manageability"] == "managed"
-    assert {s["source"]: s["status"] for s in doc["sources"]}["conduit"] == "ok"
+    health = {s["source"]: s["status"] for s in doc["sources"]}
+    assert health["conduit"] == "ok"
+    # A plugin's observe-only source (conduit_schedule_sources) is listed beside the Routines.
+    assert health["test-remote"] == "ok"
+    assert any(r["id"] == "test-remote:nightly" for r in doc["records"])
     # Reload keeps the ledger row without duplicating it.
     daemon.signal(signal.SIGHUP)
     proc = daemon.cli("routines", "list", "--json")

@@ -36,6 +36,7 @@ from conduit_core.extension import (
     Manifest,
     Result,
     RetryHint,
+    ScheduleSource,
     decode_manifest,
 )
 
@@ -306,6 +307,33 @@ class Plugins:
                 merged[key] = value
                 origin[key] = impl.plugin_name
         return merged
+
+    def schedule_sources(self, *, reserved: Sequence[str] = ()) -> list[ScheduleSource]:
+        """Every plugin's schedule sources; a name taken twice (or ``reserved``) is an error."""
+        sources: list[ScheduleSource] = []
+        owners: dict[str, str] = {name: "conduit-core" for name in reserved}
+        for impl in self._pm.hook.conduit_schedule_sources.get_hookimpls():
+            try:
+                found = _call_impl(impl) or []
+            except Exception as exc:
+                raise PluginLoadError(
+                    f"plugin {impl.plugin_name!r}: conduit_schedule_sources raised "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            for source in found:
+                if not isinstance(source, ScheduleSource):
+                    raise PluginLoadError(
+                        f"plugin {impl.plugin_name!r}: conduit_schedule_sources returned "
+                        f"{type(source).__name__}, not a ScheduleSource"
+                    )
+                if ":" in source.name or source.name in owners:
+                    raise DuplicateRegistrationError(
+                        f"schedule source {source.name!r} of plugin {impl.plugin_name!r} is "
+                        f"taken (by {owners.get(source.name, 'nobody')!r}) or contains ':'"
+                    )
+                owners[source.name] = impl.plugin_name
+                sources.append(source)
+        return sources
 
     def retry_hint(
         self, executor: str, error: BaseException | None, result: Result | None

@@ -32,7 +32,12 @@ class RoutinesHost:
     """Owns the ticker and the schedule multiplexer of one daemon."""
 
     def __init__(
-        self, store: Store, scheduler: Scheduler, clock: Clock, host: HostLoop, config: Config
+        self,
+        store: Store,
+        scheduler: Scheduler,
+        clock: Clock,
+        host: HostLoop,
+        config: Config,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -45,7 +50,10 @@ class RoutinesHost:
             store, clock, bindings=_binding_scopes(config), scopes=set(config.scopes),
             on_change=self.ticker.poke,
         )  # fmt: skip
-        self.schedules = ScheduleMultiplexer([self.source, CrontabSource()])
+        crontab = CrontabSource()
+        # Packages add sources of their own (observe-only or managed) through a plugin hook.
+        extra = scheduler.plugins.schedule_sources(reserved=(self.source.name, crontab.name))
+        self.schedules = ScheduleMultiplexer([self.source, crontab, *extra])
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Reconcile ``[[routines]]`` into the ledger, then tick until cancelled."""

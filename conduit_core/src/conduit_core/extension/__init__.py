@@ -51,8 +51,22 @@ from conduit_core.extension._results import (
     WaitFor,
     validate_result,
 )
+from conduit_core.extension._schedules import (
+    Domain,
+    Health,
+    Manageability,
+    ScheduleRecord,
+    ScheduleSource,
+    SourceRead,
+)
 
 __all__ = [
+    "SourceRead",
+    "ScheduleSource",
+    "ScheduleRecord",
+    "Manageability",
+    "Health",
+    "Domain",
     "MANIFEST_FILENAME",
     "MANIFEST_SCHEMA_VERSION",
     "MAX_RECOVERY_METADATA_BYTES",

@@ -16,6 +16,7 @@ import pluggy
 from conduit_core.extension._executor import Executor
 from conduit_core.extension._gates import StartGate
 from conduit_core.extension._results import Result, RetryHint
+from conduit_core.extension._schedules import ScheduleSource
 
 __all__ = [
     "ExecutorRegistration",
@@ -91,5 +92,16 @@ class HookSpecs:
         Called after an attempt fails, outside any transaction, with the executor's name and
         either the exception its handle raised or its failed result. When several plugins answer,
         the latest reset wins (the most conservative delay).
+        """
+        raise NotImplementedError
+
+    @hookspec
+    def conduit_schedule_sources(self) -> Sequence[ScheduleSource]:
+        """Return schedule sources this plugin adds to the unified schedule view.
+
+        Called once when a daemon starts. Each source's ``name`` must be unique across plugins
+        and the core's own (``conduit``, ``crontab``) and contain no ``:``; its ``read()`` must
+        never raise (a backend that is down answers ``degraded``). conduit lists these schedules
+        beside its Routines and never fires them. Return an empty sequence when there are none.
         """
         raise NotImplementedError

@@ -20,6 +20,14 @@ import anyio
 import msgspec
 
 from conduit_core.errors import ConduitError, DuplicateRegistrationError, NotFoundError
+from conduit_core.extension import (
+    Domain,
+    Health,
+    Manageability,
+    ScheduleRecord,
+    ScheduleSource,
+    SourceRead,
+)
 from conduit_core.model import MisfirePolicy, Routine, WorkTemplate
 from conduit_core.routines.errors import (
     DomainViolationError,
@@ -43,38 +51,8 @@ __all__ = [
     "routine_record",
 ]
 
-Domain = Literal["conduit", "external"]
-Manageability = Literal["managed", "observe-only"]
-Health = Literal["ok", "degraded"]
-
 _TARGET_MAX = 200
 _T = TypeVar("_T")
-
-
-class ScheduleRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """One schedule as every source projects it. ``id`` is ``<source>:<id in the source>``."""
-
-    id: str
-    source: str
-    domain: Domain
-    manageability: Manageability
-    spec: str
-    timezone: str = "UTC"
-    next_run_at_ms: int | None = None
-    #: The owner's status word (a Routine status, ``scheduled``, ``on_boot``, ``invalid``, …).
-    status: str
-    last_run_at_ms: int | None = None
-    last_error: str | None = None
-    #: A one-line summary of what a fire does.
-    target: str = ""
-
-
-class SourceRead(msgspec.Struct, frozen=True, kw_only=True):
-    """What one ``read()`` returns; ``degraded`` carries a ``detail`` saying why."""
-
-    status: Health = "ok"
-    records: list[ScheduleRecord] = []
-    detail: str | None = None
 
 
 class SourceStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -116,23 +94,6 @@ class ScheduleChange(msgspec.Struct, frozen=True, kw_only=True):
     action: Literal["pause", "resume", "run", "edit"]
     spec: str | None = None
     timezone: str | None = None
-
-
-class ScheduleSource(Protocol):
-    """A read-only view of one owner's schedules."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def domain(self) -> Domain: ...
-
-    @property
-    def manageability(self) -> Manageability: ...
-
-    async def read(self) -> SourceRead:
-        """Every schedule this source knows. Never raises: down means ``degraded``."""
-        ...
 
 
 @runtime_checkable

@@ -17,6 +17,8 @@ from conduit_core.extension import (
     OutcomeKind,
     Result,
     RetryHint,
+    ScheduleRecord,
+    SourceRead,
     StartGate,
     StartHold,
     StopEvidence,
@@ -116,3 +118,30 @@ def conduit_retry_hint(executor: str, error: BaseException | None) -> RetryHint 
     if executor == "echo" and error is not None and "rate limited" in str(error):
         return RetryHint(unknown_reset=True, reason="rate limited")
     return None
+
+
+class RemoteSource:
+    """An observe-only schedule source of another system, for the schedule view."""
+
+    name = "test-remote"
+    domain = "external"
+    manageability = "observe-only"
+
+    async def read(self) -> SourceRead:
+        return SourceRead(
+            records=[
+                ScheduleRecord(
+                    id="test-remote:nightly",
+                    source=self.name,
+                    domain="external",
+                    manageability="observe-only",
+                    spec="0 3 * * *",
+                    status="scheduled",
+                )
+            ]
+        )
+
+
+@hookimpl
+def conduit_schedule_sources() -> Sequence[RemoteSource]:
+    return [RemoteSource()]

@@ -16,13 +16,14 @@ from pathlib import Path
 import msgspec
 
 from conduit_core.extension import (
+    MAX_RESULT_FILE_BYTES,
+    WALL_TIME_UNIT,
     Artifact,
     InputEvent,
     OperationError,
-    OutcomeKind,
     Result,
-    Usage,
-    validate_result,
+    job_result,
+    job_timeout_result,
 )
 from conduit_executors_container._config import RESULT_MOUNT
 from conduit_executors_container._engine import safe_id
@@ -36,12 +37,8 @@ __all__ = [
     "timeout_result",
 ]
 
-#: A result file larger than this is refused as invalid rather than read into memory.
-MAX_RESULT_FILE_BYTES = 1024 * 1024
 #: The usage unit the container executor reports: the container's wall time.
-USAGE_UNIT = "minutes"
-
-_result_decoder = msgspec.json.Decoder(Result)
+USAGE_UNIT = WALL_TIME_UNIT
 _event_encoder = msgspec.json.Encoder()
 
 
@@ -91,67 +88,11 @@ def container_result(
         Artifact(name="stdout", ref=str(result_dir / "stdout"), media_type="text/plain"),
         Artifact(name="stderr", ref=str(result_dir / "stderr"), media_type="text/plain"),
     ]
-    usage = Usage(units={USAGE_UNIT: wall_minutes})
-    data: dict[str, object] = {"exit_status": exit_status}
-    if cut:
-        data["logs_cut"] = list(cut)
-    try:
-        written = _read_result_file(result_dir / "result.json")
-    except OperationError as exc:
-        return Result(
-            outcome=OutcomeKind.FAILED,
-            summary=f"{exc.code}: {exc.message} (exit status {exit_status})",
-            usage=usage,
-            artifacts=artifacts,
-            data={**data, "code": exc.code},
-        )
-    if written is None:
-        return Result(
-            outcome=OutcomeKind.COMPLETED if exit_status == 0 else OutcomeKind.FAILED,
-            summary=f"exit status {exit_status}",
-            usage=usage,
-            artifacts=artifacts,
-            data=data,
-        )
-    # The job's own usage units count as well; the wall time is ours to report.
-    units = {**written.usage.units, USAGE_UNIT: wall_minutes}
-    return msgspec.structs.replace(
-        written,
-        usage=msgspec.structs.replace(written.usage, units=units),
-        artifacts=[*written.artifacts, *artifacts],
-        data={**written.data, **data},
-    )
+    return job_result(
+        result_dir / "result.json", exit_status, wall_minutes=wall_minutes, artifacts=artifacts,
+        data={"logs_cut": list(cut)} if cut else None,
+    )  # fmt: skip
 
 
 def timeout_result(seconds: float, stop_detail: str, *, wall_minutes: float) -> Result:
-    return Result(
-        outcome=OutcomeKind.FAILED,
-        summary=f"timeout: the container ran past its deadline ({seconds:.3g} s) and was stopped",
-        usage=Usage(units={USAGE_UNIT: wall_minutes}),
-        data={"code": "timeout", "stop": stop_detail},
-    )
-
-
-def _read_result_file(path: Path) -> Result | None:
-    try:
-        with path.open("rb") as source:
-            raw = source.read(MAX_RESULT_FILE_BYTES + 1)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise OperationError("invalid_result", f"result file unreadable: {exc.strerror}") from exc
-    if len(raw) > MAX_RESULT_FILE_BYTES:
-        raise OperationError(
-            "invalid_result", f"result file is larger than {MAX_RESULT_FILE_BYTES} bytes"
-        )
-    try:
-        result = _result_decoder.decode(raw)
-    except msgspec.ValidationError as exc:
-        raise OperationError("invalid_result", f"result file: {exc}") from exc
-    except msgspec.DecodeError as exc:
-        raise OperationError("invalid_result", f"result file is not JSON: {exc}") from exc
-    validate_result(result)
-    if result.outcome is OutcomeKind.WAITING:
-        # Waiting parks the attempt for a resume, which a container job cannot do.
-        raise OperationError("invalid_result", "$.outcome: a container job cannot wait (no resume)")
-    return result
+    return job_timeout_result("container", seconds, stop_detail, wall_minutes=wall_minutes)

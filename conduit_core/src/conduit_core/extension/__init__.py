@@ -26,6 +26,13 @@ from conduit_core.extension._hooks import (
     hookimpl,
     hookspec,
 )
+from conduit_core.extension._job_results import (
+    MAX_RESULT_FILE_BYTES,
+    WALL_TIME_UNIT,
+    job_result,
+    job_timeout_result,
+    read_result_file,
+)
 from conduit_core.extension._manifest import (
     MANIFEST_FILENAME,
     MANIFEST_SCHEMA_VERSION,
@@ -61,6 +68,11 @@ from conduit_core.extension._schedules import (
 )
 
 __all__ = [
+    "read_result_file",
+    "job_timeout_result",
+    "job_result",
+    "WALL_TIME_UNIT",
+    "MAX_RESULT_FILE_BYTES",
     "SourceRead",
     "ScheduleSource",
     "ScheduleRecord",

@@ -38,6 +38,17 @@ async def test_inject_is_acknowledged_as_accepted_not_consumed(
     assert [e.id for e in await store.pending_inputs(attempt.execution.work_id)] == [event.id]
 
 
+async def test_inject_keeps_the_event_type_and_correlation_key(
+    scheduler: Scheduler, store: Store
+) -> None:
+    attempt = await running(scheduler)
+    event, _ = await scheduler.inject(
+        attempt.execution.work_id, {"n": 1}, event_type="review.comment", correlation_key="pr-7"
+    )
+    stored = await store.get_event(event.id)
+    assert (stored.type, stored.correlation_key, stored.pending) == ("review.comment", "pr-7", True)
+
+
 async def test_a_results_consumed_inputs_settle_the_intent_even_mid_dispatch(
     scheduler: Scheduler, store: Store
 ) -> None:

@@ -280,17 +280,14 @@ class ApiService:
         return _event_view(stored, resumed=[c.execution.id for c in resumed])
 
     async def inject(self, work_id: str, req: InputRequest) -> EventView:
-        """Deliver input to the running attempt (a control); queued as input if none takes it.
-
-        The event's type is the core's input type; ``type`` and ``correlation_key`` apply to
-        ``/input`` only.
-        """
+        """Deliver input to the running attempt (a control); queued as input if none takes it."""
         work = await self.store.get_work(work_id)
         if work.status.terminal:
             raise ConduitError(f"work {work_id!r} is {work.status}", code="not_eligible")
         stored, intent = await self.scheduler.inject(
-            work_id, req.payload, delivery_id=req.delivery_id
-        )
+            work_id, req.payload, delivery_id=req.delivery_id, event_type=req.type,
+            correlation_key=req.correlation_key,
+        )  # fmt: skip
         self.host.wake()
         return _event_view(stored, control_id=intent.id if intent is not None else None)
 

@@ -14,6 +14,8 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from conduit_core.errors import LeaseLostError
 from conduit_core.extension import Capability, NotAcceptingError, StopTarget
 from conduit_core.model import (
@@ -26,7 +28,7 @@ from conduit_core.model import (
     ExecutionStatus,
     Work,
 )
-from conduit_core.runtime._inputs import input_event, presented
+from conduit_core.runtime._inputs import INPUT_EVENT_TYPE, input_event, presented
 from conduit_core.storage import StaleDispatchError
 
 if TYPE_CHECKING:
@@ -40,14 +42,21 @@ _WAITING = (ExecutionStatus.LAUNCHING, ExecutionStatus.RESUMING, ExecutionStatus
 
 
 async def inject(
-    sched: Scheduler, work_id: str, payload: Any, *, delivery_id: str | None = None
+    sched: Scheduler,
+    work_id: str,
+    payload: Any,
+    *,
+    delivery_id: str | None = None,
+    event_type: str = INPUT_EVENT_TYPE,
+    correlation_key: str | None = None,
 ) -> tuple[Event, ControlIntent | None]:
     """Queue input for the Work and, when an attempt that takes input runs, an inject intent."""
     now = sched.clock.now_ms()
     delivery = delivery_id or f"inject/{uuid.uuid4().hex}"
-    event = await sched.store.accept_event(
-        input_event(work_id, payload, delivery_id=delivery, now=now)
-    )
+    event = input_event(work_id, payload, delivery_id=delivery, now=now, event_type=event_type)
+    if correlation_key is not None:
+        event = msgspec.structs.replace(event, correlation_key=correlation_key)
+    event = await sched.store.accept_event(event)
     live = [e for e in await sched.store.list_executions(work_id) if e.status.live]
     if not live or Capability.INJECT not in live[-1].snapshot.capabilities:
         return event, None  # queued for the next attempt

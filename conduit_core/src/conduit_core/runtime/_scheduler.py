@@ -49,7 +49,7 @@ from conduit_core.runtime import _policy as policy
 from conduit_core.runtime._callbacks import StoreCallbacks
 from conduit_core.runtime._clock import Clock
 from conduit_core.runtime._holder import HeldLease, LeaseKeeper, hold_lease
-from conduit_core.runtime._inputs import presented
+from conduit_core.runtime._inputs import INPUT_EVENT_TYPE, presented
 from conduit_core.runtime._options import SchedulerOptions
 from conduit_core.storage import Claim, ClaimRefusal, ClaimRequest, Store
 
@@ -486,10 +486,19 @@ class Scheduler:
     # --- controls (see _controls) ---------------------------------------------------------------
 
     async def inject(
-        self, work_id: str, payload: Any, *, delivery_id: str | None = None
+        self,
+        work_id: str,
+        payload: Any,
+        *,
+        delivery_id: str | None = None,
+        event_type: str = INPUT_EVENT_TYPE,
+        correlation_key: str | None = None,
     ) -> tuple[Event, ControlIntent | None]:
         """Queue input; when a running attempt takes input, also an inject intent for it."""
-        return await _controls.inject(self, work_id, payload, delivery_id=delivery_id)
+        return await _controls.inject(
+            self, work_id, payload, delivery_id=delivery_id, event_type=event_type,
+            correlation_key=correlation_key,
+        )  # fmt: skip
 
     async def interrupt(self, work_id: str) -> ControlIntent:
         """Fence the running attempt, leave the Work ready, queue the interrupt."""

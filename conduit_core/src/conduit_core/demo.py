@@ -202,8 +202,8 @@ def _drive(
     if fired is None:
         out.print(f"[red]the Routine did not fire in time; daemon log: {log}")
         return 1
-    out.print(f"[bold]5.[/] Routine {fired['id']} ({fired['spec']}) fired; next fire at "
-              f"{_clock(fired['next_run_at_ms'])} UTC")  # fmt: skip
+    out.print(f"[bold]5.[/] Routine {fired['id']} ({fired['spec']}) fired at "
+              f"{_clock(fired['last_run_at_ms'])} UTC, from the config's [[routines]]")  # fmt: skip
     out.print("\n[bold]$ conduit work list[/]")
     listing = subprocess.run(
         _conduit("work", "list", "--config", str(config)), capture_output=True, text=True

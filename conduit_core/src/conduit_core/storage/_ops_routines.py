@@ -151,44 +151,67 @@ def due_pass(cx: Cx, now_ms: int) -> int:
     return len(rows)
 
 
-def claim_queued(cx: Cx, change: RoutineChange, limit: int, due_at_ms: int | None) -> list[Routine]:
-    """Claim up to ``limit`` queued rows, each only while it is still queued (a lost row is
-    dropped, never retried). With ``due_at_ms`` the due-pass runs first in the same transaction,
-    so a row due now is written (and committed) once, not twice."""
-    fresh: dict[str, Routine] = {}
-    if due_at_ms is not None:
-        rows = cx.rows(
-            "UPDATE conduit_routine SET status = 'queued' WHERE status = 'idle' "
-            "AND next_run_at_ms IS NOT NULL AND next_run_at_ms <= ? RETURNING id, data",
-            (due_at_ms,),
-        )
-        fresh = {
-            routine_id: msgspec.structs.replace(
-                Codec.routine.decode(data), status=S.QUEUED, updated_at_ms=due_at_ms
-            )
-            for routine_id, data in rows
-        }
-    rows = cx.rows(
-        "SELECT id, data FROM conduit_routine WHERE status = 'queued' "
-        "ORDER BY next_run_at_ms, id LIMIT ?",
-        (limit,),
+_CANDIDATES_QUEUED = (
+    "SELECT id, status, next_run_at_ms, data FROM conduit_routine WHERE status = 'queued'"
+)
+_CANDIDATES_DUE = (
+    "SELECT id, status, next_run_at_ms, data FROM conduit_routine WHERE status = 'idle' "
+    "AND next_run_at_ms IS NOT NULL AND next_run_at_ms <= ?"
+)
+#: Rows per set-based claim statement (5 parameters each; well under both backends' limits).
+_CLAIM_CHUNK = 1_000
+
+
+def _claim_sql(count: int) -> str:
+    # VALUES columns are named column1.. on both backends. A row is written only while its
+    # status is still the one it was read with: the rows not returned were lost.
+    values = ", ".join("(?, ?, ?, ?, ?)" for _ in range(count))
+    return (
+        "UPDATE conduit_routine SET status = v.column3, "
+        "next_run_at_ms = CAST(v.column4 AS BIGINT), data = v.column5 "
+        f"FROM (VALUES {values}) AS v "
+        "WHERE conduit_routine.id = v.column1 AND conduit_routine.status = v.column2 "
+        "RETURNING conduit_routine.id"
     )
-    won: list[Routine] = []
-    for routine_id, data in rows:
-        queued = fresh.pop(routine_id, None) or Codec.routine.decode(data)
-        claimed = change(queued)
-        if cx.run(
-            "UPDATE conduit_routine SET status = ?, next_run_at_ms = ?, data = ? "
-            "WHERE id = ? AND status = 'queued'",
-            _params(claimed),
-        ):
-            won.append(claimed)
-    if fresh:  # queued now, claimed by a later pass: keep the record in step with its column
-        cx.many(
-            "UPDATE conduit_routine SET data = ? WHERE id = ?",
-            [(dump(routine), routine_id) for routine_id, routine in fresh.items()],
-        )
-    return won
+
+
+def claim_queued(cx: Cx, change: RoutineChange, limit: int, due_at_ms: int | None) -> list[Routine]:
+    """Claim up to ``limit`` queued rows, oldest due first, each only while it is still queued
+    (a lost row is dropped, never retried). With ``due_at_ms`` the due-pass runs in the same
+    transaction: an idle row due by then is queued and claimed in one write, and the due rows
+    beyond ``limit`` are left queued for a later pass.
+
+    Set-based: one read picks the rows, ``change`` (the pure ledger transition) is applied to
+    each record in Python, and one ``UPDATE … FROM (VALUES …) … RETURNING`` per chunk writes
+    status column and JSON together, guarded by the status each row was read with."""
+    sql = _CANDIDATES_QUEUED
+    params: tuple[int, ...] = ()
+    if due_at_ms is not None:
+        sql = f"{sql} UNION ALL {_CANDIDATES_DUE}"
+        params = (due_at_ms,)
+    rows = cx.rows(
+        f"SELECT id, status, data FROM ({sql}) AS c ORDER BY next_run_at_ms, id LIMIT ?",
+        (*params, limit + 1),  # one more: are there due rows beyond this batch?
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    claimed: dict[str, Routine] = {}
+    writes: list[tuple[str, str, str, int | None, str]] = []
+    for routine_id, status, data in rows:
+        routine = Codec.routine.decode(data)
+        if status == "idle":  # due now: the due-pass transition, then the claim
+            routine = msgspec.structs.replace(routine, status=S.QUEUED, updated_at_ms=due_at_ms)
+        after = msgspec.structs.replace(change(routine), id=routine_id)
+        claimed[routine_id] = after
+        writes.append((routine_id, status, *_params(after)[:3]))
+    won: set[str] = set()
+    for offset in range(0, len(writes), _CLAIM_CHUNK):
+        chunk = writes[offset : offset + _CLAIM_CHUNK]
+        got = cx.rows(_claim_sql(len(chunk)), tuple(v for w in chunk for v in w))
+        won.update(r[0] for r in got)
+    if due_at_ms is not None and more:
+        due_pass(cx, due_at_ms)  # due rows beyond this batch: queued now, claimed later
+    return [routine for routine_id, routine in claimed.items() if routine_id in won]
 
 
 def heal_routines(cx: Cx, heal: Callable[[Routine], Routine | None]) -> list[Routine]:

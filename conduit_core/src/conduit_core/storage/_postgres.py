@@ -1,4 +1,25 @@
-"""PostgreSQL backend: SERIALIZABLE transactions on pooled psycopg connections, retried."""
+"""PostgreSQL backend: serialized writers and snapshot readers on pooled psycopg connections.
+
+Isolation (see docs/architecture.md, "Decisions"):
+
+- A **write** transaction begins ``READ COMMITTED`` and, in the same round trip, takes the
+  store's transaction-scoped advisory lock ``_WRITE_LOCK`` before its first read. Writers are
+  therefore executed one after another, across every process and host sharing the database;
+  each statement of a writer (at READ COMMITTED, a fresh snapshot per statement, taken after
+  the lock was granted) sees every write committed before it, and no other writer changes
+  anything until it commits. That *is* a serial execution, so every invariant the code keeps
+  in a serial execution (capacity counted in the claim, one live attempt, fencing, timers fired
+  once, idempotent delivery ids, monotonic attempt numbers and event ``seq``) holds without
+  relying on SSI. PostgreSQL releases the advisory lock only after the commit is durable
+  (``synchronous_commit`` stays on) and visible, so the next writer sees it.
+- A **read** transaction is ``REPEATABLE READ READ ONLY``: one snapshot, no locks, no
+  predicate locks, never blocks or aborts a writer. Because writers commit in lock order and
+  each becomes visible before the next one starts, any snapshot is the state after a prefix
+  of the serial order of writers: reads are serializable too (no read-only anomaly).
+
+SERIALIZABLE (SSI) was the previous scheme; its page-level predicate locks on these small, hot
+tables aborted most concurrent claims as pivots, and the retries cost more than serializing.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +31,6 @@ from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
-from psycopg import IsolationLevel
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from conduit_core.errors import StoreError
@@ -22,7 +42,14 @@ __all__ = ["PostgresStore"]
 
 T = TypeVar("T")
 _MIGRATION_LOCK = 0x636F6E64  # "cond": serialises migrations of concurrent openers
+_WRITE_LOCK = 0x636F6E77  # "conw": held by the one write transaction running at a time
+# One round trip (simple protocol, no parameters): begin, then wait for the writers' lock
+# before any snapshot of the transaction is taken.
+_BEGIN_WRITE = f"BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock({_WRITE_LOCK})"
+_BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 # Contention the database resolves by aborting one transaction; the whole transaction is rerun.
+# With writers serialized these no longer arise between conduit's own transactions; they are
+# kept for a database shared with other clients and for lost connections mid-batch.
 _RETRYABLE = (
     psycopg.errors.SerializationFailure,
     psycopg.errors.DeadlockDetected,
@@ -54,7 +81,7 @@ class _PgCx:
 
 
 class PostgresStore(SqlStore):
-    """The multi-host store: every transaction is SERIALIZABLE and rerun on a conflict."""
+    """The multi-host store: writers serialized by an advisory lock, readers on a snapshot."""
 
     def __init__(
         self,
@@ -74,7 +101,6 @@ class PostgresStore(SqlStore):
             min_size=1,
             max_size=pool_size,
             kwargs={"autocommit": True, "connect_timeout": max(int(connect_timeout_s), 1)},
-            configure=_configure,
             timeout=connect_timeout_s * 2,
             open=True,
         )
@@ -105,8 +131,8 @@ class PostgresStore(SqlStore):
         tries = 0
         while True:
             try:
-                with self._pool.connection() as conn, conn.transaction():
-                    return fn(_PgCx(conn.cursor()))
+                with self._pool.connection() as conn:
+                    return _run(conn, fn, _BEGIN_WRITE if write else _BEGIN_READ)
             except _RETRYABLE as exc:
                 if time.monotonic() >= deadline:
                     raise StoreError(
@@ -132,8 +158,18 @@ class PostgresStore(SqlStore):
         self._pool.close()
 
 
-def _configure(conn: psycopg.Connection[Any]) -> None:
-    conn.isolation_level = IsolationLevel.SERIALIZABLE
+def _run(conn: psycopg.Connection[Any], fn: Callable[[Cx], T], begin: str) -> T:
+    """One transaction on an autocommit connection: ``begin``, ``fn``, then commit."""
+    cur = conn.cursor()
+    cur.execute(begin)
+    try:
+        result = fn(_PgCx(cur))
+    except BaseException:
+        if not conn.closed:
+            conn.rollback()
+        raise
+    cur.execute("COMMIT")
+    return result
 
 
 def _stored_version(conn: psycopg.Connection[Any]) -> int | None:

@@ -37,6 +37,8 @@ log = logging.getLogger("conduit.routines")
 MAX_SLEEP_MS = 60_000
 #: A claim lease; renewed every tick (at most every MAX_SLEEP_MS) by its owner.
 CLAIM_LEASE_MS = 5 * 60_000
+#: Rows per claim transaction; each batch's fires are dispatched as its claim commits.
+CLAIM_BATCH = 1_000
 
 
 class Ticker:
@@ -58,7 +60,7 @@ class Ticker:
         lease_ms: int = CLAIM_LEASE_MS,
         max_sleep_ms: int = MAX_SLEEP_MS,
         running_recheck_ms: int = 5_000,
-        claim_batch: int = 1_000,
+        claim_batch: int = CLAIM_BATCH,
         on_fired: Callable[[], None] | None = None,
         on_resumed: OnResumed | None = None,
     ) -> None:
@@ -115,23 +117,34 @@ class Ticker:
         """One pass; returns the delay (ms) until the next. Without :meth:`run`, it waits for
         the fires it dispatched (tests drive it this way)."""
         self.ticks += 1
-        now = self.clock.now_ms()
-        # The due-pass and the claims share one transaction: a due row is committed once.
-        claimed = await self.store.claim_queued(
-            self._claim_change(now), limit=self.claim_batch, due_at_ms=now
-        )
-        if claimed:
-            if self._tg is not None:
-                for routine in claimed:
-                    self._tg.start_soon(self._fire, routine, name=f"fire {routine.id}")
-            else:
-                async with anyio.create_task_group() as tg:
-                    for routine in claimed:
-                        tg.start_soon(self._fire, routine)
+        if self._tg is not None:
+            await self._claim_due(self._tg)
+        else:
+            async with anyio.create_task_group() as tg:
+                await self._claim_due(tg)
         running = await self.settle_running()
         delay = await self.next_delay(running)
         self.armed_ms = delay
         return delay
+
+    async def _claim_due(self, tg: TaskGroup) -> int:
+        """Claim what is due in batches of :attr:`claim_batch` (each batch one transaction that
+        also runs the due-pass: a due row is written once), then dispatch the fires.
+
+        Every claim batch commits before any fire starts: fires write to the same store, and
+        dispatched between batches they queue ahead of the next claim and make it late."""
+        due_at = self.clock.now_ms()
+        claimed: list[Routine] = []
+        while True:
+            batch = await self.store.claim_queued(
+                self._claim_change(self.clock.now_ms()), limit=self.claim_batch, due_at_ms=due_at
+            )
+            claimed += batch
+            if len(batch) < self.claim_batch:
+                break
+        for routine in claimed:
+            tg.start_soon(self._fire, routine, name=f"fire {routine.id}")
+        return len(claimed)
 
     def _claim_change(self, now: int) -> Callable[[Routine], Routine]:
         def change(routine: Routine) -> Routine:

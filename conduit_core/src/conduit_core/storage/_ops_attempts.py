@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from conduit_core.errors import LeaseLostError
+from conduit_core.errors import LeaseLostError, NotFoundError
 from conduit_core.model import (
     Event,
     Execution,
@@ -57,13 +57,23 @@ def find_lease(cx: Cx, execution_id: str) -> tuple[Lease, bool] | None:
     return None if row is None else lease_of(row)
 
 
+_FENCE_SQL = (
+    f"SELECT {', '.join('l.' + c for c in LEASE_COLUMNS.split(', '))}, e.data "
+    "FROM conduit_lease l LEFT JOIN conduit_execution e ON e.id = l.execution_id "
+    "WHERE l.execution_id = ?"
+)
+
+
 def fenced(cx: Cx, lease: Lease, now_ms: int, *, check_expiry: bool = True) -> Execution:
-    """The attempt, if ``lease`` still holds it; ``LeaseLostError`` otherwise."""
+    """The attempt, if ``lease`` still holds it; ``LeaseLostError`` otherwise.
+
+    The lease and the attempt are read in one statement (one round trip on a server).
+    """
     where = f"attempt {lease.execution_id} epoch {lease.epoch}"
-    found = find_lease(cx, lease.execution_id)
-    if found is None:
+    row = first(cx, _FENCE_SQL, (lease.execution_id,))
+    if row is None:
         raise LeaseLostError(f"{where}: no lease (finished, parked or cancelled)")
-    stored, released = found
+    stored, released = lease_of(row)
     if stored.epoch != lease.epoch:
         raise LeaseLostError(f"{where}: superseded by epoch {stored.epoch}")
     if stored.token != lease.token:
@@ -72,7 +82,9 @@ def fenced(cx: Cx, lease: Lease, now_ms: int, *, check_expiry: bool = True) -> E
         raise LeaseLostError(f"{where}: the lease was released")
     if check_expiry and stored.expires_at_ms <= now_ms:
         raise LeaseLostError(f"{where}: the lease expired at {stored.expires_at_ms} ms")
-    ex = load_execution(cx, lease.execution_id)
+    if row[8] is None:
+        raise NotFoundError("execution", lease.execution_id)
+    ex = Codec.execution.decode(row[8])
     if not ex.status.live:
         raise LeaseLostError(f"{where}: the attempt is {ex.status}")
     return ex

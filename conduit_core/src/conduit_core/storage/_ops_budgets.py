@@ -320,6 +320,7 @@ def _admit_one(
         now_ms,
         lease_ms,
         slots,
+        rows_checked=True,  # _precheck above; since then at most the Work row was saved
     )
     if isinstance(claim, Claim):
         for unit in ("turns", "attempts"):

@@ -230,15 +230,25 @@ def claim_one(
     now_ms: int,
     lease_ms: int,
     slots: Slots | None,
+    *,
+    rows_checked: bool = False,
 ) -> Claim | ClaimRefusal:
+    """Claim the next attempt of ``work``. ``rows_checked``: the caller found no hold and no
+    live attempt for it earlier in this transaction and wrote neither since (skips re-reading)."""
     work_id = request.work_id
     if work is None:
         return ClaimRefusal(work_id=work_id, code="not_found", message=f"unknown work {work_id!r}")
     reason = ineligibility(work)
-    if reason is None and first(cx, "SELECT 1 FROM conduit_hold WHERE work_id = ?", (work_id,)):
+    if (
+        reason is None
+        and not rows_checked
+        and first(cx, "SELECT 1 FROM conduit_hold WHERE work_id = ?", (work_id,))
+    ):
         reason = f"work {work_id!r} is held"
-    if reason is None and first(
-        cx, "SELECT 1 FROM conduit_execution WHERE work_id = ? AND live = 1", (work_id,)
+    if (
+        reason is None
+        and not rows_checked
+        and first(cx, "SELECT 1 FROM conduit_execution WHERE work_id = ? AND live = 1", (work_id,))
     ):
         reason = f"work {work_id!r} has a live attempt"
     if reason is not None:

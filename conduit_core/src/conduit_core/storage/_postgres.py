@@ -26,7 +26,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, TypeVar
 
 import psycopg
@@ -80,6 +80,28 @@ class _PgCx:
         self._cur.executemany(_pg_sql(sql), params)
 
 
+class _OneStatementCx(_PgCx):
+    """A read outside any transaction block: allowed one statement (its own snapshot)."""
+
+    __slots__ = ("_used",)
+
+    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
+        super().__init__(cur)
+        self._used = False
+
+    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
+        if self._used or not sql.lstrip().upper().startswith("SELECT"):
+            raise RuntimeError(f"a single-statement read ran a second statement: {sql[:60]}")
+        self._used = True
+        return super().rows(sql, params)
+
+    def run(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        raise RuntimeError(f"a single-statement read tried to write: {sql[:60]}")
+
+    def many(self, sql: str, params: list[tuple[Any, ...]]) -> None:
+        raise RuntimeError(f"a single-statement read tried to write: {sql[:60]}")
+
+
 class PostgresStore(SqlStore):
     """The multi-host store: writers serialized by an advisory lock, readers on a snapshot."""
 
@@ -127,12 +149,21 @@ class PostgresStore(SqlStore):
         return cls(conninfo, masked_url=masked_url, **options)
 
     def transaction(self, fn: Callable[[Cx], T], *, write: bool = True) -> T:
+        return self._retried(partial(_run, fn=fn, begin=_BEGIN_WRITE if write else _BEGIN_READ))
+
+    def read_statement(self, fn: Callable[[Cx], T]) -> T:
+        """One SELECT in autocommit: a single statement is its own consistent snapshot, the
+        same as a one-statement REPEATABLE READ READ ONLY transaction, in one round trip
+        instead of three (``_OneStatementCx`` refuses a second statement or a write)."""
+        return self._retried(lambda conn: fn(_OneStatementCx(conn.cursor())))
+
+    def _retried(self, run: Callable[[psycopg.Connection[Any]], T]) -> T:
         deadline = time.monotonic() + self.retry_budget_s
         tries = 0
         while True:
             try:
                 with self._pool.connection() as conn:
-                    return _run(conn, fn, _BEGIN_WRITE if write else _BEGIN_READ)
+                    return run(conn)
             except _RETRYABLE as exc:
                 if time.monotonic() >= deadline:
                     raise StoreError(

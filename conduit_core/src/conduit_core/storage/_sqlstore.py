@@ -105,6 +105,16 @@ class SqlStore(Store):
         call = partial(self.transaction, partial(_bind, fn, args), write=False)
         return await anyio.to_thread.run_sync(call, limiter=self._limiter)
 
+    async def _read_one(self, fn: Callable[..., T], *args: Any) -> T:
+        """A read that is one SELECT: one statement is one snapshot at any isolation level, so
+        a backend may run it without a transaction block (see ``read_statement``)."""
+        call = partial(self.read_statement, partial(_bind, fn, args))
+        return await anyio.to_thread.run_sync(call, limiter=self._limiter)
+
+    def read_statement(self, fn: Callable[[Cx], T]) -> T:
+        """Run ``fn``, which issues a single SELECT; by default in a read transaction."""
+        return self.transaction(fn, write=False)
+
     # --- Work and input ----------------------------------------------------------------------
 
     async def create_work(self, work: Work, *, first_input: Event | None = None) -> Work:
@@ -114,13 +124,13 @@ class SqlStore(Store):
         return await self._write(ops.accept_event, event)
 
     async def get_event(self, event_id: str) -> Event:
-        return await self._read(ops.get_event, event_id)
+        return await self._read_one(ops.get_event, event_id)
 
     async def pending_inputs(self, work_id: str) -> list[Event]:
-        return await self._read(ops.pending_inputs, work_id)
+        return await self._read_one(ops.pending_inputs, work_id)
 
     async def get_work(self, work_id: str) -> Work:
-        return await self._read(load_work, work_id)
+        return await self._read_one(load_work, work_id)
 
     async def list_work(
         self,
@@ -130,7 +140,7 @@ class SqlStore(Store):
         limit: int = 100,
         after: str | None = None,
     ) -> list[Work]:
-        return await self._read(ops.list_work, status, scope, limit, after)
+        return await self._read_one(ops.list_work, status, scope, limit, after)
 
     async def update_work(self, work_id: str, change: WorkChange, *, now_ms: int) -> Work:
         return await self._write(ops.update_work, work_id, change, now_ms)
@@ -141,7 +151,7 @@ class SqlStore(Store):
     # --- Claims ------------------------------------------------------------------------------
 
     async def ready_work(self, *, limit: int, after: str | None = None) -> list[Work]:
-        return await self._read(ops.ready_work, limit, after)
+        return await self._read_one(ops.ready_work, limit, after)
 
     async def claim_attempts(
         self,
@@ -179,7 +189,7 @@ class SqlStore(Store):
         await self._write(att.release_lease, lease, now_ms)
 
     async def expired_attempts(self, *, now_ms: int, limit: int = 100) -> list[Execution]:
-        return await self._read(att.expired_attempts, now_ms, limit)
+        return await self._read_one(att.expired_attempts, now_ms, limit)
 
     async def claim_recovery(
         self, execution_id: str, *, owner: str, now_ms: int, lease_ms: int
@@ -231,19 +241,19 @@ class SqlStore(Store):
         return await self._write(att.settle_attempt, lease, decide, now_ms, list(consumed))
 
     async def get_execution(self, execution_id: str) -> Execution:
-        return await self._read(load_execution, execution_id)
+        return await self._read_one(load_execution, execution_id)
 
     async def list_executions(self, work_id: str) -> list[Execution]:
-        return await self._read(att.list_executions, work_id)
+        return await self._read_one(att.list_executions, work_id)
 
     async def get_lease(self, execution_id: str) -> Lease | None:
-        return await self._read(att.get_lease, execution_id)
+        return await self._read_one(att.get_lease, execution_id)
 
     async def live_executions(self) -> list[Execution]:
-        return await self._read(att.live_executions)
+        return await self._read_one(att.live_executions)
 
     async def unconfirmed_exclusions(self) -> list[Execution]:
-        return await self._read(att.unconfirmed_exclusions)
+        return await self._read_one(att.unconfirmed_exclusions)
 
     async def confirm_stopped(
         self, execution_id: str, expected_epoch: int, *, now_ms: int
@@ -259,7 +269,7 @@ class SqlStore(Store):
         return await self._write(misc.disarm_timer, timer_id)
 
     async def due_timers(self, *, now_ms: int, limit: int = 100) -> list[Timer]:
-        return await self._read(misc.due_timers, now_ms, limit)
+        return await self._read_one(misc.due_timers, now_ms, limit)
 
     async def fire_timer(
         self,
@@ -275,7 +285,7 @@ class SqlStore(Store):
         await self._write(misc.put_hold, hold)
 
     async def list_holds(self, work_id: str | None = None) -> list[Hold]:
-        return await self._read(misc.list_holds, work_id)
+        return await self._read_one(misc.list_holds, work_id)
 
     async def delete_hold(self, work_id: str, kind: HoldKind, holder: str) -> bool:
         return await self._write(misc.delete_hold, work_id, kind, holder)
@@ -286,7 +296,7 @@ class SqlStore(Store):
     async def matching_waits(
         self, *, event_type: str | None, correlation_key: str | None
     ) -> list[Wait]:
-        return await self._read(misc.matching_waits, event_type, correlation_key)
+        return await self._read_one(misc.matching_waits, event_type, correlation_key)
 
     async def remove_wait(self, execution_id: str) -> bool:
         return await self._write(misc.remove_wait, execution_id)
@@ -295,10 +305,10 @@ class SqlStore(Store):
         return await self._write(misc.create_control, intent)
 
     async def get_control(self, intent_id: str) -> ControlIntent:
-        return await self._read(misc.get_control, intent_id)
+        return await self._read_one(misc.get_control, intent_id)
 
     async def open_controls(self, *, limit: int = 100) -> list[ControlIntent]:
-        return await self._read(misc.open_controls, limit)
+        return await self._read_one(misc.open_controls, limit)
 
     async def claim_control(self, intent_id: str, *, now_ms: int) -> ControlIntent:
         return await self._write(misc.claim_control, intent_id)
@@ -322,7 +332,7 @@ class SqlStore(Store):
     # --- Budgets, config generations, routines -----------------------------------------------
 
     async def get_ledger(self, key: str) -> BudgetLedger | None:
-        return await self._read(misc.get_ledger, key)
+        return await self._read_one(misc.get_ledger, key)
 
     async def update_ledger(
         self, key: str, change: Callable[[BudgetLedger | None], BudgetLedger]
@@ -330,22 +340,22 @@ class SqlStore(Store):
         return await self._write(misc.update_ledger, key, change)
 
     async def list_ledgers(self) -> list[BudgetLedger]:
-        return await self._read(misc.list_ledgers)
+        return await self._read_one(misc.list_ledgers)
 
     async def record_config_generation(self, digest: str, *, now_ms: int) -> ConfigGeneration:
         return await self._write(misc.record_config_generation, digest, now_ms)
 
     async def latest_config_generation(self) -> ConfigGeneration | None:
-        return await self._read(misc.latest_config_generation)
+        return await self._read_one(misc.latest_config_generation)
 
     async def put_routine(self, routine: Routine) -> None:
         await self._write(misc.put_routine, routine)
 
     async def get_routine(self, routine_id: str) -> Routine:
-        return await self._read(misc.get_routine, routine_id)
+        return await self._read_one(misc.get_routine, routine_id)
 
     async def list_routines(self) -> list[Routine]:
-        return await self._read(misc.list_routines)
+        return await self._read_one(misc.list_routines)
 
     async def delete_routine(self, routine_id: str) -> bool:
         return await self._write(misc.delete_routine, routine_id)
@@ -424,7 +434,7 @@ class SqlStore(Store):
         return await self._write(_budgets.charge_pending, budgets, now_ms)
 
     async def pending_usage(self) -> list[PendingUsage]:
-        return await self._read(_budgets.list_pending_usage)
+        return await self._read_one(_budgets.list_pending_usage)
 
     async def release_budget_hold(self, work_id: str, *, reason: str, now_ms: int) -> Work:
         return await self._write(_budgets.release_budget_hold, work_id, reason, now_ms)
@@ -435,7 +445,7 @@ class SqlStore(Store):
         return await self._write(_budgets.settle_gate_hold, work_id, gate, admit, reason, now_ms)
 
     async def work_events(self, work_id: str) -> list[Event]:
-        return await self._read(_budgets.work_events, work_id)
+        return await self._read_one(_budgets.work_events, work_id)
 
     async def held_work(self) -> list[tuple[Hold, Work]]:
         return await self._read(_budgets.held_work)

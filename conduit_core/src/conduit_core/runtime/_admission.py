@@ -18,9 +18,10 @@ import anyio
 import msgspec
 
 from conduit_core.errors import ConduitError
-from conduit_core.extension import GateRequest, InputEvent, StartHold
-from conduit_core.model import AttemptSnapshot, HoldKind, Work
+from conduit_core.extension import GateRequest, StartHold
+from conduit_core.model import AttemptSnapshot, Event, HoldKind, Work
 from conduit_core.runtime._budgets import BudgetBook
+from conduit_core.runtime._inputs import presented
 from conduit_core.storage import AdmitRequest, Claim, ClaimRefusal, GateVerdict, Store
 from conduit_core.storage._contract import refusal_error
 from conduit_core.storage._ops_budgets import needs_gates
@@ -115,8 +116,11 @@ async def _admit(
                 AdmitRequest(work_id=work.id, snapshot=snapshot, max_inputs=options.max_inputs)
             )
 
+    # One read for every first input the gates will see, not one per Work.
+    first_inputs = await store.first_pending_inputs([work.id for _, work, _ in asks])
+
     async def ask(index: int, work: Work, snapshot: AttemptSnapshot) -> None:
-        slots[index] = await ask_gates(sched, work, snapshot)
+        slots[index] = await ask_gates(sched, work, snapshot, first_inputs.get(work.id))
 
     if asks:
         async with anyio.create_task_group() as tg:
@@ -141,26 +145,16 @@ async def _admit(
 
 
 async def ask_gates(
-    sched: Scheduler, work: Work, snapshot: AttemptSnapshot
+    sched: Scheduler, work: Work, snapshot: AttemptSnapshot, first: Event | None
 ) -> AdmitRequest | ClaimRefusal:
     """Ask every start gate in registration-name order, outside any transaction."""
-    pending = await sched.store.pending_inputs(work.id)
-    first = pending[0] if pending else None
     request = GateRequest(
         work_id=work.id,
         scope=work.scope,
         kind=str(work.kind),
         binding=work.binding,
         executor=snapshot.executor,
-        first_input=None
-        if first is None
-        else InputEvent(
-            id=first.id,
-            type=first.type,
-            payload=first.payload,
-            correlation_key=first.correlation_key,
-            accepted_at_ms=first.accepted_at_ms,
-        ),
+        first_input=None if first is None else presented(first),
     )
     for registration in sched.plugins.start_gates():
         try:

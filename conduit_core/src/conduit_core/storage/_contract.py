@@ -206,6 +206,10 @@ class Store(ABC):
         """The Work's input not yet presented to an attempt, in acceptance order."""
 
     @abstractmethod
+    async def first_pending_inputs(self, work_ids: Sequence[str]) -> dict[str, Event]:
+        """Each listed Work's oldest pending input (Work without any are left out), one read."""
+
+    @abstractmethod
     async def get_work(self, work_id: str) -> Work: ...
 
     @abstractmethod

@@ -92,6 +92,23 @@ def pending_inputs(cx: Cx, work_id: str, limit: int | None = None) -> list[Event
     return [Codec.event.decode(r[0]) for r in cx.rows(sql, params)]
 
 
+def first_pending_inputs(cx: Cx, work_ids: Sequence[str]) -> dict[str, Event]:
+    """Each Work's oldest pending input, for many Work in one query."""
+    if not work_ids:
+        return {}
+    marks = ", ".join("?" for _ in work_ids)
+    rows = cx.rows(
+        f"SELECT data FROM conduit_event WHERE pending = 1 AND work_id IN ({marks}) ORDER BY seq",
+        tuple(work_ids),
+    )
+    first_of: dict[str, Event] = {}
+    for (data,) in rows:
+        event = Codec.event.decode(data)
+        if event.work_id is not None:
+            first_of.setdefault(event.work_id, event)
+    return first_of
+
+
 def list_work(
     cx: Cx, status: WorkStatus | None, scope: str | None, limit: int, after: str | None
 ) -> list[Work]:

@@ -129,6 +129,9 @@ class SqlStore(Store):
     async def pending_inputs(self, work_id: str) -> list[Event]:
         return await self._read_one(ops.pending_inputs, work_id)
 
+    async def first_pending_inputs(self, work_ids: Sequence[str]) -> dict[str, Event]:
+        return await self._read_one(ops.first_pending_inputs, list(work_ids))
+
     async def get_work(self, work_id: str) -> Work:
         return await self._read_one(load_work, work_id)
 

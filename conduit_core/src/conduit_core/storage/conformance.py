@@ -72,6 +72,7 @@ __all__ = [
     "test_control_settles_only_with_live_dispatch_token",
     "test_duplicate_delivery_id_is_a_noop",
     "test_expired_lease_write_refused",
+    "test_first_pending_inputs_reads_each_works_oldest",
     "test_held_or_backing_off_work_is_not_claimed",
     "test_lease_renew_survives_clock_step_back",
     "test_monotonic_attempt_numbers",
@@ -314,6 +315,16 @@ async def test_duplicate_delivery_id_is_a_noop(store: Store) -> None:
     assert (await store.get_work("w")).pending_inputs == 1
     second = await store.accept_event(_event("2", "w"))
     assert second.seq > first.seq
+
+
+async def test_first_pending_inputs_reads_each_works_oldest(store: Store) -> None:
+    for wid in ("a", "b", "c"):
+        await store.create_work(make_work(wid, kind=WorkKind.TASK))
+    for n, wid in (("1", "a"), ("2", "b"), ("3", "a")):
+        await store.accept_event(_event(n, wid))
+    first = await store.first_pending_inputs(["a", "b", "c", "unknown"])
+    assert {wid: e.id for wid, e in first.items()} == {"a": "ev-1", "b": "ev-2"}
+    assert await store.first_pending_inputs([]) == {}
 
 
 async def test_held_or_backing_off_work_is_not_claimed(store: Store) -> None:

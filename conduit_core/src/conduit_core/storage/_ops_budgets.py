@@ -47,10 +47,10 @@ from conduit_core.storage._ops_work import (
     accept_event,
     cancel_work,
     claim_one,
-    ineligibility,
+    claim_refusal,
     ready_work,
 )
-from conduit_core.storage._sql import Cx, dump, find_work, first, load_work, save_work
+from conduit_core.storage._sql import Cx, dump, find_work, load_work, save_work
 
 __all__ = [
     "admission_candidates",
@@ -183,26 +183,6 @@ def needs_gates(work: Work, gates_registered: bool) -> bool:
     return gates_registered and work.last_attempt == 0 and not work.gated and not work.gate_pass
 
 
-def _precheck(
-    cx: Cx, work: Work | None, work_id: str, pool: str | None, slots: Slots | None
-) -> ClaimRefusal | None:
-    """Everything ``claim_one`` refuses for, without claiming (capacity is not taken)."""
-    if work is None:
-        return ClaimRefusal(work_id=work_id, code="not_found", message=f"unknown work {work_id!r}")
-    reason = ineligibility(work)
-    if reason is None and first(cx, "SELECT 1 FROM conduit_hold WHERE work_id = ?", (work_id,)):
-        reason = f"work {work_id!r} is held"
-    if reason is None and first(
-        cx, "SELECT 1 FROM conduit_execution WHERE work_id = ? AND live = 1", (work_id,)
-    ):
-        reason = f"work {work_id!r} has a live attempt"
-    if reason is not None:
-        return ClaimRefusal(work_id=work_id, code="not_eligible", message=reason)
-    if slots is not None:
-        return slots.refusal(work_id, pool, work.scope)
-    return None
-
-
 def admission_candidates(
     cx: Cx,
     work_ids: Sequence[str] | None,
@@ -229,7 +209,7 @@ def admission_candidates(
         snapshot = snapshot_for(work)
         if snapshot is None:
             continue
-        refused = _precheck(cx, work, work_id, snapshot.pool, slots)
+        refused = claim_refusal(cx, work, work_id, snapshot.pool, slots)
         if refused is None and slots is not None:
             slots.take(snapshot.pool, work.scope)
         out.append((work, snapshot, refused))
@@ -267,7 +247,7 @@ def _admit_one(
 ) -> Claim | ClaimRefusal:
     work_id = request.work_id
     work = find_work(cx, work_id)
-    refused = _precheck(cx, work, work_id, request.snapshot.pool, slots)
+    refused = claim_refusal(cx, work, work_id, request.snapshot.pool, slots)
     if refused is not None or work is None:
         return refused or ClaimRefusal(work_id=work_id, code="not_found", message=work_id)
     gated = needs_gates(work, gates_registered)

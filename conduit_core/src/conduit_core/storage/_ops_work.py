@@ -239,20 +239,20 @@ def new_lease(ex: Execution, owner: str, now_ms: int, lease_ms: int) -> Lease:
     )
 
 
-def claim_one(
+def claim_refusal(
     cx: Cx,
     work: Work | None,
-    request: ClaimRequest,
-    owner: str,
-    now_ms: int,
-    lease_ms: int,
+    work_id: str,
+    pool: str | None,
     slots: Slots | None,
     *,
     rows_checked: bool = False,
-) -> Claim | ClaimRefusal:
-    """Claim the next attempt of ``work``. ``rows_checked``: the caller found no hold and no
-    live attempt for it earlier in this transaction and wrote neither since (skips re-reading)."""
-    work_id = request.work_id
+) -> ClaimRefusal | None:
+    """Why ``work`` cannot start now (ineligible, held, running, or no capacity), or ``None``.
+
+    Capacity is checked, not taken. ``rows_checked``: the caller found no hold and no live
+    attempt for it earlier in this transaction and wrote neither since (skips re-reading).
+    """
     if work is None:
         return ClaimRefusal(work_id=work_id, code="not_found", message=f"unknown work {work_id!r}")
     reason = ineligibility(work)
@@ -270,9 +270,29 @@ def claim_one(
         reason = f"work {work_id!r} has a live attempt"
     if reason is not None:
         return ClaimRefusal(work_id=work_id, code="not_eligible", message=reason)
+    if slots is not None:
+        return slots.refusal(work_id, pool, work.scope)
+    return None
+
+
+def claim_one(
+    cx: Cx,
+    work: Work | None,
+    request: ClaimRequest,
+    owner: str,
+    now_ms: int,
+    lease_ms: int,
+    slots: Slots | None,
+    *,
+    rows_checked: bool = False,
+) -> Claim | ClaimRefusal:
+    """Claim the next attempt of ``work``. ``rows_checked``: the caller found no hold and no
+    live attempt for it earlier in this transaction and wrote neither since (skips re-reading)."""
+    work_id = request.work_id
     snapshot: AttemptSnapshot = request.snapshot
-    if slots is not None and (refused := slots.refusal(work_id, snapshot.pool, work.scope)):
-        return refused
+    refused = claim_refusal(cx, work, work_id, snapshot.pool, slots, rows_checked=rows_checked)
+    if refused is not None or work is None:
+        return refused or ClaimRefusal(work_id=work_id, code="not_found", message=work_id)
     inputs = [
         msgspec.structs.replace(e, pending=False)
         for e in pending_inputs(cx, work_id, request.max_inputs)

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import msgspec
 
 from conduit_core.errors import ConduitError, LeaseLostError, UnsupportedGenerationError
 from conduit_core.extension import (
@@ -40,11 +39,10 @@ from conduit_core.model import (
     HandoffPolicy,
     Lease,
     RetryPolicy,
-    TimerKind,
     Work,
 )
 from conduit_core.plugins import Plugins
-from conduit_core.runtime import _admission, _controls, _recovery
+from conduit_core.runtime import _admission, _controls, _recovery, _wakes
 from conduit_core.runtime import _policy as policy
 from conduit_core.runtime._callbacks import StoreCallbacks
 from conduit_core.runtime._clock import Clock
@@ -224,7 +222,7 @@ class Scheduler:
         ctx = self.execution_context(
             execution,
             callbacks,
-            inputs=[_input(e) for e in await self._presented_inputs(claim.inputs)],
+            inputs=[_input(e) for e in await _wakes.presented_inputs(self, claim.inputs)],
             env=env,
         )
         # One fenced write just before the executor is called: the trail so far, Invoke called
@@ -299,19 +297,6 @@ class Scheduler:
             state_dir=self.options.state_dir,
             callbacks=callbacks,
         )
-
-    async def _presented_inputs(self, inputs: Sequence[Event]) -> list[Event]:
-        """The inputs an attempt sees: a retry event brings back the input it retries first."""
-        presented: list[Event] = []
-        for event in inputs:
-            if event.type in _RETRY_TYPES and isinstance(event.payload, dict):
-                trigger = event.payload.get("trigger") or []
-                originals = [await self.store.get_event(i) for i in trigger if isinstance(i, str)]
-                presented.extend(
-                    o for o in await self._presented_inputs(originals) if o.type not in _RETRY_TYPES
-                )
-            presented.append(event)
-        return presented
 
     async def start(self, work_id: str) -> Attempt | Execution:
         """Claim and launch (the lease is not held: see :meth:`run_attempt` for that)."""
@@ -570,117 +555,24 @@ class Scheduler:
         return await self.store.create_work(work, first_input=first_input)
 
     async def fire_due_timers(self, *, limit: int = 100) -> list[str]:
-        """Fire due timers once each (another driver may race us; the store decides who fires).
-
-        A retry timer accepts a ``core.retry`` Event as the Work's input and clears its backoff
-        in the same transaction: a due clock alone never clears eligibility.
-        """
-        fired: list[str] = []
-        now = self.clock.now_ms()
-        for timer in await self.store.due_timers(now_ms=now, limit=limit):
-            accept: Event | None = None
-            clear = None
-            if timer.work_id is not None and timer.kind is TimerKind.RETRY:
-                accept = Event(
-                    id=f"retry-event/{timer.id}/{timer.generation}",
-                    delivery_id=f"retry/{timer.id}/{timer.generation}",
-                    type=policy.RETRY_EVENT_TYPE,
-                    payload=dict(timer.payload),
-                    work_id=timer.work_id,
-                    pending=True,
-                    accepted_at_ms=now,
-                )
-                timer_id = timer.id
-
-                def clear_backoff(work: Work, timer_id: str = timer_id) -> Work:
-                    if work.retry_timer_id != timer_id:
-                        return work
-                    return msgspec.structs.replace(work, retry_timer_id=None)
-
-                clear = clear_backoff
-            if await self.store.fire_timer(timer.id, accept=accept, update_work=clear, now_ms=now):
-                fired.append(timer.id)
-        return fired
+        """Fire due timers once each; a retry timer accepts ``core.retry`` as the Work's input."""
+        return await _wakes.fire_due_timers(self, limit=limit)
 
     async def manual_retry(self, work_id: str, *, reason: str = "") -> Work:
         """``core.manual.retry``: reset the failure budget (not attempt numbering) and run again."""
-        work = await self.store.get_work(work_id)
-        if work.status.terminal:
-            raise ConduitError(f"work {work_id!r} is {work.status}", code="not_eligible")
-        attempts = await self.store.list_executions(work_id)
-        trigger = list(attempts[-1].inputs) if attempts else []
-        now = self.clock.now_ms()
-        if work.retry_timer_id is not None:
-            await self.store.disarm_timer(work.retry_timer_id)
-        event = Event(
-            id=f"manual-retry/{work_id}/{work.last_attempt}/{now}",
-            delivery_id=f"manual-retry/{work_id}/{work.last_attempt}/{now}",
-            type=policy.MANUAL_RETRY_EVENT_TYPE,
-            payload={"reason": reason, "trigger": trigger},
-            work_id=work_id,
-            pending=True,
-            accepted_at_ms=now,
-        )
-        await self.store.accept_event(event)
-
-        def reset(current: Work) -> Work:
-            return msgspec.structs.replace(
-                current, failure_count=0, blocked_reason=None, retry_timer_id=None
-            )
-
-        return await self.store.update_work(work_id, reset, now_ms=now)
+        return await _wakes.manual_retry(self, work_id, reason=reason)
 
     async def accept_input(self, event: Event) -> tuple[Event, list[Claim]]:
         """Accept an event; wake parked attempts whose wait it matches (never their own Work's).
 
-        Returns the stored event and the claims of resumed attempts (launch them with
+        Returns the stored event and the claims of resumed attempts (run them with
         :meth:`run_resumed`).
         """
-        stored = await self.store.accept_event(event)
-        resumed: list[Claim] = []
-        waits = await self.store.matching_waits(
-            event_type=stored.type, correlation_key=stored.correlation_key
-        )
-        for wait in waits:
-            if stored.published_by is not None:
-                publisher = await self.store.get_execution(stored.published_by)
-                if publisher.work_id == wait.work_id:
-                    continue  # a Work's own published events never wake it
-            try:
-                claim = await self.store.resume_attempt(
-                    wait.execution_id, owner=self.options.owner, now_ms=self.clock.now_ms(),
-                    lease_ms=self.options.lease_ms, wake_event_id=stored.id,
-                    capacity=self.options.capacity(),
-                )  # fmt: skip
-            except ConduitError as exc:
-                log.info("wait of %s not resumed: %s", wait.execution_id, exc)
-                continue
-            if wait.timer_id is not None:
-                await self.store.disarm_timer(wait.timer_id)
-            resumed.append(claim)
-        return stored, resumed
+        return await _wakes.accept_input(self, event)
 
     async def run_resumed(self, claim: Claim) -> Execution:
         """Resume a woken attempt on its pinned executor, under a new segment, to its end."""
-        execution = claim.execution
-        wake_id = execution.segments[-1].wake_event_id if execution.segments else None
-        wake = await self.store.get_event(wake_id) if wake_id else None
-        async with self.hold(claim.lease) as held:
-            remaining = execution.remaining_budget_ms or 0
-            deadline = self.clock.now_ms() + remaining
-
-            def keep_budget(ex: Execution) -> Execution:
-                snap = msgspec.structs.replace(ex.snapshot, deadline_ms=deadline)
-                return msgspec.structs.replace(ex, snapshot=snap)
-
-            execution = await self.store.update_attempt(
-                held.lease, keep_budget, now_ms=self.clock.now_ms()
-            )
-            claim = msgspec.structs.replace(claim, execution=execution)
-            launched = await self.launch(claim, held, wake=wake)
-            if isinstance(launched, Execution):
-                return launched
-            return await self.observe(launched)
+        return await _wakes.run_resumed(self, claim)
 
     async def run_ready(self, limit: int) -> list[Execution]:
         """Claim up to ``limit`` ready Work and run each to its end, concurrently."""
@@ -694,9 +586,6 @@ class Scheduler:
             for claim in claims:
                 tg.start_soon(run_one, claim)
         return results
-
-
-_RETRY_TYPES = frozenset({policy.RETRY_EVENT_TYPE, policy.MANUAL_RETRY_EVENT_TYPE})
 
 
 _input = presented

@@ -51,8 +51,19 @@ else
   done
   [[ -n $PYTHON ]] || die "Python >= 3.11 is required; found: $(python3 -V 2>&1 || echo 'no python3'). Set CONDUIT_PYTHON=/path/to/python3.11+"
   log "venv: creating ${VENV} with ${PYTHON} ($("$PYTHON" -V 2>&1))"
-  "$PYTHON" -m venv "$VENV" \
-    || die "'${PYTHON} -m venv ${VENV}' failed (Debian's system Python needs: apt-get install python3-venv)"
+  if ! "$PYTHON" -m venv "$VENV"; then
+    # Debian's system Python ships venv without ensurepip: install it once, as root, and retry.
+    rm -rf "$VENV"
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+      ver=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+      log "venv failed: installing python${ver}-venv (Debian)"
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "python${ver}-venv" python3-venv \
+        || die "could not install python${ver}-venv"
+      "$PYTHON" -m venv "$VENV" || die "'${PYTHON} -m venv ${VENV}' failed"
+    else
+      die "'${PYTHON} -m venv ${VENV}' failed (Debian's system Python needs: apt-get install python3-venv)"
+    fi
+  fi
 fi
 VPY="$VENV/bin/python"
 

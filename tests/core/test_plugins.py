@@ -189,3 +189,18 @@ def test_cli_refuses_bad_plugin_with_message_and_exit_code(run_cli, tmp_path: Pa
     assert proc.stderr.startswith("error [duplicate_registration]: executor 'eta'")
     assert "'fakeplug-h'" in proc.stderr
     assert "'fakeplug-i'" in proc.stderr
+
+
+def test_plugins_list_json_shows_the_bundled_executors_and_gate(run_cli) -> None:  # type: ignore[no-untyped-def]
+    proc = run_cli("plugins", "list", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    executors = {e["name"]: e for e in doc["executors"]}
+    assert executors["shell"]["package"] == "conduit-executors-shell"
+    assert executors["shell"]["pool"] == "jobs"
+    assert executors["shell"]["generation"] == 2
+    assert executors["shell"]["historical_generations"] == [1]
+    assert executors["container"]["package"] == "conduit-executors-container"
+    assert executors["container"]["pool"] == "jobs"
+    assert "isolated" in executors["container"]["capabilities"]
+    assert {"name": "human", "package": "conduit-gate-human", "plugin": "human"} in doc["gates"]

@@ -70,9 +70,9 @@ async def test_phases_and_pin_come_before_the_start(
         ("begin", "container_pin"),
         ("pin", container_id),
         ("end", "container_pin", "ok"),
-        ("begin", "executor"),
+        ("begin", "container_start"),
         ("persist_recovery",),
-        ("end", "executor", "ok"),
+        ("end", "container_start", "ok"),
     ]
     state = inspect_or_none(docker_api, container_id)
     assert state is not None

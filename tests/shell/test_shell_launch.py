@@ -54,8 +54,8 @@ async def test_job_runs_with_inputs_env_and_phases_and_completes(tmp_path: Path)
     assert callbacks.phases == [
         ("workspace", "begin"),
         ("workspace", "ok"),
-        ("executor", "begin"),
-        ("executor", "ok"),
+        ("process_start", "begin"),
+        ("process_start", "ok"),
     ]
     stdin_lines = [json.loads(line) for line in text(f"{out}.stdin").splitlines()]
     assert [event["id"] for event in stdin_lines] == ["ev-1"]
@@ -170,7 +170,7 @@ async def test_refused_metadata_write_stops_the_launched_job(tmp_path: Path) -> 
     with pytest.raises(LeaseLostError):
         await ShellExecutor().run(ctx)
     assert tagged_processes(ctx.execution_id) == []
-    assert callbacks.phases[-1] == ("executor", "failed")
+    assert callbacks.phases[-1] == ("process_start", "failed")
 
 
 @pytest.mark.parametrize(

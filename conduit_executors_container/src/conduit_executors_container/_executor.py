@@ -72,7 +72,7 @@ class ContainerExecutor(Executor):
             result_dir=str(result_dir),
             launched_at=time.time(),
         )
-        async with ctx.phase(LaunchPhaseName.EXECUTOR):
+        async with ctx.phase(LaunchPhaseName.CONTAINER_START):
             # Recorded before the start: if the lease is gone by now the container stays unstarted
             # and pinned, and the recovery that adopts it starts it exactly once.
             await ctx.persist_recovery(encode_record(record))

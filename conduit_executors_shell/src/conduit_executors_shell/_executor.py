@@ -21,6 +21,7 @@ from conduit_core.extension import (
     Executor,
     Handle,
     InputEvent,
+    LaunchPhaseName,
     NotAcceptingError,
     OperationError,
     Result,
@@ -62,7 +63,7 @@ class ShellExecutor(Executor):
             workspace = await anyio.to_thread.run_sync(
                 create_workspace, ctx.state_dir, ctx.execution_id, ctx.epoch
             )
-        async with ctx.phase("executor"):
+        async with ctx.phase(LaunchPhaseName.PROCESS_START):
             job = await anyio.to_thread.run_sync(
                 lambda: launch_job(
                     config,

@@ -61,6 +61,9 @@ class LaunchPhaseName(StrEnum):
     CONTAINER_CREATE = "container_create"
     SANDBOX_PIN = "sandbox_pin"
     CONTAINER_PIN = "container_pin"
+    #: An executor's own last step: starting the pinned container, or the job's process.
+    CONTAINER_START = "container_start"
+    PROCESS_START = "process_start"
 
 
 class PhaseOutcome(StrEnum):

@@ -14,40 +14,19 @@ slices so that engine and disk noise hits both alike. Needs the engine and the i
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import anyio
+from _harness import JsonFileCallbacks  # type: ignore[import-not-found]
 
-from conduit_core.extension import ExecutionContext, PhaseOutcome
+from conduit_core.extension import ExecutionContext
 from conduit_executors_container import ContainerExecutor
 
 IMAGE = "conduit-test-busybox:latest"
-
-
-class JsonFileCallbacks:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    async def persist_recovery(self, metadata: Mapping[str, Any]) -> None:
-        partial = self.path.with_suffix(".partial")
-        partial.write_text(json.dumps(dict(metadata)))
-        partial.replace(self.path)
-
-    async def begin_phase(self, name: str) -> None:
-        pass
-
-    async def end_phase(self, name: str, outcome: PhaseOutcome) -> None:
-        pass
-
-    async def pin(self, ref: str) -> None:
-        pass
 
 
 async def executor_seconds(

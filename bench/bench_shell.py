@@ -12,38 +12,17 @@ durably, which any executor whose jobs outlive the daemon pays.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import anyio
+from _harness import JsonFileCallbacks  # type: ignore[import-not-found]
 
-from conduit_core.extension import ExecutionContext, PhaseOutcome
+from conduit_core.extension import ExecutionContext
 from conduit_executors_shell import ShellExecutor, decode_config
 from conduit_executors_shell._launch import wrapper_script
-
-
-class JsonFileCallbacks:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    async def persist_recovery(self, metadata: Mapping[str, Any]) -> None:
-        partial = self.path.with_suffix(".partial")
-        partial.write_text(json.dumps(dict(metadata)))
-        partial.replace(self.path)
-
-    async def begin_phase(self, name: str) -> None:
-        pass
-
-    async def end_phase(self, name: str, outcome: PhaseOutcome) -> None:
-        pass
-
-    async def pin(self, ref: str) -> None:
-        pass
 
 
 async def executor_rate(attempts: int, state_dir: Path, concurrency: int = 1) -> float:

@@ -222,7 +222,7 @@ class Scheduler:
         ctx = self.execution_context(
             execution,
             callbacks,
-            inputs=[_input(e) for e in await _wakes.presented_inputs(self, claim.inputs)],
+            inputs=[presented(e) for e in await _wakes.presented_inputs(self, claim.inputs)],
             env=env,
         )
         # One fenced write just before the executor is called: the trail so far, Invoke called
@@ -232,7 +232,7 @@ class Scheduler:
         await callbacks.flush()
         try:
             if wake is not None:
-                handle = await executor.resume(ctx, _input(wake))
+                handle = await executor.resume(ctx, presented(wake))
             else:
                 handle = await executor.run(ctx)
         except LeaseLostError:
@@ -586,6 +586,3 @@ class Scheduler:
             for claim in claims:
                 tg.start_soon(run_one, claim)
         return results
-
-
-_input = presented

@@ -44,7 +44,7 @@ from conduit_core.routines.sources import (
     routine_record,
 )
 from conduit_core.routines.ticker import Ticker
-from conduit_core.storage._ops_routines import RoutineRun
+from conduit_core.storage import RoutineRun
 
 __all__ = [
     "BoundRecurringScheduleError",

@@ -24,8 +24,7 @@ from conduit_core.routines.errors import (
     IllegalTransitionError,
     StaleRoutineClaimError,
 )
-from conduit_core.storage import Claim, Store
-from conduit_core.storage._ops_routines import RoutineRun
+from conduit_core.storage import Claim, RoutineRun, Store
 
 __all__ = [
     "FIRE_INPUT_TYPE",

@@ -29,8 +29,7 @@ from conduit_core.routines.sources import (
     routine_record,
 )
 from conduit_core.runtime import Clock
-from conduit_core.storage import Store
-from conduit_core.storage._ops_routines import RoutineRun
+from conduit_core.storage import RoutineRun, Store
 
 __all__ = ["ConduitRoutineSource", "InvalidRoutineIdError", "new_routine"]
 

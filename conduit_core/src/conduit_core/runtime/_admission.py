@@ -22,9 +22,15 @@ from conduit_core.extension import GateRequest, StartHold
 from conduit_core.model import AttemptSnapshot, Event, HoldKind, Work
 from conduit_core.runtime._budgets import BudgetBook
 from conduit_core.runtime._inputs import presented
-from conduit_core.storage import AdmitRequest, Claim, ClaimRefusal, GateVerdict, Store
-from conduit_core.storage._contract import refusal_error
-from conduit_core.storage._ops_budgets import needs_gates
+from conduit_core.storage import (
+    AdmitRequest,
+    Claim,
+    ClaimRefusal,
+    GateVerdict,
+    Store,
+    needs_gates,
+    refusal_error,
+)
 
 if TYPE_CHECKING:
     from conduit_core.runtime._scheduler import Scheduler

@@ -13,8 +13,7 @@ import msgspec
 
 from conduit_core.config import Budget
 from conduit_core.model import Event
-from conduit_core.storage import LedgerSpec
-from conduit_core.storage._admission import BUDGET_EXCEEDED, BUDGET_SCHEMA, BUDGET_WARNING
+from conduit_core.storage import BUDGET_EXCEEDED, BUDGET_SCHEMA, BUDGET_WARNING, LedgerSpec
 
 __all__ = ["BudgetBook", "BudgetNotice", "window_start"]
 

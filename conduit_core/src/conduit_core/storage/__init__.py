@@ -4,6 +4,9 @@ The conformance suite every backend passes is :mod:`conduit_core.storage.conform
 """
 
 from conduit_core.storage._admission import (
+    BUDGET_EXCEEDED,
+    BUDGET_SCHEMA,
+    BUDGET_WARNING,
     AdmitRequest,
     BudgetPolicy,
     GateVerdict,
@@ -24,13 +27,19 @@ from conduit_core.storage._contract import (
     StaleDispatchError,
     Store,
     WorkChange,
+    refusal_error,
 )
 from conduit_core.storage._open import mask_url, open_store, open_store_sync
+from conduit_core.storage._ops_budgets import needs_gates
+from conduit_core.storage._ops_routines import RoutineRun
 from conduit_core.storage._schema import SCHEMA_VERSION
 from conduit_core.storage._sqlite import SqliteStore
 from conduit_core.storage._sqlstore import SqlStore
 
 __all__ = [
+    "BUDGET_EXCEEDED",
+    "BUDGET_SCHEMA",
+    "BUDGET_WARNING",
     "SCHEMA_VERSION",
     "AdmitRequest",
     "BudgetPolicy",
@@ -46,6 +55,7 @@ __all__ = [
     "Decision",
     "ExecutionChange",
     "NotEligibleError",
+    "RoutineRun",
     "Settlement",
     "SqlStore",
     "SqliteStore",
@@ -53,6 +63,8 @@ __all__ = [
     "Store",
     "WorkChange",
     "mask_url",
+    "needs_gates",
     "open_store",
     "open_store_sync",
+    "refusal_error",
 ]

@@ -1,0 +1,64 @@
+"""The layers of conduit_core point down only, and plugins use only the public contract."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CORE = REPO / "conduit_core" / "src" / "conduit_core"
+
+#: What each package of conduit_core may import from conduit_core (besides itself).
+ALLOWED = {
+    "errors": set(),
+    "extension": {"errors"},
+    "model": {"errors", "extension"},
+    "plugins": {"errors", "extension"},
+    "config": {"errors", "extension", "plugins"},
+    "storage": {"errors", "extension", "model"},
+    "runtime": {"errors", "extension", "model", "plugins", "config", "storage"},
+    "routines": {"errors", "extension", "model", "plugins", "config", "storage", "runtime"},
+}
+PLUGINS = ["conduit_executors_shell", "conduit_executors_container", "conduit_gate_human"]
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return {n for n in names if n.startswith("conduit_core")}
+
+
+def _package(path: Path) -> str:
+    rel = path.relative_to(CORE)
+    return rel.parts[0].removesuffix(".py")
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_layers_point_down_only(package: str) -> None:
+    files = [p for p in CORE.rglob("*.py") if _package(p) == package]
+    assert files, package
+    for path in files:
+        for name in _imports(path):
+            parts = name.split(".")
+            target = parts[1] if len(parts) > 1 else ""
+            if target in ("", package, "_version"):
+                continue
+            assert target in ALLOWED[package], f"{path.relative_to(REPO)} imports {name}"
+            assert not any(p.startswith("_") for p in parts[2:]), (
+                f"{path.relative_to(REPO)} reaches into private module {name}"
+            )
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_plugins_use_only_the_public_contract(plugin: str) -> None:
+    for path in (REPO / plugin / "src").rglob("*.py"):
+        for name in _imports(path):
+            assert name in ("conduit_core.extension", "conduit_core.errors"), (
+                f"{path.relative_to(REPO)} imports {name}: plugins use conduit_core.extension only"
+            )

@@ -120,3 +120,14 @@ def test_capacity_reports_pools_and_sigterm_exits_zero(make_daemon: Callable[...
     daemon.signal(signal.SIGTERM)
     assert daemon.wait_exit() == 0
     assert not (daemon.data / "daemon.pid").exists()
+
+
+def test_a_retry_timer_wakes_the_daemon_before_its_rescan(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    # The rescan is 30 s and the retry delay 0.2 s: the retry runs because the loop sleeps only
+    # until the next timer is due, not because a rescan came round.
+    daemon = make_daemon().start(rescan=30)
+    flaky = daemon.submit("flaky")
+    detail = daemon.wait_status(flaky, "completed", timeout=10)
+    assert [str(a.status) for a in detail.attempts] == ["failed", "completed"]

@@ -114,9 +114,20 @@ class HostLoop:
                 task_status.started()
                 while not self.stopping:
                     await self.run_pass()
-                    await self.waker.wait(self.rescan_s)
+                    await self.waker.wait(await self._sleep_s())
                 await self._release_running()
             keepers.cancel_scope.cancel()
+
+    async def _sleep_s(self) -> float:
+        """Until the next pass: the rescan, or sooner when a timer falls due before it."""
+        try:
+            due = await self.scheduler.store.next_timer_due()
+        except ConduitError:
+            return self.rescan_s
+        if due is None:
+            return self.rescan_s
+        until = (due - self.scheduler.clock.now_ms()) / 1000
+        return min(self.rescan_s, max(until, 0.0))
 
     async def _keep_leases(
         self, sched: Scheduler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED

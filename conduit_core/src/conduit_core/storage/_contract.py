@@ -479,6 +479,10 @@ class Store(ABC):
     async def due_timers(self, *, now_ms: int, limit: int = 100) -> list[Timer]: ...
 
     @abstractmethod
+    async def next_timer_due(self) -> int | None:
+        """When the earliest armed timer is due (epoch ms), ``None`` when none is armed."""
+
+    @abstractmethod
     async def fire_timer(
         self,
         timer_id: str,

@@ -51,6 +51,11 @@ def due_timers(cx: Cx, now_ms: int, limit: int) -> list[Timer]:
     return [Codec.timer.decode(r[0]) for r in rows]
 
 
+def next_timer_due(cx: Cx) -> int | None:
+    row = first(cx, "SELECT MIN(due_at_ms) FROM conduit_timer")
+    return None if row is None or row[0] is None else int(row[0])
+
+
 def fire_timer(
     cx: Cx, timer_id: str, accept: Event | None, update_work: WorkChange | None, now_ms: int
 ) -> Timer | None:

@@ -274,6 +274,9 @@ class SqlStore(Store):
     async def due_timers(self, *, now_ms: int, limit: int = 100) -> list[Timer]:
         return await self._read_one(misc.due_timers, now_ms, limit)
 
+    async def next_timer_due(self) -> int | None:
+        return await self._read_one(misc.next_timer_due)
+
     async def fire_timer(
         self,
         timer_id: str,

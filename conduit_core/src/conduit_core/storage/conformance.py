@@ -76,6 +76,7 @@ __all__ = [
     "test_held_or_backing_off_work_is_not_claimed",
     "test_lease_renew_survives_clock_step_back",
     "test_monotonic_attempt_numbers",
+    "test_next_timer_due_is_the_earliest_armed",
     "test_one_live_attempt_per_work",
     "test_one_live_attempt_per_work_across_processes",
     "test_park_and_resume_bumps_epoch",
@@ -325,6 +326,15 @@ async def test_first_pending_inputs_reads_each_works_oldest(store: Store) -> Non
     first = await store.first_pending_inputs(["a", "b", "c", "unknown"])
     assert {wid: e.id for wid, e in first.items()} == {"a": "ev-1", "b": "ev-2"}
     assert await store.first_pending_inputs([]) == {}
+
+
+async def test_next_timer_due_is_the_earliest_armed(store: Store) -> None:
+    assert await store.next_timer_due() is None
+    await store.arm_timer(Timer(id="late", kind=TimerKind.RETRY, due_at_ms=T0 + 50))
+    await store.arm_timer(Timer(id="soon", kind=TimerKind.RETRY, due_at_ms=T0 + 5))
+    assert await store.next_timer_due() == T0 + 5
+    assert await store.fire_timer("soon", now_ms=T0 + 5) is not None
+    assert await store.next_timer_due() == T0 + 50
 
 
 async def test_held_or_backing_off_work_is_not_claimed(store: Store) -> None:

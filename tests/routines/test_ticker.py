@@ -392,8 +392,10 @@ async def test_run_now_re_arms_the_sleeping_ticker_at_once(
             while tick.armed_ms != 60_000:  # noqa: ASYNC110 - the armed timer, polled
                 await anyio.sleep(0.01)
         await source.change("yearly", ScheduleChange(action="run"))
-        # Far less than the 60 s the timer was armed for.
+        # Far less than the 60 s the timer was armed for. The fire writes its Work, then marks
+        # the Routine running in a second write: wait for both before stopping the ticker.
         await eventually(lambda: works_of(store, "yearly"), within=5)
+        await eventually(lambda: status_is(store, "yearly", S.RUNNING), within=5)
         tg.cancel_scope.cancel()
     assert (await store.get_routine("yearly")).status is S.RUNNING
 

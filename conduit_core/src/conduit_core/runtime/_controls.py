@@ -14,8 +14,6 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 from conduit_core.errors import LeaseLostError
 from conduit_core.extension import Capability, NotAcceptingError, StopTarget
 from conduit_core.model import (
@@ -53,10 +51,11 @@ async def inject(
     """Queue input for the Work and, when an attempt that takes input runs, an inject intent."""
     now = sched.clock.now_ms()
     delivery = delivery_id or f"inject/{uuid.uuid4().hex}"
-    event = input_event(work_id, payload, delivery_id=delivery, now=now, event_type=event_type)
-    if correlation_key is not None:
-        event = msgspec.structs.replace(event, correlation_key=correlation_key)
-    event = await sched.store.accept_event(event)
+    queued = input_event(
+        work_id, payload, delivery_id=delivery, now=now, event_type=event_type,
+        correlation_key=correlation_key,
+    )  # fmt: skip
+    event = await sched.store.accept_event(queued)
     live = [e for e in await sched.store.list_executions(work_id) if e.status.live]
     if not live or Capability.INJECT not in live[-1].snapshot.capabilities:
         return event, None  # queued for the next attempt

@@ -13,7 +13,13 @@ INPUT_EVENT_TYPE = "input"
 
 
 def input_event(
-    work_id: str, payload: Any, *, delivery_id: str, now: int, event_type: str = INPUT_EVENT_TYPE
+    work_id: str,
+    payload: Any,
+    *,
+    delivery_id: str,
+    now: int,
+    event_type: str = INPUT_EVENT_TYPE,
+    correlation_key: str | None = None,
 ) -> Event:
     """Input addressed to a Work; ``delivery_id`` makes its acceptance idempotent."""
     return Event(
@@ -22,6 +28,7 @@ def input_event(
         type=event_type,
         payload=payload,
         work_id=work_id,
+        correlation_key=correlation_key,
         pending=True,
         accepted_at_ms=now,
     )

@@ -16,6 +16,7 @@ import msgspec
 from conduit_core.errors import ConduitError
 from conduit_core.model import Event, Execution, TimerKind, Work
 from conduit_core.runtime import _policy as policy
+from conduit_core.runtime._inputs import input_event
 from conduit_core.storage import Claim
 
 if TYPE_CHECKING:
@@ -92,15 +93,11 @@ async def manual_retry(sched: Scheduler, work_id: str, *, reason: str = "") -> W
     now = sched.clock.now_ms()
     if work.retry_timer_id is not None:
         await sched.store.disarm_timer(work.retry_timer_id)
-    event = Event(
-        id=f"manual-retry/{work_id}/{work.last_attempt}/{now}",
-        delivery_id=f"manual-retry/{work_id}/{work.last_attempt}/{now}",
-        type=policy.MANUAL_RETRY_EVENT_TYPE,
-        payload={"reason": reason, "trigger": trigger},
-        work_id=work_id,
-        pending=True,
-        accepted_at_ms=now,
-    )
+    delivery = f"manual-retry/{work_id}/{work.last_attempt}/{now}"
+    event = input_event(
+        work_id, {"reason": reason, "trigger": trigger}, delivery_id=delivery, now=now,
+        event_type=policy.MANUAL_RETRY_EVENT_TYPE,
+    )  # fmt: skip
     await sched.store.accept_event(event)
 
     def reset(current: Work) -> Work:

@@ -23,6 +23,9 @@ class JsonFileCallbacks:
         partial.write_text(json.dumps(dict(metadata)))
         partial.replace(self.path)
 
+    async def record_launch_intent(self, intent: Mapping[str, Any]) -> None:
+        pass
+
     async def begin_phase(self, name: str) -> None:
         pass
 

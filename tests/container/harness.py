@@ -37,6 +37,7 @@ class RecordingCallbacks:
         self.events: list[tuple[str, ...]] = []
         self.pins: list[str] = []
         self.metadata: dict[str, Any] | None = None
+        self.launch_intent: dict[str, Any] | None = None
 
     @property
     def phases(self) -> list[tuple[str, ...]]:
@@ -59,6 +60,11 @@ class RecordingCallbacks:
             partial = self.metadata_file.with_suffix(".partial")
             partial.write_text(encoded)
             os.replace(partial, self.metadata_file)
+
+    async def record_launch_intent(self, intent: Mapping[str, Any]) -> None:
+        self._fence("record_launch_intent")
+        self.launch_intent = dict(intent)
+        self.events.append(("record_launch_intent",))
 
     async def begin_phase(self, name: str) -> None:
         self._fence(name)

@@ -36,6 +36,7 @@ class FileCallbacks:
     def __init__(self, metadata_path: Path) -> None:
         self.metadata_path = metadata_path
         self.refuse_writes = False
+        self.launch_intent: dict[str, Any] | None = None
         self.phases: list[tuple[str, str]] = []
 
     async def persist_recovery(self, metadata: Mapping[str, Any]) -> None:
@@ -46,6 +47,11 @@ class FileCallbacks:
         partial = self.metadata_path.with_suffix(".partial")
         partial.write_bytes(encoded)
         partial.replace(self.metadata_path)
+
+    async def record_launch_intent(self, intent: Mapping[str, Any]) -> None:
+        if self.refuse_writes:
+            raise LeaseLostError("lease lost (test host refuses writes)")
+        self.launch_intent = dict(intent)
 
     async def begin_phase(self, name: str) -> None:
         self.phases.append((name, "begin"))

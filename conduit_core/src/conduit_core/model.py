@@ -250,6 +250,9 @@ class Execution(Record, frozen=True, kw_only=True):
     dropped_segments: int = 0
     dropped_active_ms: int = 0
     recovery: dict[str, Any] | None = None
+    #: What the latest launch recorded before starting anything external (see
+    #: ``ExecutionContext.record_launch_intent``); recovery discovers by it.
+    launch_intent: dict[str, Any] | None = None
     remaining_budget_ms: int | None = None
     result: Result | None = None
     failure_code: str | None = None

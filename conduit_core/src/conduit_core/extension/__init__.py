@@ -5,6 +5,7 @@ Nothing here imports the runtime or the storage layers.
 
 from conduit_core.errors import ConduitError, LeaseLostError
 from conduit_core.extension._executor import (
+    MAX_LAUNCH_INTENT_BYTES,
     MAX_RECOVERY_METADATA_BYTES,
     AttemptCallbacks,
     Capability,
@@ -49,8 +50,10 @@ from conduit_core.extension._results import (
     UNIT_PATTERN,
     Artifact,
     NotAcceptingError,
+    NotStartedError,
     OperationError,
     OutcomeKind,
+    ResourcesGoneError,
     Result,
     RetryHint,
     Turn,
@@ -81,6 +84,7 @@ __all__ = [
     "Domain",
     "MANIFEST_FILENAME",
     "MANIFEST_SCHEMA_VERSION",
+    "MAX_LAUNCH_INTENT_BYTES",
     "MAX_RECOVERY_METADATA_BYTES",
     "PROJECT_NAME",
     "RESERVED_UNITS",
@@ -104,6 +108,8 @@ __all__ = [
     "LeaseLostError",
     "Manifest",
     "NotAcceptingError",
+    "NotStartedError",
+    "ResourcesGoneError",
     "OperationError",
     "OutcomeKind",
     "PhaseOutcome",

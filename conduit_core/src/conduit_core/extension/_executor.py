@@ -29,11 +29,14 @@ __all__ = [
     "PhaseOutcome",
     "StopEvidence",
     "StopTarget",
+    "MAX_LAUNCH_INTENT_BYTES",
     "MAX_RECOVERY_METADATA_BYTES",
 ]
 
 #: Recovery metadata is bounded opaque JSON; larger metadata is refused.
 MAX_RECOVERY_METADATA_BYTES = 16 * 1024
+#: A launch intent is bounded opaque JSON too.
+MAX_LAUNCH_INTENT_BYTES = 16 * 1024
 
 
 class Capability(StrEnum):
@@ -94,6 +97,8 @@ class AttemptCallbacks(Protocol):
 
     async def persist_recovery(self, metadata: Mapping[str, Any]) -> None: ...
 
+    async def record_launch_intent(self, intent: Mapping[str, Any]) -> None: ...
+
     async def begin_phase(self, name: str) -> None: ...
 
     async def end_phase(self, name: str, outcome: PhaseOutcome) -> None: ...
@@ -134,6 +139,7 @@ class ExecutionContext:
         env: Mapping[str, str] | None = None,
         deadline_ms: int | None = None,
         recovery: Mapping[str, Any] | None = None,
+        launch_intent: Mapping[str, Any] | None = None,
         state_dir: str | None = None,
         callbacks: AttemptCallbacks,
     ) -> None:
@@ -150,6 +156,9 @@ class ExecutionContext:
         self.env: Mapping[str, str] = dict(env or {})
         self.deadline_ms = deadline_ms
         self.recovery = dict(recovery) if recovery is not None else None
+        #: The launch intent recorded by this attempt's latest launch (see
+        #: :meth:`record_launch_intent`); what ``recover`` discovers by when ``recovery`` is None.
+        self.launch_intent = dict(launch_intent) if launch_intent is not None else None
         #: A directory this host gives the executor for files of its own (workspaces, logs).
         self.state_dir = state_dir
         self._callbacks = callbacks
@@ -173,6 +182,22 @@ class ExecutionContext:
         """Durably record how to find this launch again; required before returning a handle."""
         await self._callbacks.persist_recovery(metadata)
         self.recovery = dict(metadata)
+
+    async def record_launch_intent(self, intent: Mapping[str, Any]) -> None:
+        """Durably record, before starting anything external, how to find the launch again.
+
+        The intent is the deterministic identity of what is about to be started (a workspace path
+        and a per-attempt marker the process carries; a container's name and labels). A recovery
+        of an attempt that recorded an intent but no recovery metadata gets it back as
+        ``ctx.launch_intent`` and *discovers*: found running → adopt; found finished → return a
+        handle whose ``wait`` reads the result; provably never started → raise
+        :class:`NotStartedError` (relaunched, nothing counted); gone without a result → raise
+        :class:`ResourcesGoneError`; cannot tell → any other error (the attempt is held).
+        Fenced by the lease: raises ``LeaseLostError`` once the attempt is no longer yours, in
+        which case nothing may be started.
+        """
+        await self._callbacks.record_launch_intent(intent)
+        self.launch_intent = dict(intent)
 
     async def pin(self, ref: str) -> None:
         """Pin the sandbox or container bound for this segment (fenced by the lease)."""
@@ -220,7 +245,16 @@ class Executor(ABC):
 
     @abstractmethod
     async def recover(self, ctx: ExecutionContext) -> Handle:
-        """Re-attach to the attempt described by ``ctx.recovery``; fail closed if unprovable."""
+        """Re-attach to the attempt described by ``ctx.recovery`` (or discovered through
+        ``ctx.launch_intent`` when no metadata was recorded).
+
+        Return a handle (adopted, or finished: its ``wait`` reads the result); raise
+        :class:`NotStartedError` when discovery proves nothing was started,
+        :class:`ResourcesGoneError` when everything is provably gone without a result, and any
+        other error when it cannot tell: the attempt is then held (no new attempt of its Work
+        starts) until the pinned generation recovers it or a person confirms the stop.
+        Call ``ctx.persist_recovery`` before returning the handle.
+        """
 
     @abstractmethod
     async def stop(self, target: StopTarget) -> StopEvidence:

@@ -14,8 +14,10 @@ from conduit_core.errors import ConduitError
 __all__ = [
     "Artifact",
     "NotAcceptingError",
+    "NotStartedError",
     "OperationError",
     "OutcomeKind",
+    "ResourcesGoneError",
     "Result",
     "RetryHint",
     "TURN_STATUS_PATTERN",
@@ -145,6 +147,28 @@ class NotAcceptingError(OperationError):
 
     def __init__(self, message: str = "the attempt is not accepting input") -> None:
         super().__init__("not_accepting", message)
+
+
+class NotStartedError(OperationError):
+    """Raised by ``recover``: discovery through the launch intent proves nothing was started.
+
+    The core then relaunches the attempt under the new epoch, marked ``relaunched``: no failure
+    is counted and no retry is spent (a crash before anything started costs nothing).
+    """
+
+    def __init__(self, message: str = "nothing was started under the launch intent") -> None:
+        super().__init__("not_started", message)
+
+
+class ResourcesGoneError(OperationError):
+    """Raised by ``recover``: everything the launch started is provably gone, with no result.
+
+    The core records a failed attempt with its resource exclusion confirmed (the failure counts
+    and the retry policy applies): the job may have run, so it is not relaunched as if it had not.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__("resources_gone", message)
 
 
 def validate_result(result: Result) -> None:

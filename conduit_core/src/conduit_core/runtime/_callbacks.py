@@ -14,7 +14,12 @@ from typing import Any
 
 import msgspec
 
-from conduit_core.extension import MAX_RECOVERY_METADATA_BYTES, OperationError, PhaseOutcome
+from conduit_core.extension import (
+    MAX_LAUNCH_INTENT_BYTES,
+    MAX_RECOVERY_METADATA_BYTES,
+    OperationError,
+    PhaseOutcome,
+)
 from conduit_core.model import (
     MAX_LAUNCH_PHASES,
     Execution,
@@ -27,22 +32,28 @@ from conduit_core.runtime._clock import Clock
 from conduit_core.runtime._holder import HeldLease
 from conduit_core.storage import Store
 
-__all__ = ["StoreCallbacks", "validate_recovery_metadata"]
+__all__ = ["StoreCallbacks", "validate_launch_intent", "validate_recovery_metadata"]
 
 SegmentChange = Callable[[Segment], Segment]
 
 
 def validate_recovery_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """Bounded opaque JSON: a JSON object of at most ``MAX_RECOVERY_METADATA_BYTES``."""
+    return _bounded_json(metadata, "invalid_recovery_metadata", MAX_RECOVERY_METADATA_BYTES)
+
+
+def validate_launch_intent(intent: Mapping[str, Any]) -> dict[str, Any]:
+    """Bounded opaque JSON: a JSON object of at most ``MAX_LAUNCH_INTENT_BYTES``."""
+    return _bounded_json(intent, "invalid_launch_intent", MAX_LAUNCH_INTENT_BYTES)
+
+
+def _bounded_json(value: Mapping[str, Any], code: str, limit: int) -> dict[str, Any]:
     try:
-        encoded = msgspec.json.encode(dict(metadata))
+        encoded = msgspec.json.encode(dict(value))
     except (TypeError, msgspec.EncodeError) as exc:
-        raise OperationError("invalid_recovery_metadata", f"not JSON: {exc}") from exc
-    if len(encoded) > MAX_RECOVERY_METADATA_BYTES:
-        raise OperationError(
-            "invalid_recovery_metadata",
-            f"{len(encoded)} bytes is over the limit of {MAX_RECOVERY_METADATA_BYTES}",
-        )
+        raise OperationError(code, f"not JSON: {exc}") from exc
+    if len(encoded) > limit:
+        raise OperationError(code, f"{len(encoded)} bytes is over the limit of {limit}")
     decoded: dict[str, Any] = msgspec.json.decode(encoded)
     return decoded
 
@@ -70,6 +81,11 @@ class StoreCallbacks:
 
         await self.flush(running)
         self.recovery_persisted = True
+
+    async def record_launch_intent(self, intent: Mapping[str, Any]) -> None:
+        """Written at once (with the buffered trail): nothing may start before it is durable."""
+        checked = validate_launch_intent(intent)
+        await self.flush(lambda ex: msgspec.structs.replace(ex, launch_intent=checked))
 
     async def begin_phase(self, name: str) -> None:
         """An executor's phase begins: written at once so a slow step shows while it runs."""

@@ -294,6 +294,7 @@ class Scheduler:
             env=env,
             deadline_ms=snap.deadline_ms,
             recovery=execution.recovery,
+            launch_intent=execution.launch_intent,
             state_dir=self.options.state_dir,
             callbacks=callbacks,
         )

@@ -22,6 +22,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from conduit_core.http import ApiClient, SubmitRequest, WorkDetail, read_token
@@ -140,7 +141,7 @@ def run_demo(folder: Path, out: Console) -> int:
     flaky = FLAKY.format(root=folder)
     config.write_text(CONFIG.format(port=_free_port(), flaky=flaky, routines=ROUTINES))
     log = folder / "daemon.log"
-    out.print(f"[bold]1.[/] config written to {config}")
+    out.print(f"[bold]1.[/] config written to {escape(str(config))}")
     out.print("[bold]2.[/] starting the daemon: conduit daemon --config conduit.toml")
     with log.open("wb") as sink:
         proc = subprocess.Popen(
@@ -173,7 +174,7 @@ def _drive(
     for binding, payload in SUBMISSIONS:
         req = SubmitRequest(binding=binding, input=payload)
         ids.append(api.request("POST", "/v1/work", req, WorkDetail).work.id)
-        out.print(f"   submitted {ids[-1]} ({binding})")
+        out.print(f"   submitted {escape(ids[-1])} ({binding})")
     finished = False
     deadline = time.monotonic() + DEADLINE_S
     details: list[WorkDetail] = []
@@ -195,22 +196,24 @@ def _drive(
         live.update(_table(details))
     out.print()
     if not finished:
-        out.print(f"[red]the demo Work did not finish in {DEADLINE_S:g} s; daemon log: {log}")
+        late = f"the demo Work did not finish in {DEADLINE_S:g} s; daemon log: {log}"
+        out.print(f"[red]{escape(late)}")
         return 1
     out.print("[bold]4.[/] all Work finished; the flaky job failed once and was retried.")
     fired = _wait_routine_fire(api)
     if fired is None:
-        out.print(f"[red]the Routine did not fire in time; daemon log: {log}")
+        out.print(f"[red]the Routine did not fire in time; daemon log: {escape(str(log))}")
         return 1
-    out.print(f"[bold]5.[/] Routine {fired['id']} ({fired['spec']}) fired at "
-              f"{_clock(fired['last_run_at_ms'])} UTC, from the config's [[routines]]")  # fmt: skip
+    routine = f"Routine {fired['id']} ({fired['spec']})"
+    fired_at = f"{_clock(fired['last_run_at_ms'])} UTC, from the config's [[routines]]"
+    out.print(f"[bold]5.[/] {escape(routine)} fired at {escape(fired_at)}")
     out.print("\n[bold]$ conduit work list[/]")
     listing = subprocess.run(
         _conduit("work", "list", "--config", str(config)), capture_output=True, text=True
     )
     print(listing.stdout.rstrip(), flush=True)
     flaky = next(d for d in details if d.work.binding == "flaky")
-    out.print(f"\n[bold]$ conduit work show {flaky.work.id}[/]")
+    out.print(f"\n[bold]$ conduit work show {escape(flaky.work.id)}[/]")
     shown = subprocess.run(
         _conduit("work", "show", flaky.work.id, "--config", str(config)),
         capture_output=True, text=True,
@@ -219,7 +222,7 @@ def _drive(
     out.print("\n[bold]6.[/] stopping the daemon (SIGTERM: leases released, exit 0)")
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(15)
-    out.print(f"   daemon exited with status {code}; its log: {log}")
+    out.print(f"   daemon exited with status {code}; its log: {escape(str(log))}")
     return 0 if code == 0 and all(d.work.status == "completed" for d in details) else 1
 
 

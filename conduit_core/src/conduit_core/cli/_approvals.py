@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.text import Text
 
 from conduit_core.cli._context import config_option, json_option, open_api, print_json, run
 from conduit_core.cli._render import console
@@ -106,7 +107,9 @@ def needs_you_command(config_path: Path | None, as_json: bool) -> None:
 
 def _line(item: Any) -> None:
     console().print(
-        f"[bold]{item.work_id}[/bold] ({item.binding}, scope {item.scope}) held by "
-        f"{item.kind} {item.holder!r}: {item.reason}\n  settle: {item.settle}",
-        highlight=False,
+        Text.assemble(
+            (item.work_id, "bold"),
+            f" ({item.binding}, scope {item.scope}) held by {item.kind} {item.holder!r}: "
+            f"{item.reason}\n  settle: {item.settle}",
+        )
     )

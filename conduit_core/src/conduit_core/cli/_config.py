@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from conduit_core.config import check_against_plugins, load_config
+from conduit_core.config import ROOT_SCOPE, check_against_plugins, load_config
 from conduit_core.plugins import Plugins
 
 
@@ -31,10 +31,12 @@ def check(file: Path, as_json: bool) -> None:
         "routines": [r.id for r in config.routines],
         "budgets": [b.name for b in config.budgets],
     }
+    # The root scope is always there; count only the ones the file declares besides it.
+    declared_scopes = sum(1 for name in config.scopes if name != ROOT_SCOPE)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
         click.echo(
-            f"ok: {file}: {len(config.bindings)} binding(s), {len(config.scopes)} scope(s), "
+            f"ok: {file}: {len(config.bindings)} binding(s), {declared_scopes} scope(s), "
             f"{len(config.routines)} routine(s), {len(config.budgets)} budget(s)"
         )

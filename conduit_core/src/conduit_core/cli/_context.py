@@ -20,7 +20,7 @@ import msgspec
 
 from conduit_core.config import Config, load_config
 from conduit_core.daemon import DaemonPaths, is_postgres, notify_sync
-from conduit_core.errors import ConduitError
+from conduit_core.errors import ConduitError, ConfigError
 from conduit_core.http import (
     ApiClient,
     ApiService,
@@ -47,6 +47,7 @@ __all__ = [
     "config_option",
     "json_option",
     "load",
+    "no_daemon_note",
     "open_api",
     "print_json",
     "run",
@@ -94,8 +95,28 @@ def json_option(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def load(config_path: Path | None) -> tuple[Config, DaemonPaths]:
     path = config_path or Path(os.environ.get(CONFIG_ENV, "conduit.toml"))
+    if not path.exists():
+        how = "from --config" if config_path else (
+            f"from ${CONFIG_ENV}" if CONFIG_ENV in os.environ else "the default, ./conduit.toml"
+        )  # fmt: skip
+        raise ConfigError(
+            f"{path}: no such config file ({how}); point at one with --config PATH or "
+            f"{CONFIG_ENV}=PATH (examples/conduit.toml is a start)"
+        )
     config = load_config(path)
     return config, DaemonPaths.from_config(config)
+
+
+def no_daemon_note(config_path: Path | None) -> str | None:
+    """What to tell a person whose Work will not move because no daemon runs for the config."""
+    _, paths = load(config_path)
+    if paths.running_pid() is not None:
+        return None
+    flag = f" --config {config_path}" if config_path else ""
+    return (
+        f"note: no daemon is running for this config (data dir {paths.data_dir}), so nothing "
+        f"starts the Work yet; start one with: conduit daemon{flag}"
+    )
 
 
 @asynccontextmanager

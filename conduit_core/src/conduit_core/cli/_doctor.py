@@ -9,6 +9,7 @@ from typing import Literal
 
 import anyio
 import click
+from rich.text import Text
 
 from conduit_core.cli._context import config_option, json_option, load, print_json
 from conduit_core.cli._render import console
@@ -45,7 +46,11 @@ def doctor_command(config_path: Path | None, as_json: bool) -> None:
     else:
         out = console()
         for check in checks:
-            out.print(f"[{_STYLE[check.status]}]{check.status:<4}[/] {check.name}: {check.message}")
+            out.print(
+                Text.assemble(
+                    (f"{check.status:<4}", _STYLE[check.status]), f" {check.name}: {check.message}"
+                )
+            )
             if check.fix and check.status != "ok":
                 out.print(f"     fix: {check.fix}", style="dim")
     if any(c.status == "fail" for c in checks):

@@ -39,8 +39,10 @@ STATUS_STYLE = {
 
 
 def console() -> Console:
-    # Piped output (scripts, CI logs) is not wrapped at 80 columns.
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    # Piped output (scripts, CI logs) is not wrapped at 80 columns. No markup: ids, reasons and
+    # job output are printed as written (a Work id like ``a[b]`` is not a style); styles are given
+    # as Text styles instead.
+    return Console(highlight=False, markup=False, width=None if sys.stdout.isatty() else 200)
 
 
 def clock(ms: int | None) -> str:
@@ -140,13 +142,26 @@ def status_line(detail: WorkDetail) -> Text:
     return line
 
 
-def work_detail(detail: WorkDetail) -> RenderableType:
-    parts: list[RenderableType] = [status_line(detail)]
+def work_detail(detail: WorkDetail, *, with_status: bool = True) -> RenderableType:
+    """The Work's status line (unless ``with_status`` is false), attempts, outputs and holds."""
+    parts: list[RenderableType] = [status_line(detail)] if with_status else []
     if detail.attempts:
         parts.append(_attempts(detail))
+    parts.extend(_outputs(detail))
     for hold in detail.holds:
         parts.append(Text(f"hold: {hold.kind} by {hold.holder}: {hold.reason}", style="magenta"))
     return Group(*parts)
+
+
+def _outputs(detail: WorkDetail) -> list[Text]:
+    """Where the latest finished attempt's artifacts are (a shell job's stdout and stderr)."""
+    for attempt in reversed(detail.attempts):
+        if attempt.result is not None and attempt.result.artifacts:
+            return [
+                Text(f"{artifact.name}: {artifact.ref}  (attempt {attempt.attempt})", style="dim")
+                for artifact in attempt.result.artifacts
+            ]
+    return []
 
 
 def capacity_table(view: CapacityView) -> Table:

@@ -13,6 +13,7 @@ from rich.live import Live
 from conduit_core.cli._context import (
     config_option,
     json_option,
+    no_daemon_note,
     open_api,
     parse_json_option,
     print_json,
@@ -78,6 +79,9 @@ def submit(
         print_json(detail)
     elif not as_json:
         console().print(f"submitted {detail.work.id}")
+    note = no_daemon_note(config_path)
+    if note is not None and not watch_after:  # watch says it itself
+        click.echo(note, err=True)
     if watch_after:
         _watch(detail.work.id, config_path, as_json, timeout=None)
 
@@ -153,6 +157,9 @@ def watch(work_id: str, timeout: float | None, config_path: Path | None, as_json
 def _watch(work_id: str, config_path: Path | None, as_json: bool, *, timeout: float | None) -> None:
     out = console()
     live_view = out.is_terminal and not as_json
+    note = no_daemon_note(config_path)
+    if note is not None:
+        click.echo(note, err=True)
 
     async def go() -> WorkDetail:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -190,7 +197,8 @@ def _watch(work_id: str, config_path: Path | None, as_json: bool, *, timeout: fl
     if as_json:
         print_json(detail)
     elif not live_view:
-        out.print(work_detail(detail))
+        # The last status line is printed already: add what it does not say.
+        out.print(work_detail(detail, with_status=False))
     if detail.work.status is not WorkStatus.COMPLETED:
         sys.exit(EXIT_NOT_COMPLETED)
 

@@ -6,8 +6,6 @@ The ticker holds no durable state and is not a per-pass step: it sleeps until th
 
 from __future__ import annotations
 
-import logging
-
 import anyio
 from anyio.abc import TaskStatus
 
@@ -25,7 +23,6 @@ from conduit_core.storage import Store
 
 __all__ = ["RoutinesHost"]
 
-log = logging.getLogger("conduit.routines")
 
 
 class RoutinesHost:
@@ -57,8 +54,8 @@ class RoutinesHost:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Reconcile ``[[routines]]`` into the ledger, then tick until cancelled."""
-        report = await reconcile_routines(self.store, self.config, self.clock)
-        log.info("routines reconciled from config: %s", report)
+        # reconcile_routines logs what it changed (once); nothing more to say here.
+        await reconcile_routines(self.store, self.config, self.clock)
         await self.ticker.run(task_status=task_status)
 
     async def reload(self, config: Config, scheduler: Scheduler) -> None:
@@ -67,8 +64,7 @@ class RoutinesHost:
         self.ticker.target = scheduler
         self.source.bindings = _binding_scopes(config)
         self.source.scopes = set(config.scopes)
-        report = await reconcile_routines(self.store, config, self.clock)
-        log.info("routines reconciled from config: %s", report)
+        await reconcile_routines(self.store, config, self.clock)
         self.ticker.poke()
 
 

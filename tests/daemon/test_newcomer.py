@@ -95,3 +95,16 @@ def test_text_a_job_wrote_is_printed_as_written_not_as_markup() -> None:
     text = captured.get()
     assert f"submitted {summary}" in text
     assert f"stdout: {ref}" in text
+
+
+def test_run_state_goes_to_the_state_home_not_next_to_the_config(tmp_path: Path) -> None:
+    config = tmp_path / "repo" / "conduit.toml"
+    config.parent.mkdir()
+    config.write_text('[bindings.hello]\nexecutor = "shell"\nconfig = { command = "echo hi" }\n')
+    done = _conduit("work", "submit", "hello", "--config", str(config), cwd=config.parent)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in config.parent.iterdir()) == ["conduit.toml"]
+    paths = _conduit("config", "paths", str(config), "--get", "store", cwd=tmp_path)
+    store = Path(paths.stdout.strip())
+    assert store.is_file()
+    assert store.is_relative_to(os.environ["XDG_STATE_HOME"])

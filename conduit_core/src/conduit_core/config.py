@@ -54,10 +54,13 @@ class HttpSettings(_Section, frozen=True, kw_only=True):
 
 
 class Settings(_Section, frozen=True, kw_only=True):
-    #: Store URL: a SQLite file path or ``sqlite:///path``, or ``postgresql://…``.
-    store: str = "conduit.db"
-    #: Where executors keep workspaces and the daemon its token; relative to the config file.
-    data_dir: str = ".conduit"
+    #: Store URL: a SQLite file path or ``sqlite:///path``, or ``postgresql://…``; relative to the
+    #: config file. Unset: ``conduit.db`` in ``data_dir``.
+    store: str | None = None
+    #: Where executors keep workspaces and the daemon its token and pid; relative to the config
+    #: file. Unset: a per-user state folder for this config (``$XDG_STATE_HOME/conduit/…``), so
+    #: run state never lands in a source tree.
+    data_dir: str | None = None
     #: Attempts of executors without a pool (agent turns and the like).
     concurrency: PositiveInt = 4
     #: Attempts of executors in pool ``jobs`` (shell, container).

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from conduit_core.config import ROOT_SCOPE, check_against_plugins, load_config
+from conduit_core.daemon import DaemonPaths
 from conduit_core.plugins import Plugins
 
 
@@ -40,3 +41,27 @@ def check(file: Path, as_json: bool) -> None:
             f"ok: {file}: {len(config.bindings)} binding(s), {declared_scopes} scope(s), "
             f"{len(config.routines)} routine(s), {len(config.budgets)} budget(s)"
         )
+
+
+@config_group.command("paths")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option(
+    "--get",
+    type=click.Choice(["data_dir", "store", "token_file", "pid_file"]),
+    help="Print only this path (for scripts: TOKEN=$(cat \"$(conduit config paths F --get "
+    "token_file)\")).",
+)
+def paths(file: Path, get: str | None) -> None:
+    """Where the daemon for FILE keeps its state: data dir, store, token and pid file."""
+    resolved = DaemonPaths.from_config(load_config(file))
+    values = {
+        "data_dir": str(resolved.data_dir),
+        "store": resolved.store,
+        "token_file": str(resolved.token_file),
+        "pid_file": str(resolved.pid_file),
+    }
+    if get is not None:
+        click.echo(values[get])
+        return
+    for name, value in values.items():
+        click.echo(f"{name}: {value}")

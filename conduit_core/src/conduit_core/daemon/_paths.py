@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,7 +10,17 @@ from urllib.parse import urlsplit
 
 from conduit_core.config import Config
 
-__all__ = ["DaemonPaths", "is_postgres"]
+__all__ = ["DaemonPaths", "default_data_dir", "is_postgres"]
+
+
+def default_data_dir(config_file: Path) -> Path:
+    """A per-user state folder for one config: ``$XDG_STATE_HOME/conduit/<stem>-<digest>``.
+
+    The digest of the config's absolute path keeps two configs with one name apart.
+    """
+    state_home = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    digest = hashlib.sha256(str(config_file).encode()).hexdigest()[:12]
+    return Path(state_home) / "conduit" / f"{config_file.stem}-{digest}"
 
 
 def is_postgres(store: str) -> bool:
@@ -38,8 +49,11 @@ class DaemonPaths:
             path = Path(os.path.expanduser(value))
             return path if path.is_absolute() else base / path
 
-        data_dir = resolve(settings.data_dir)
-        store = settings.store
+        config_file = Path(config.source).resolve()
+        data_dir = (
+            resolve(settings.data_dir) if settings.data_dir else default_data_dir(config_file)
+        )
+        store = settings.store or str(data_dir / "conduit.db")
         sqlite_file: Path | None = None
         if not is_postgres(store):
             raw = store[len("sqlite://") :] if store.startswith("sqlite://") else store
@@ -47,7 +61,7 @@ class DaemonPaths:
             store = str(sqlite_file)
         http = settings.http
         return cls(
-            config_file=Path(config.source).resolve(),
+            config_file=config_file,
             data_dir=data_dir,
             store=store,
             sqlite_file=sqlite_file,

@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Literal
 
-__all__ = ["LogFormat", "configure_logging"]
+__all__ = ["LogFormat", "TextFormatter", "configure_logging"]
 
 LogFormat = Literal["text", "json"]
 _EXTRA_FIELDS = ("execution_id", "epoch", "work_id", "owner")
@@ -36,12 +36,30 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+#: Control characters (newline, carriage return, escape, …) as visible escapes.
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)} | {
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    ord("\t"): "\\t",
+}
+_CONTROL |= {c: f"\\u{c:04x}" for c in (0x85, 0x2028, 0x2029)}
+
+
+class TextFormatter(logging.Formatter):
+    """One event, one line: text from users (a Work id, an event type, a reason) that carries a
+    newline or another control character is escaped, so it can never forge a log line. A
+    traceback, appended after the message, keeps its lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return super().formatMessage(record).translate(_CONTROL)
+
+
 def configure_logging(fmt: LogFormat = "text", level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -6,7 +6,6 @@ document cannot drift from what is served.
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -14,12 +13,14 @@ from typing import Any
 
 import msgspec
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from conduit_core.errors import ConduitError, LeaseLostError, StoreError
 from conduit_core.http._approvals import APPROVAL_HANDLERS, APPROVAL_ROUTES
+from conduit_core.http._guard import RequestGuard, bearer_check
 from conduit_core.http._schemas import (
     CancelRequest,
     CapacityView,
@@ -36,12 +37,30 @@ from conduit_core.http._schemas import (
 from conduit_core.http._service import ApiService
 from conduit_core.model import WorkStatus
 
-__all__ = ["ROUTES", "ApiRoute", "create_app", "status_for"]
+__all__ = [
+    "PAGE_LIMIT",
+    "ROUTES",
+    "ApiRoute",
+    "allowed_methods",
+    "create_app",
+    "decode_body",
+    "page_limit",
+    "status_for",
+]
 
 log = logging.getLogger("conduit.http")
 
 _UNPROCESSABLE = frozenset({"unknown_binding", "unknown_scope", "unknown_executor"})
 _UNAVAILABLE = frozenset({"store_unreachable", "store_unavailable", "daemon_stopping"})
+#: The caller's own request is wrong (its shape, a number, an id, its nesting).
+_BAD_REQUEST = frozenset(
+    {
+        "invalid_json", "invalid_body", "invalid_query", "too_deep", "invalid_id",
+        "invalid_name", "invalid_number",
+    }
+)  # fmt: skip
+#: The page sizes ``limit`` may ask for; outside them a request is refused, not clamped.
+PAGE_LIMIT = (1, 500)
 
 
 def status_for(exc: ConduitError) -> int:
@@ -52,8 +71,10 @@ def status_for(exc: ConduitError) -> int:
         return 422
     if isinstance(exc, StoreError) or exc.code in _UNAVAILABLE:
         return 503
-    if exc.code in ("invalid_json", "invalid_body", "invalid_query"):
+    if exc.code in _BAD_REQUEST:
         return 400
+    if exc.code == "too_large":
+        return 413
     if exc.code == "unauthorized":
         return 401
     if isinstance(exc, LeaseLostError):
@@ -63,13 +84,19 @@ def status_for(exc: ConduitError) -> int:
 
 @dataclass(frozen=True)
 class ApiRoute:
+    """One operation: what it takes and answers (the OpenAPI document is made from these)."""
+
     method: str
     path: str
     summary: str
-    response: type[msgspec.Struct]
+    #: The success body's type (a Struct, or ``list[...]``); ``None`` for an empty answer.
+    response: Any
     status: int = 200
     body: type[msgspec.Struct] | None = None
+    #: ``(name, type, description)``; an ``int`` parameter named ``limit`` is a page size.
     query: tuple[tuple[str, type[Any], str], ...] = ()
+    #: Further success statuses with the same body (``PATCH /v1/schedules/{id}`` runs with 202).
+    also: tuple[int, ...] = ()
 
 
 ROUTES: tuple[ApiRoute, ...] = (
@@ -128,15 +155,36 @@ def _error(message: str, code: str, status: int) -> Response:
     return _json(ErrorBody(error=message, code=code), status)
 
 
-def _decode(body_type: type[msgspec.Struct], raw: bytes) -> Any:
-    if not raw.strip():
-        raw = b"{}"
+def decode_body(decoder: msgspec.json.Decoder[Any], raw: bytes) -> Any:
+    """A request body as its Struct (empty = ``{}``), or a coded 400 naming the field."""
     try:
-        return _DECODERS[body_type].decode(raw)
+        return decoder.decode(raw.strip() or b"{}")
     except msgspec.ValidationError as exc:
         raise ConduitError(f"invalid request body: {exc}", code="invalid_body") from exc
     except msgspec.DecodeError as exc:
         raise ConduitError(f"malformed JSON: {exc}", code="invalid_json") from exc
+    except RecursionError as exc:
+        # msgspec's decoder gives up at the interpreter's recursion limit (~1,000 levels).
+        raise ConduitError("request body is nested too deeply", code="too_deep") from exc
+
+
+def _decode(body_type: type[msgspec.Struct], raw: bytes) -> Any:
+    return decode_body(_DECODERS[body_type], raw)
+
+
+def page_limit(raw: str) -> int:
+    """The ``limit`` query parameter: an integer in :data:`PAGE_LIMIT`, else a coded 400."""
+    low, high = PAGE_LIMIT
+    try:
+        limit = int(raw)
+    except ValueError:
+        limit = None
+    if limit is None or not low <= limit <= high:
+        raise ConduitError(
+            f"query parameter 'limit' must be an integer from {low} to {high}, not {raw!r}",
+            code="invalid_query",
+        )
+    return limit
 
 
 def _query(request: Request) -> dict[str, Any]:
@@ -159,12 +207,7 @@ def _query(request: Request) -> dict[str, Any]:
     if "after" in params:
         out["after"] = params["after"]
     if "limit" in params:
-        try:
-            out["limit"] = int(params["limit"])
-        except ValueError as exc:
-            raise ConduitError(
-                "query parameter 'limit' must be an integer", code="invalid_query"
-            ) from exc
+        out["limit"] = page_limit(params["limit"])
     return out
 
 
@@ -226,23 +269,31 @@ _HANDLERS: dict[tuple[str, str], Handler] = {
 }
 
 
-def create_app(service: ApiService, token: str) -> Starlette:
-    """The API over ``service``; every endpoint (the OpenAPI document too) needs ``token``."""
+def allowed_methods(app: Starlette, scope: Any) -> list[str]:
+    """Every method some route serves at this request's path (the ``Allow`` of a 405)."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        if isinstance(route, Route) and route.methods and route.matches(scope)[0] != Match.NONE:
+            methods |= route.methods
+    return sorted(methods)
+
+
+def create_app(
+    service: ApiService, token: str, *, max_body_bytes: Callable[[], int] | None = None
+) -> Starlette:
+    """The API over ``service``; every request (the OpenAPI document too) needs ``token``.
+
+    ``max_body_bytes`` gives the body limit per request (default: the service's current config's
+    ``settings.http.max_body_bytes``, so a reload applies it).
+    """
     from conduit_core.http._openapi import openapi_document
 
-    expected = f"Bearer {token}".encode()
     document = _ENCODER.encode(openapi_document())
-
-    def authorized(request: Request) -> bool:
-        given = request.headers.get("authorization", "").encode()
-        return hmac.compare_digest(given, expected)
 
     def endpoint(route: ApiRoute) -> Callable[[Request], Awaitable[Response]]:
         handler = _HANDLERS[(route.method, route.path)]
 
         async def serve(request: Request) -> Response:
-            if not authorized(request):
-                return _error("missing or wrong bearer token", "unauthorized", 401)
             try:
                 body = None
                 if route.body is not None:
@@ -260,19 +311,32 @@ def create_app(service: ApiService, token: str) -> Starlette:
         return serve
 
     async def openapi(request: Request) -> Response:
-        if not authorized(request):
-            return _error("missing or wrong bearer token", "unauthorized", 401)
         return Response(document, media_type="application/json")
+
+    def limit() -> int:
+        return service.config.settings.http.max_body_bytes
 
     routes = [Route(r.path, endpoint(r), methods=[r.method]) for r in ROUTES]
     routes.append(Route("/v1/openapi.json", openapi, methods=["GET"]))
-    app = Starlette(routes=routes)
+    guard = Middleware(
+        RequestGuard, authorized=bearer_check(token), max_body=max_body_bytes or limit
+    )
+    app = Starlette(routes=routes, middleware=[guard])
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return _error(f"no route {request.method} {request.url.path}", "not_found", 404)
 
     async def not_allowed(request: Request, exc: Exception) -> Response:
-        return _error(f"method {request.method} not allowed here", "method_not_allowed", 405)
+        # One Route per (path, method): Starlette's own Allow would name only the first match.
+        allow = allowed_methods(app, request.scope)
+        response = _error(
+            f"method {request.method} not allowed on {request.url.path} (allowed: "
+            f"{', '.join(allow)})",
+            "method_not_allowed",
+            405,
+        )
+        response.headers["Allow"] = ", ".join(allow)
+        return response
 
     async def internal(request: Request, exc: Exception) -> Response:
         log.exception("internal error on %s %s", request.method, request.url.path)

@@ -22,6 +22,7 @@ from conduit_core.model import (
 )
 
 __all__ = [
+    "ID_PATTERN",
     "AttemptView",
     "CancelRequest",
     "CapacityView",
@@ -42,9 +43,12 @@ __all__ = [
     "work_view",
 ]
 
-WorkId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
+#: Python's ``$`` also matches before a final newline (``"a\n"`` would pass); ``(?!\n)`` closes
+#: that and keeps the pattern valid for JSON Schema (ECMA-262 has no ``\Z``).
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$(?!\n)"
+WorkId = Annotated[str, msgspec.Meta(pattern=ID_PATTERN)]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
-EventType = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
+EventType = Annotated[str, msgspec.Meta(pattern=ID_PATTERN)]
 Reason = Annotated[str, msgspec.Meta(max_length=1000)]
 
 

@@ -10,34 +10,51 @@ Refusals answer ``{error, code}`` with each error's own HTTP status (403 observe
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from conduit_core.errors import ConduitError, NotFoundError
-from conduit_core.http._app import status_for
+from conduit_core.http._app import ApiRoute, decode_body, page_limit, status_for
+from conduit_core.http._guard import bearer_check
 from conduit_core.http._schemas import ErrorBody
 from conduit_core.routines import (
     ConduitRoutineSource,
+    MergedRead,
     ScheduleChange,
     ScheduleCreate,
     ScheduleMultiplexer,
+    ScheduleRecord,
 )
+from conduit_core.storage import RoutineRun
 
-__all__ = ["mount_schedules", "schedule_routes"]
+__all__ = ["SCHEDULE_ROUTES", "mount_schedules", "schedule_routes"]
 
 log = logging.getLogger("conduit.http")
 
 _ENCODER = msgspec.json.Encoder()
 _CREATE = msgspec.json.Decoder(ScheduleCreate)
 _CHANGE = msgspec.json.Decoder(ScheduleChange)
+
+#: The routes below as the OpenAPI document describes them (same order).
+SCHEDULE_ROUTES: tuple[ApiRoute, ...] = (
+    ApiRoute("GET", "/v1/schedules", "Every schedule source's records and status", MergedRead),
+    ApiRoute("POST", "/v1/schedules", "Create a schedule in its owning source", ScheduleRecord,
+             201, ScheduleCreate),
+    ApiRoute("PATCH", "/v1/schedules/{id}", "Pause, resume, run now (202) or edit a schedule",
+             ScheduleRecord, 200, ScheduleChange, also=(202,)),
+    ApiRoute("DELETE", "/v1/schedules/{id}", "Delete a managed schedule", None, 204),
+    ApiRoute("POST", "/v1/schedules/{id}/run", "Fire a schedule now", ScheduleRecord, 202),
+    ApiRoute("GET", "/v1/schedules/{id}/history", "A Routine's fires, newest first",
+             list[RoutineRun], query=(("limit", int, "how many fires (1-500, default 50)"),)),
+)  # fmt: skip
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -51,18 +68,9 @@ def _status(exc: ConduitError) -> int:
     return own if isinstance(own, int) else status_for(exc)
 
 
-def _decode(decoder: msgspec.json.Decoder[Any], raw: bytes) -> Any:
-    try:
-        return decoder.decode(raw.strip() or b"{}")
-    except msgspec.ValidationError as exc:
-        raise ConduitError(f"invalid request body: {exc}", code="invalid_body") from exc
-    except msgspec.DecodeError as exc:
-        raise ConduitError(f"malformed JSON: {exc}", code="invalid_json") from exc
-
-
 def schedule_routes(
     schedules: ScheduleMultiplexer | Callable[[], ScheduleMultiplexer],
-    authorized: Callable[[Request], bool],
+    authorized: Callable[[Headers], bool],
 ) -> list[Route]:
     """The ``/v1/schedules`` routes; ``schedules`` may be a callable (replaced on reload)."""
 
@@ -71,7 +79,8 @@ def schedule_routes(
 
     def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Endpoint:
         async def serve(request: Request) -> Response:
-            if not authorized(request):
+            # The daemon's app checks the token first already; a bare app relies on this.
+            if not authorized(request.headers):
                 return _json(
                     ErrorBody(error="missing or wrong bearer token", code="unauthorized"), 401
                 )
@@ -90,10 +99,10 @@ def schedule_routes(
         return _json(await mux().read())
 
     async def create(request: Request) -> Response:
-        return _json(await mux().create(_decode(_CREATE, await request.body())), 201)
+        return _json(await mux().create(decode_body(_CREATE, await request.body())), 201)
 
     async def change(request: Request) -> Response:
-        body: ScheduleChange = _decode(_CHANGE, await request.body())
+        body: ScheduleChange = decode_body(_CHANGE, await request.body())
         record = await mux().change(request.path_params["id"], body)
         return _json(record, 202 if body.action == "run" else 200)
 
@@ -110,11 +119,13 @@ def schedule_routes(
         name, local_id = (prefix, local) if sep else ("conduit", schedule_id)
         for source in mux().sources:
             if source.name == name and isinstance(source, ConduitRoutineSource):
-                try:
-                    limit = int(request.query_params.get("limit", "50"))
-                except ValueError as exc:
-                    raise ConduitError("limit must be an integer", code="invalid_query") from exc
-                return _json(await source.history(local_id, limit=max(1, min(limit, 500))))
+                unknown = sorted(set(request.query_params) - {"limit"})
+                if unknown:
+                    raise ConduitError(
+                        f"unknown query parameter {unknown[0]!r}", code="invalid_query"
+                    )
+                limit = page_limit(request.query_params.get("limit", "50"))
+                return _json(await source.history(local_id, limit=limit))
         raise NotFoundError("schedule with a run history", schedule_id)
 
     return [
@@ -133,10 +144,5 @@ def mount_schedules(
     token: str,
 ) -> Starlette:
     """Add ``/v1/schedules`` to the API app (``create_app(service, token)``), same bearer token."""
-    expected = f"Bearer {token}".encode()
-
-    def authorized(request: Request) -> bool:
-        return hmac.compare_digest(request.headers.get("authorization", "").encode(), expected)
-
-    app.router.routes.extend(schedule_routes(schedules, authorized))
+    app.router.routes.extend(schedule_routes(schedules, bearer_check(token)))
     return app

@@ -14,7 +14,7 @@ such as the host's cron). Manageability: ``managed`` (conduit owns and writes th
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
-from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import Annotated, Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import anyio
 import msgspec
@@ -71,29 +71,37 @@ class MergedRead(msgspec.Struct, frozen=True, kw_only=True):
     sources: list[SourceStatus]
 
 
-class ScheduleCreate(msgspec.Struct, frozen=True, kw_only=True):
+#: Bounds a decoded request enforces (``/v1/schedules``): a typo or a hostile value is refused
+#: naming its field, never stored. A grace beyond a year is no grace but a mistake.
+_Ident = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$(?!\n)")]
+_Spec = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+_Zone = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+_Grace = Annotated[float, msgspec.Meta(ge=0, le=366 * 86400)]
+
+
+class ScheduleCreate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A request to create a schedule. ``source`` picks the owner (default: the managed source
     of ``domain``)."""
 
-    spec: str
-    timezone: str = "UTC"
+    spec: _Spec
+    timezone: _Zone = "UTC"
     domain: Domain = "conduit"
-    source: str | None = None
-    id: str | None = None
-    scope: str | None = None
+    source: _Ident | None = None
+    id: _Ident | None = None
+    scope: _Ident | None = None
     target: WorkTemplate | None = None
     misfire: MisfirePolicy = MisfirePolicy.COALESCE
-    grace_seconds: float = 60.0
+    grace_seconds: _Grace = 60.0
     #: Anything an external source needs beyond the above.
     extra: dict[str, Any] = {}
 
 
-class ScheduleChange(msgspec.Struct, frozen=True, kw_only=True):
+class ScheduleChange(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A change to one schedule: pause, resume, run now, or edit its spec/timezone."""
 
     action: Literal["pause", "resume", "run", "edit"]
-    spec: str | None = None
-    timezone: str | None = None
+    spec: _Spec | None = None
+    timezone: _Zone | None = None
 
 
 @runtime_checkable

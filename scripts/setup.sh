@@ -5,6 +5,10 @@
 #   3. one `pip install` of every distribution folder that has a pyproject.toml
 #      (editable, with all its optional extras) plus requirements-dev.txt
 #
+# CONDUIT_SETUP_DRY_RUN=1 only says what step 3 would install and remove (an existing venv).
+# CONDUIT_TEST_PLUGINS=1 also installs the test-only plugins under tests/plugins/ (scripts/test.sh
+# does, into its own venv .venv-test); without it a venv that has them loses them.
+#
 # Step 3 is skipped when nothing it depends on changed since the last install
 # (a stamp in the venv hashes the pyproject.toml files, requirements-dev.txt and
 # the Python version). CONDUIT_FORCE_INSTALL=1 reinstalls anyway.
@@ -78,9 +82,13 @@ for d in conduit_core conduit_executors_shell conduit_executors_container condui
     log "distribution ${d}/ has no pyproject.toml yet; skipped"
   fi
 done
-for f in "$ROOT"/tests/plugins/*/pyproject.toml; do
-  if [[ -f $f ]]; then DIST_DIRS+=("$(dirname "$f")"); fi
-done
+# The test-only plugins (a test executor, a test gate) go into the test environment only
+# (scripts/test.sh sets CONDUIT_TEST_PLUGINS=1 and its own venv), never into a user's venv.
+if [[ ${CONDUIT_TEST_PLUGINS:-0} == 1 ]]; then
+  for f in "$ROOT"/tests/plugins/*/pyproject.toml; do
+    if [[ -f $f ]]; then DIST_DIRS+=("$(dirname "$f")"); fi
+  done
+fi
 
 # One `-e DIR[extra,...]` per distribution (all optional extras, e.g. conduit_core[postgres]),
 # and the names to check for the fast path. Printed as: name<TAB>requirement.
@@ -139,7 +147,33 @@ PY
 }
 
 WANT=$(stamp_value)
-if [[ ${CONDUIT_FORCE_INSTALL:-0} != 1 && -f $STAMP && $(<"$STAMP") == "$WANT" ]] && all_installed; then
+if [[ ${CONDUIT_TEST_PLUGINS:-0} != 1 ]]; then
+  # A user's venv never keeps a test plugin (an earlier setup may have installed one).
+  stale=$("$VPY" - "$ROOT"/tests/plugins/*/pyproject.toml <<'PY'
+import sys, tomllib
+from importlib.metadata import PackageNotFoundError, distribution
+for f in sys.argv[1:]:
+    try:
+        with open(f, "rb") as fh:
+            name = tomllib.load(fh)["project"]["name"]
+        distribution(name)
+        print(name)
+    except (OSError, KeyError, PackageNotFoundError):
+        pass
+PY
+  )
+  if [[ -n $stale && ${CONDUIT_SETUP_DRY_RUN:-0} == 1 ]]; then
+    log "would remove test-only plugins from ${VENV}: ${stale//$'\n'/ }"
+  elif [[ -n $stale ]]; then
+    log "removing test-only plugins from ${VENV}: ${stale//$'\n'/ }"
+    # shellcheck disable=SC2086
+    "$VPY" -m pip uninstall --quiet -y $stale || die "could not remove ${stale}"
+  fi
+fi
+if [[ ${CONDUIT_SETUP_DRY_RUN:-0} == 1 ]]; then
+  log "dry run: would install ${DIST_NAMES[*]}"
+  exit 0
+elif [[ ${CONDUIT_FORCE_INSTALL:-0} != 1 && -f $STAMP && $(<"$STAMP") == "$WANT" ]] && all_installed; then
   log "python packages up to date (${#DIST_NAMES[@]} distributions + requirements-dev.txt); CONDUIT_FORCE_INSTALL=1 reinstalls"
 else
   rm -f "$STAMP"

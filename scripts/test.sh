@@ -12,9 +12,12 @@ cd "$ROOT"
 
 log() { echo "[setup] $*"; }
 
+# The tests get their own venv with the test-only plugins; a user's .venv never has them.
+export CONDUIT_VENV="${CONDUIT_VENV:-$ROOT/.venv-test}"
+export CONDUIT_TEST_PLUGINS=1
 bash "$ROOT/scripts/setup.sh"
 
-VENV="${CONDUIT_VENV:-$ROOT/.venv}"
+VENV="$CONDUIT_VENV"
 BIN="$VENV/bin"
 FAILED=()
 

@@ -8,7 +8,8 @@ cd "$ROOT"
 
 log() { echo "[setup] $*"; }
 
-CONDUIT_SKIP_SERVICES=1 bash "$ROOT/scripts/setup.sh"
+# A user's venv: no test-only plugins (removed if an earlier set-up put them there).
+CONDUIT_TEST_PLUGINS=0 CONDUIT_SKIP_SERVICES=1 bash "$ROOT/scripts/setup.sh"
 
 BIN="${CONDUIT_VENV:-$ROOT/.venv}/bin"
 

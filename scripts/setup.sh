@@ -7,7 +7,8 @@
 #
 # CONDUIT_SETUP_DRY_RUN=1 only says what step 3 would install and remove (an existing venv).
 # CONDUIT_TEST_PLUGINS=1 also installs the test-only plugins under tests/plugins/ (scripts/test.sh
-# does, into its own venv .venv-test); without it a venv that has them loses them.
+# does, into its own venv .venv-test); CONDUIT_TEST_PLUGINS=0 (scripts/demo.sh) also removes them
+# from a venv an earlier set-up put them in.
 #
 # Step 3 is skipped when nothing it depends on changed since the last install
 # (a stamp in the venv hashes the pyproject.toml files, requirements-dev.txt and
@@ -147,8 +148,8 @@ PY
 }
 
 WANT=$(stamp_value)
-if [[ ${CONDUIT_TEST_PLUGINS:-0} != 1 ]]; then
-  # A user's venv never keeps a test plugin (an earlier setup may have installed one).
+if [[ ${CONDUIT_TEST_PLUGINS:-} == 0 ]]; then
+  # A user's venv (scripts/demo.sh says 0) never keeps a test plugin an earlier set-up installed.
   stale=$("$VPY" - "$ROOT"/tests/plugins/*/pyproject.toml <<'PY'
 import sys, tomllib
 from importlib.metadata import PackageNotFoundError, distribution

@@ -49,3 +49,4 @@ def test_the_test_command_uses_a_venv_of_its_own_with_test_plugins() -> None:
     script = (ROOT / "scripts" / "test.sh").read_text()
     assert 'CONDUIT_VENV="${CONDUIT_VENV:-$ROOT/.venv-test}"' in script
     assert "export CONDUIT_TEST_PLUGINS=1" in script
+    assert "CONDUIT_TEST_PLUGINS=0 " in (ROOT / "scripts" / "demo.sh").read_text()

@@ -198,8 +198,8 @@ def test_plugins_list_json_shows_the_bundled_executors_and_gate(run_cli) -> None
     executors = {e["name"]: e for e in doc["executors"]}
     assert executors["shell"]["package"] == "conduit-executors-shell"
     assert executors["shell"]["pool"] == "jobs"
-    assert executors["shell"]["generation"] == 2
-    assert executors["shell"]["historical_generations"] == [1]
+    assert executors["shell"]["generation"] == 3
+    assert executors["shell"]["historical_generations"] == [2, 1]
     assert executors["container"]["package"] == "conduit-executors-container"
     assert executors["container"]["pool"] == "jobs"
     assert "isolated" in executors["container"]["capabilities"]

@@ -26,6 +26,7 @@ from conduit_core.extension import (
     PhaseOutcome,
     Result,
 )
+from conduit_executors_shell import CURRENT_GENERATION
 
 WAIT_SECONDS = 20.0
 
@@ -36,11 +37,13 @@ class FileCallbacks:
     def __init__(self, metadata_path: Path) -> None:
         self.metadata_path = metadata_path
         self.refuse_writes = False
+        #: Refuse only the recovery metadata (the launch intent is still recorded).
+        self.refuse_metadata = False
         self.launch_intent: dict[str, Any] | None = None
         self.phases: list[tuple[str, str]] = []
 
     async def persist_recovery(self, metadata: Mapping[str, Any]) -> None:
-        if self.refuse_writes:
+        if self.refuse_writes or self.refuse_metadata:
             raise LeaseLostError("lease lost (test host refuses writes)")
         encoded = json.dumps(dict(metadata)).encode()
         assert len(encoded) <= MAX_RECOVERY_METADATA_BYTES
@@ -52,6 +55,18 @@ class FileCallbacks:
         if self.refuse_writes:
             raise LeaseLostError("lease lost (test host refuses writes)")
         self.launch_intent = dict(intent)
+        # Durable too, so another process can discover the launch by it.
+        self.intent_path.write_text(json.dumps(self.launch_intent))
+
+    @property
+    def intent_path(self) -> Path:
+        return self.metadata_path.with_name("intent.json")
+
+    def recorded_intent(self) -> dict[str, Any] | None:
+        if not self.intent_path.exists():
+            return None
+        data: dict[str, Any] = json.loads(self.intent_path.read_bytes())
+        return data
 
     async def begin_phase(self, name: str) -> None:
         self.phases.append((name, "begin"))
@@ -78,11 +93,12 @@ def make_context(
     config: Mapping[str, Any],
     *,
     execution_id: str | None = None,
-    generation: int = 2,
+    generation: int = CURRENT_GENERATION,
     epoch: int = 1,
     inputs: Sequence[InputEvent] = (),
     env: Mapping[str, str] | None = None,
     recovery: Mapping[str, Any] | None = None,
+    launch_intent: Mapping[str, Any] | None = None,
     deadline_ms: int | None = None,
     callbacks: FileCallbacks | None = None,
     state_dir: Path | None = None,
@@ -102,6 +118,7 @@ def make_context(
         env=env,
         deadline_ms=deadline_ms,
         recovery=recovery,
+        launch_intent=launch_intent,
         state_dir=str(state_dir or tmp_path / "state"),
         callbacks=callbacks,
     )

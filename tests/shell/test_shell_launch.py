@@ -42,9 +42,15 @@ async def test_job_runs_with_inputs_env_and_phases_and_completes(tmp_path: Path)
     # Metadata is durable before the handle exists.
     recorded = callbacks.recorded()
     assert recorded is not None
-    assert recorded["layout"] == "shell/2"
+    assert recorded["layout"] == "shell/3"
     assert set(recorded["process"]) == {"pid", "pgid", "create_time"}
     assert "FROM_RUN" not in json.dumps(recorded)  # the run environment is never persisted
+    # The intent was recorded first and names the same workspace and marker.
+    assert callbacks.launch_intent is not None
+    assert callbacks.launch_intent["workspace"] == recorded["workspace"]
+    assert callbacks.launch_intent["marker"] == recorded["marker"]
+    assert recorded["marker"].startswith(f"{ctx.execution_id}/1/")
+    assert "FROM_RUN" not in json.dumps(callbacks.launch_intent)
 
     result = await handle.wait()
 
@@ -166,11 +172,24 @@ async def test_background_leftovers_end_with_the_job(tmp_path: Path) -> None:
 
 async def test_refused_metadata_write_stops_the_launched_job(tmp_path: Path) -> None:
     ctx, callbacks = make_context(tmp_path, {"command": "sleep 60"})
-    callbacks.refuse_writes = True
+    callbacks.refuse_metadata = True
     with pytest.raises(LeaseLostError):
         await ShellExecutor().run(ctx)
     assert tagged_processes(ctx.execution_id) == []
     assert callbacks.phases[-1] == ("process_start", "failed")
+
+
+async def test_refused_launch_intent_starts_nothing(tmp_path: Path) -> None:
+    side = tmp_path / "ran"
+    ctx, callbacks = make_context(tmp_path, {"command": f"touch {side}; sleep 60"})
+    callbacks.refuse_writes = True
+    with pytest.raises(LeaseLostError):
+        await ShellExecutor().run(ctx)
+    # Nothing was created or started: no workspace, no phase, no process, no side effect.
+    assert callbacks.phases == []
+    assert not (tmp_path / "state").exists()
+    assert tagged_processes(ctx.execution_id) == []
+    assert not side.exists()
 
 
 @pytest.mark.parametrize(

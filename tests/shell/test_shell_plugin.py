@@ -21,12 +21,12 @@ def test_manifest_declares_every_registered_generation() -> None:
     raw = resources.files("conduit_executors_shell").joinpath(MANIFEST_FILENAME).read_bytes()
     manifest = decode_manifest(raw, source=MANIFEST_FILENAME)
     (shell,) = manifest.executors
-    assert (shell.name, shell.pool, shell.generation) == ("shell", "jobs", 2)
-    assert shell.historical_generations == [1]
+    assert (shell.name, shell.pool, shell.generation) == ("shell", "jobs", 3)
+    assert shell.historical_generations == [2, 1]
     assert sorted(shell.capabilities) == ["inject", "interrupt", "stop"]
 
     registrations: list[ExecutorRegistration] = plugin.conduit_executors()
-    assert sorted(r.generation for r in registrations) == [1, 2]
+    assert sorted(r.generation for r in registrations) == [1, 2, 3]
     for registration in registrations:
         assert isinstance(registration.executor, ShellExecutor)
         assert registration.executor.generation == registration.generation
@@ -36,8 +36,8 @@ def test_core_loads_the_plugin_and_serves_each_generation() -> None:
     others = {ep.name for ep in metadata.entry_points(group="conduit")} - {"shell"}
     plugins = Plugins.load(disabled=others)
     info = plugins.executor_info("shell")
-    assert (info.pool, info.generation, info.historical_generations) == ("jobs", 2, (1,))
-    for generation in (1, 2):
+    assert (info.pool, info.generation, info.historical_generations) == ("jobs", 3, (2, 1))
+    for generation in (1, 2, 3):
         executor = plugins.executor("shell", generation)
         assert isinstance(executor, ShellExecutor)
         assert executor.generation == generation

@@ -96,7 +96,7 @@ async def test_new_daemon_adopts_the_running_job_and_observes_its_real_exit(
     pid = crash.metadata["process"]["pid"]
     assert is_running(pid), "killing the daemon must not kill the job"
 
-    handle = await ShellExecutor().recover(crash.recovery_context(2))
+    handle = await ShellExecutor(2).recover(crash.recovery_context(2))
     crash.release.touch()
     result = await handle.wait()
 
@@ -114,7 +114,7 @@ async def test_job_that_ended_while_no_daemon_ran_is_observed_as_finished(
     crash.release.touch()
     wait_until(lambda: (workspace / "exit-status.7").exists(), "the job to record its exit")
 
-    result = await (await ShellExecutor().recover(crash.recovery_context(2))).wait()
+    result = await (await ShellExecutor(2).recover(crash.recovery_context(2))).wait()
 
     assert result.summary == "exit status 7"
     assert read_lines(crash.side_effect) == ["run"]
@@ -160,8 +160,8 @@ async def test_reused_pid_is_neither_adopted_nor_signalled(
         "workspace": str(workspace),
         "launched_at": real - 1000,
     }
-    ctx, _ = make_context(tmp_path, {"command": "true"}, recovery=fake, epoch=2)
-    executor = ShellExecutor()
+    ctx, _ = make_context(tmp_path, {"command": "true"}, recovery=fake, epoch=2, generation=2)
+    executor = ShellExecutor(2)
 
     with pytest.raises(OperationError) as caught:
         await executor.recover(ctx)
@@ -177,10 +177,12 @@ async def test_reused_pid_is_neither_adopted_nor_signalled(
     await executor.recover(ctx)
 
 
-async def test_recovery_without_metadata_or_workspace_fails_closed(tmp_path: Path) -> None:
-    ctx, _ = make_context(tmp_path, {"command": "true"})
+async def test_generation_2_recovery_without_metadata_or_workspace_fails_closed(
+    tmp_path: Path,
+) -> None:
+    ctx, _ = make_context(tmp_path, {"command": "true"}, generation=2)
     with pytest.raises(OperationError) as caught:
-        await ShellExecutor().recover(ctx)
+        await ShellExecutor(2).recover(ctx)
     assert caught.value.code == "recovery_unprovable"
 
     gone = {
@@ -189,7 +191,7 @@ async def test_recovery_without_metadata_or_workspace_fails_closed(tmp_path: Pat
         "workspace": str(tmp_path / "gone"),
         "launched_at": 1.0,
     }
-    ctx, _ = make_context(tmp_path, {"command": "true"}, recovery=gone)
+    ctx, _ = make_context(tmp_path, {"command": "true"}, recovery=gone, generation=2)
     with pytest.raises(OperationError) as caught:
-        await ShellExecutor().recover(ctx)
+        await ShellExecutor(2).recover(ctx)
     assert caught.value.code == "recovery_unprovable"

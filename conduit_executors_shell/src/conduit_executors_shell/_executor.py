@@ -1,12 +1,15 @@
 """The shell executor: run, recover, stop, inject — one class shared by every generation.
 
-Generations differ only in the layout of their recovery metadata (see ``_metadata``), so one
-implementation takes the generation and reads and writes that generation's layout.
+Generations differ in the layout of their recovery metadata (see ``_metadata``), so one
+implementation takes the generation and reads and writes that generation's layout. Generation 3
+also records a launch intent before it creates or starts anything, and discovers a launch by it
+when no metadata was recorded (see ``_discovery``); generations 1 and 2 fail closed there.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import time
@@ -15,6 +18,7 @@ from pathlib import Path
 
 import anyio
 import anyio.to_thread
+import msgspec
 
 from conduit_core.extension import (
     ExecutionContext,
@@ -23,14 +27,22 @@ from conduit_core.extension import (
     InputEvent,
     LaunchPhaseName,
     NotAcceptingError,
+    NotStartedError,
     OperationError,
     Result,
     StopEvidence,
     StopTarget,
 )
 from conduit_executors_shell._config import ShellConfig, decode_config
-from conduit_executors_shell._launch import EXECUTION_TAG, json_lines, launch_job
-from conduit_executors_shell._metadata import JobRecord, metadata_format
+from conduit_executors_shell._discovery import check_recorded_job, discover
+from conduit_executors_shell._faults import fault_point
+from conduit_executors_shell._launch import EXECUTION_TAG, LAUNCH_MARKER, json_lines, launch_job
+from conduit_executors_shell._metadata import (
+    JobRecord,
+    LaunchIntent,
+    decode_intent,
+    metadata_format,
+)
 from conduit_executors_shell._processes import (
     find_wrapper,
     group_is_empty,
@@ -38,12 +50,14 @@ from conduit_executors_shell._processes import (
     wait_for_wrapper_exit,
 )
 from conduit_executors_shell._results import job_result, timeout_result
-from conduit_executors_shell._workspace import Workspace, create_workspace
+from conduit_executors_shell._workspace import Workspace, create_workspace, workspace_path
 
 __all__ = ["CURRENT_GENERATION", "EXECUTOR_NAME", "ShellExecutor", "ShellHandle"]
 
 EXECUTOR_NAME = "shell"
-CURRENT_GENERATION = 2
+CURRENT_GENERATION = 3
+#: The first generation that records a launch intent and can discover a launch by it.
+_DISCOVERING_GENERATION = 3
 
 
 class ShellExecutor(Executor):
@@ -59,21 +73,31 @@ class ShellExecutor(Executor):
 
     async def run(self, ctx: ExecutionContext) -> Handle:
         config = decode_config(ctx.config)
-        async with ctx.phase("workspace"):
-            workspace = await anyio.to_thread.run_sync(
-                create_workspace, ctx.state_dir, ctx.execution_id, ctx.epoch
-            )
+        path = workspace_path(ctx.state_dir, ctx.execution_id, ctx.epoch)
+        # Unique per launch, so a process of an earlier launch is never taken for this one.
+        marker = f"{ctx.execution_id}/{ctx.epoch}/{secrets.token_hex(8)}"
+        await fault_point("shell.before_intent")
+        if self.generation >= _DISCOVERING_GENERATION:
+            # Before anything exists: a recovery without metadata discovers the launch by this.
+            intent = LaunchIntent(workspace=str(path), marker=marker)
+            await ctx.record_launch_intent(msgspec.to_builtins(intent))
+        await fault_point("shell.after_intent")
+        async with ctx.phase(LaunchPhaseName.WORKSPACE):
+            workspace = await anyio.to_thread.run_sync(create_workspace, path)
         async with ctx.phase(LaunchPhaseName.PROCESS_START):
+            variables = _job_variables(ctx, workspace) | {LAUNCH_MARKER: marker}
             job = await anyio.to_thread.run_sync(
                 lambda: launch_job(
                     config,
                     workspace,
                     inputs=ctx.inputs,
                     run_environment=ctx.env,
-                    job_variables=_job_variables(ctx, workspace),
+                    job_variables=variables,
+                    marker=marker,
                 )
             )
             self._children.add(job.wrapper)
+            await fault_point("shell.after_spawn")
             try:
                 await ctx.persist_recovery(self._format.encode(job.record))
             except BaseException:
@@ -85,14 +109,21 @@ class ShellExecutor(Executor):
         return self._handle(config, job.record, ctx)
 
     async def recover(self, ctx: ExecutionContext) -> Handle:
-        if ctx.recovery is None:
+        config = decode_config(ctx.config)
+        discovering = self.generation >= _DISCOVERING_GENERATION
+        if ctx.recovery is not None:
+            record = self._format.decode(ctx.recovery)
+            check = check_recorded_job if discovering else _prove_recoverable
+            await anyio.to_thread.run_sync(check, record, Workspace(Path(record.workspace)))
+        elif not discovering:
             raise OperationError(
                 "recovery_unprovable", "no recovery metadata was recorded for this attempt"
             )
-        record = self._format.decode(ctx.recovery)
-        config = decode_config(ctx.config)
-        workspace = Workspace(Path(record.workspace))
-        await anyio.to_thread.run_sync(_prove_recoverable, record, workspace)
+        elif ctx.launch_intent is None:
+            # This generation records the intent before it creates or starts anything.
+            raise NotStartedError("no launch intent was recorded: nothing was started")
+        else:
+            record = await anyio.to_thread.run_sync(discover, decode_intent(ctx.launch_intent))
         # Re-recording under the new epoch is the fenced acknowledgement of the adoption.
         await ctx.persist_recovery(self._format.encode(record))
         return self._handle(config, record, ctx)

@@ -3,7 +3,8 @@
 The wrapper is the session and process-group leader, so a signal to the group reaches the job and
 everything it started, and killing the daemon (another session) reaches none of them. When the job
 ends the wrapper creates ``exit-status.<N>`` in the workspace, so the status survives a daemon
-that is gone by then.
+that is gone by then. Before it starts the job it writes its pid to ``wrapper.pid``: a launch
+that left no such file (and no process carrying its marker) never started the job.
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ from conduit_executors_shell._config import ShellConfig
 from conduit_executors_shell._metadata import JobRecord
 from conduit_executors_shell._workspace import Workspace
 
-__all__ = ["EXECUTION_TAG", "LaunchedJob", "json_lines", "launch_job"]
+__all__ = ["EXECUTION_TAG", "LAUNCH_MARKER", "LaunchedJob", "json_lines", "launch_job"]
 
 #: The environment variable that tags every process of a job with its execution id; stop finds
 #: the job's processes by it even when no recovery metadata was recorded.
 EXECUTION_TAG = "CONDUIT_EXECUTION_ID"
+#: The environment variable carrying the per-launch marker ``<execution>/<epoch>/<nonce>``, which
+#: the launch intent records before the wrapper starts; discovery finds the job's processes by it.
+LAUNCH_MARKER = "CONDUIT_LAUNCH_MARKER"
 
 # Variables of the daemon's own environment a job inherits. Everything else (the daemon's
 # credentials, say) stays out; the run environment and the binding's env are added over these.
@@ -38,6 +42,7 @@ _INHERITED_VARIABLES = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ"
 # written, so its appearance is atomic (see _workspace).
 _WRAPPER = """trap : {traps}
 ws=$1; shift
+echo $$ >"$ws/wrapper.pid"
 "$@" <"$ws/input.jsonl" >"$ws/stdout" 2>"$ws/stderr"
 status=$?
 : >"$ws/exit-status.$status"
@@ -49,6 +54,7 @@ exit "$status"
 # feeder to open it (and, like any inject stream, it sees no end of input).
 _WRAPPER_ACCEPTING_INPUT = """trap : {traps}
 ws=$1; shift
+echo $$ >"$ws/wrapper.pid"
 tail -c +1 -f "$ws/input.jsonl" >"$ws/input.fifo" &
 feeder=$!
 "$@" 0<>"$ws/input.fifo" >"$ws/stdout" 2>"$ws/stderr"
@@ -87,6 +93,7 @@ def launch_job(
     inputs: Sequence[InputEvent],
     run_environment: Mapping[str, str],
     job_variables: Mapping[str, str],
+    marker: str | None = None,
 ) -> LaunchedJob:
     """Start the job detached; blocking (call it from a worker thread)."""
     workspace.input.write_bytes(json_lines(inputs))
@@ -124,6 +131,7 @@ def launch_job(
         create_time=create_time,
         workspace=str(workspace.path),
         launched_at=launched_at,
+        marker=marker,
     )
     return LaunchedJob(record, wrapper)
 

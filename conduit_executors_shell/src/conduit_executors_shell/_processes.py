@@ -17,10 +17,17 @@ import anyio.to_thread
 import psutil
 
 from conduit_core.extension import StopEvidence
-from conduit_executors_shell._launch import EXECUTION_TAG
+from conduit_executors_shell._launch import EXECUTION_TAG, LAUNCH_MARKER
 from conduit_executors_shell._metadata import JobRecord
 
-__all__ = ["find_wrapper", "group_is_empty", "stop_job", "wait_for_wrapper_exit"]
+__all__ = [
+    "find_wrapper",
+    "group_is_empty",
+    "marked_processes",
+    "marker_execution",
+    "stop_job",
+    "wait_for_wrapper_exit",
+]
 
 # psutil derives create times from the boot time, which two processes may read a whole second
 # apart after a clock adjustment. A pid reused within that second by an unrelated process is also
@@ -43,6 +50,25 @@ def find_wrapper(record: JobRecord) -> psutil.Process | None:
     except (psutil.NoSuchProcess, ProcessLookupError):
         return None
     return process
+
+
+def marked_processes(marker: str) -> list[psutil.Process]:
+    """Live (not zombie) processes whose environment carries exactly this launch marker."""
+    found = []
+    for process in psutil.process_iter(["status"]):
+        if process.info["status"] == psutil.STATUS_ZOMBIE or process.pid == os.getpid():
+            continue
+        try:
+            if process.environ().get(LAUNCH_MARKER) == marker:
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def marker_execution(marker: str) -> str:
+    """The execution id a marker ``<execution>/<epoch>/<nonce>`` names (ids may hold ``/``)."""
+    return marker.rsplit("/", 2)[0]
 
 
 def group_is_empty(pgid: int) -> bool:
@@ -104,8 +130,8 @@ async def stop_job(
 
     A job's processes are the members of its process group and session while its wrapper is
     verified to be ours (a group id cannot be reused while the group lives), and every process
-    tagged with the execution id, which finds a job that left its group, or whose metadata was
-    never recorded.
+    tagged with the execution id (or carrying a launch marker of the execution), which finds a job
+    that left its group, or whose metadata was never recorded.
     """
     trust_group = False
     if record is not None:
@@ -185,11 +211,16 @@ class _Scanner:
             return False
 
     def _tagged(self, process: psutil.Process) -> bool:
+        # The tag and the launch marker are set together; either finds a job whose metadata
+        # was never recorded (a crash between starting it and persisting).
         try:
-            tag: str | None = process.environ().get(EXECUTION_TAG)
+            environ = process.environ()
         except psutil.Error:
             return False
-        return tag == self._execution_id
+        if environ.get(EXECUTION_TAG) == self._execution_id:
+            return True
+        marker = environ.get(LAUNCH_MARKER)
+        return marker is not None and marker_execution(marker) == self._execution_id
 
 
 def _send(processes: list[psutil.Process], sig: signal.Signals) -> int:

@@ -6,7 +6,12 @@ Layout (every name relative to the workspace)::
     input.fifo           the job's stdin when it accepts injected input
     stdout, stderr       the job's output (the tail is kept past the binding's limits)
     result.json          where the job may write a typed result (``CONDUIT_RESULT``)
+    wrapper.pid          written by the wrapper (its pid) before it starts the job (generation 3)
     exit-status.<N>      created, empty, by the wrapper when the job ends with status N
+
+The directory is ``<root>/<readable prefix>-<digest>/epoch-<N>``: the digest (sha256 of the
+execution id) makes the path injective, so two ids that sanitize alike (``k:0`` and ``k_0``)
+never share a workspace; the prefix only helps a person find it.
 
 The exit status lives in the *name* of an empty file because creating a name is atomic, and the
 ``/bin/sh`` wrapper has no rename built in; an external ``mv`` would cost a second process start
@@ -15,6 +20,7 @@ on every job.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -22,10 +28,20 @@ from pathlib import Path
 
 from conduit_core.extension import OperationError
 
-__all__ = ["EXIT_STATUS_PREFIX", "Workspace", "create_workspace", "workspace_root"]
+__all__ = [
+    "EXIT_STATUS_PREFIX",
+    "Workspace",
+    "create_workspace",
+    "workspace_path",
+    "workspace_root",
+]
 
 EXIT_STATUS_PREFIX = "exit-status."
 _EXIT_STATUS_NAME = re.compile(r"^exit-status\.(\d{1,3})$")
+# 128 bits of sha256: a collision between two execution ids is out of reach, and the name stays
+# short enough for any file system.
+_DIGEST_HEX_CHARS = 32
+_PREFIX_CHARS = 40
 
 
 @dataclass(frozen=True)
@@ -51,6 +67,10 @@ class Workspace:
     @property
     def result(self) -> Path:
         return self.path / "result.json"
+
+    @property
+    def wrapper_pid(self) -> Path:
+        return self.path / "wrapper.pid"
 
     def recorded_exit_status(self) -> int | None:
         """The exit status the wrapper recorded, or ``None`` while there is none."""
@@ -81,15 +101,20 @@ def workspace_root(state_dir: str | None) -> Path:
     return Path(os.environ.get("TMPDIR", "/tmp")) / f"conduit-shell-{os.getuid()}"
 
 
-def create_workspace(state_dir: str | None, execution_id: str, epoch: int) -> Workspace:
-    """Create the (execution, epoch) workspace; a directory we cannot use is a permanent failure."""
-    path = workspace_root(state_dir) / _safe_name(execution_id) / f"epoch-{epoch}"
+def workspace_path(state_dir: str | None, execution_id: str, epoch: int) -> Path:
+    """The (execution, epoch) workspace directory: deterministic and injective in both."""
+    return workspace_root(state_dir) / _execution_dir_name(execution_id) / f"epoch-{epoch}"
+
+
+def create_workspace(path: Path) -> Workspace:
+    """Create the workspace at ``path``; a directory we cannot use is a permanent failure."""
     try:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
         # A leftover from an earlier launch at this epoch must not read as this job's status.
         for stale in path.glob(f"{EXIT_STATUS_PREFIX}*"):
             stale.unlink()
         path.joinpath("result.json").unlink(missing_ok=True)
+        path.joinpath("wrapper.pid").unlink(missing_ok=True)
     except OSError as exc:
         raise OperationError(
             "invalid_config",
@@ -99,10 +124,12 @@ def create_workspace(state_dir: str | None, execution_id: str, epoch: int) -> Wo
     return Workspace(path)
 
 
-def _safe_name(execution_id: str) -> str:
-    # Execution ids are opaque; keep them from naming a path outside the root.
-    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", execution_id).lstrip(".")
-    return cleaned or "_"
+def _execution_dir_name(execution_id: str) -> str:
+    # The prefix is for people only (sanitizing alone collides: `k:0` and `k_0`); the digest of
+    # the exact id makes the name injective, and the prefix cannot name a path outside the root.
+    digest = hashlib.sha256(execution_id.encode("utf-8", "surrogatepass")).hexdigest()
+    prefix = re.sub(r"[^A-Za-z0-9_-]", "_", execution_id)[:_PREFIX_CHARS]
+    return f"{prefix}-{digest[:_DIGEST_HEX_CHARS]}"
 
 
 def _keep_tail(path: Path, limit: int) -> bool:

@@ -8,12 +8,12 @@ from conduit_executors_shell._executor import EXECUTOR_NAME, ShellExecutor
 __all__ = ["conduit_executors"]
 
 #: Every generation this package still implements; the manifest declares the same ones.
-SUPPORTED_GENERATIONS = (2, 1)
+SUPPORTED_GENERATIONS = (3, 2, 1)
 
 
 @hookimpl
 def conduit_executors() -> list[ExecutorRegistration]:
-    """The current generation and generation 1, whose recovery metadata used flat keys."""
+    """The current generation (3: launch intent and discovery) and the historical 2 and 1."""
     return [
         ExecutorRegistration(
             name=EXECUTOR_NAME, generation=generation, executor=ShellExecutor(generation)

@@ -1,0 +1,141 @@
+"""Finding a launch again without recovery metadata, from the launch intent alone (generation 3).
+
+The intent names the workspace and the marker every process of the launch carries. What exists
+for them decides the outcome, and only proof counts:
+
+- an exit status in the workspace → the job finished: read its result (never run it again);
+- a live process carrying the marker that leads its own session → the wrapper: adopt it;
+- the wrapper's ``wrapper.pid`` exists, but no process carries the marker and no status was
+  recorded → the job started and is gone without a result (``ResourcesGoneError``);
+- no ``wrapper.pid``, no process, no status → the job never started (``NotStartedError``): the
+  wrapper writes its pid before it starts the job, and every process of it carries the marker;
+- processes carrying the marker but no wrapper → cannot tell: ``OperationError`` (held).
+
+The status is read again after the process scan, so a job that ends between the two looks is
+read as finished rather than as gone.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psutil
+
+from conduit_core.extension import NotStartedError, OperationError, ResourcesGoneError
+from conduit_executors_shell._metadata import JobRecord, LaunchIntent
+from conduit_executors_shell._processes import find_wrapper, marked_processes
+from conduit_executors_shell._workspace import Workspace
+
+__all__ = ["check_recorded_job", "discover"]
+
+# A create time no process has: a record of a finished job names no live wrapper to trust.
+_NO_PROCESS_CREATE_TIME = 0.0
+
+
+def discover(intent: LaunchIntent) -> JobRecord:
+    """The job the intent names, running or finished; raise when it never started or is gone."""
+    workspace = Workspace(Path(intent.workspace))
+    if _exit_status(workspace) is not None:
+        return _finished(intent, workspace)
+    marked = marked_processes(intent.marker)
+    # Read after the scan: a pid file missing now was missing during the scan, when the job
+    # had not been started yet and the wrapper was the only process carrying the marker.
+    wrapper = _wrapper_among(marked, intent, _wrapper_pid(workspace))
+    if wrapper is not None:
+        return wrapper
+    if _exit_status(workspace) is not None:  # it ended between the two looks
+        return _finished(intent, workspace)
+    if marked:
+        pids = ", ".join(str(p.pid) for p in marked)
+        raise OperationError(
+            "recovery_ambiguous",
+            f"processes carrying launch marker {intent.marker!r} run ({pids}) but the job's "
+            "wrapper is gone and no exit status was recorded",
+        )
+    started = _wrapper_pid(workspace)
+    if started is not None:
+        raise ResourcesGoneError(
+            f"the job's wrapper (pid {started}) started, but no process carries launch marker "
+            f"{intent.marker!r} and no exit status was recorded"
+        )
+    raise NotStartedError(
+        f"nothing exists for launch marker {intent.marker!r}: no wrapper pid file, no process "
+        "and no exit status"
+    )
+
+
+def check_recorded_job(record: JobRecord, workspace: Workspace) -> None:
+    """A job with recovery metadata (generation 3): running or finished, else gone or unclear."""
+    if _exit_status(workspace) is not None or find_wrapper(record) is not None:
+        return
+    # The wrapper may have recorded its status and exited between the two looks.
+    if _exit_status(workspace) is not None:
+        return
+    marked = marked_processes(record.marker) if record.marker is not None else []
+    if marked:
+        raise OperationError(
+            "recovery_ambiguous",
+            f"the job's wrapper (pid {record.pid}) is gone without an exit status, but "
+            f"{len(marked)} process(es) carrying its launch marker still run",
+        )
+    raise ResourcesGoneError(
+        f"the job's wrapper (pid {record.pid}) is gone, no process carries its launch marker "
+        "and no exit status was recorded"
+    )
+
+
+def _exit_status(workspace: Workspace) -> int | None:
+    try:
+        return workspace.recorded_exit_status()
+    except FileNotFoundError:
+        return None
+
+
+def _wrapper_pid(workspace: Workspace) -> int | None:
+    """The pid the wrapper wrote before it started the job; 0 when the write was cut short."""
+    try:
+        text = workspace.wrapper_pid.read_text().strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.isdigit() else 0
+
+
+def _wrapper_among(
+    marked: list[psutil.Process], intent: LaunchIntent, recorded_pid: int | None
+) -> JobRecord | None:
+    for process in marked:
+        if recorded_pid is not None and process.pid != recorded_pid:
+            continue  # a job's child may lead a session of its own; the wrapper wrote its pid
+        try:
+            # The wrapper leads the job's session (setsid).
+            if os.getsid(process.pid) != process.pid:
+                continue
+            create_time = process.create_time()
+        except (psutil.Error, ProcessLookupError):
+            continue
+        return JobRecord(
+            pid=process.pid,
+            pgid=process.pid,
+            create_time=create_time,
+            workspace=intent.workspace,
+            launched_at=create_time,
+            marker=intent.marker,
+        )
+    return None
+
+
+def _finished(intent: LaunchIntent, workspace: Workspace) -> JobRecord:
+    pid = _wrapper_pid(workspace) or 0
+    try:
+        launched_at = workspace.wrapper_pid.stat().st_mtime
+    except FileNotFoundError:
+        launched_at = workspace.path.stat().st_mtime
+    return JobRecord(
+        pid=pid,
+        pgid=pid,
+        create_time=_NO_PROCESS_CREATE_TIME,
+        workspace=intent.workspace,
+        launched_at=launched_at,
+        marker=intent.marker,
+    )

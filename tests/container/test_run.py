@@ -65,6 +65,8 @@ async def test_phases_and_pin_come_before_the_start(
     assert callbacks.events == [
         ("begin", "container_plan"),
         ("end", "container_plan", "ok"),
+        # The intent (name and labels) is durable before the container exists.
+        ("record_launch_intent",),
         ("begin", "container_create"),
         ("end", "container_create", "ok"),
         ("begin", "container_pin"),
@@ -78,6 +80,9 @@ async def test_phases_and_pin_come_before_the_start(
     assert state is not None
     assert state["State"]["Running"]
     assert state["Name"] == f"/{container_name(execution_id, 1)}"
+    assert callbacks.launch_intent is not None
+    assert callbacks.launch_intent["name"] == container_name(execution_id, 1)
+    assert callbacks.launch_intent["labels"]["conduit.execution"] == execution_id
     labels = state["Config"]["Labels"]
     assert {k: v for k, v in labels.items() if k.startswith("conduit.")} == {
         "conduit.execution": execution_id,

@@ -31,6 +31,7 @@ __all__ = [
     "Engine",
     "container_name",
     "labels_for",
+    "launch_intent",
     "safe_id",
 ]
 
@@ -50,6 +51,16 @@ _MAX_NAME_ID = 100
 
 def labels_for(execution_id: str, epoch: int, work_id: str) -> dict[str, str]:
     return {EXECUTION_LABEL: execution_id, EPOCH_LABEL: str(epoch), WORK_LABEL: work_id}
+
+
+def launch_intent(execution_id: str, epoch: int, work_id: str, result_dir: str) -> dict[str, Any]:
+    """What a launch records before it creates its container: how recovery finds it again."""
+    return {
+        "layout": "container-intent/1",
+        "name": container_name(execution_id, epoch),
+        "labels": labels_for(execution_id, epoch, work_id),
+        "result_dir": result_dir,
+    }
 
 
 def container_name(execution_id: str, epoch: int) -> str:

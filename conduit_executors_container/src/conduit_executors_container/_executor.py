@@ -1,8 +1,9 @@
 """The container executor: run, recover, stop and interrupt a binding's work in a container.
 
-A launch binds its container before anything runs: plan (config, image), create (not start), pin
-the container id through the lease-fenced callback, and only then start it. So a launch that lost
-its lease before its pin started nothing and may be relaunched, and one after it is adopted.
+A launch binds its container before anything runs: plan (config, image), record the launch intent
+(the container's deterministic name and labels), create (not start), pin the container id
+through the lease-fenced callback, record the metadata, and only then start it. So a launch that
+lost its lease before its pin started nothing and may be relaunched, and one after it is adopted.
 """
 
 from __future__ import annotations
@@ -18,13 +19,19 @@ from conduit_core.extension import (
     Executor,
     Handle,
     LaunchPhaseName,
+    NotStartedError,
     OperationError,
     StopEvidence,
     StopTarget,
 )
 from conduit_executors_container import _containers as containers
 from conduit_executors_container._config import ContainerConfig, decode_config
-from conduit_executors_container._engine import Engine, container_name, labels_for
+from conduit_executors_container._engine import (
+    Engine,
+    container_name,
+    labels_for,
+    launch_intent,
+)
 from conduit_executors_container._handle import ContainerHandle
 from conduit_executors_container._metadata import ContainerRecord, decode_record, encode_record
 from conduit_executors_container._reconcile import LabelledContainer, reconcile
@@ -64,6 +71,11 @@ class ContainerExecutor(Executor):
             result_dir = await anyio.to_thread.run_sync(
                 create_result_dir, ctx.state_dir, ctx.execution_id, ctx.epoch, ctx.inputs
             )
+        # Durable before the container exists: a recovery with no pin and no metadata finds the
+        # container by these labels, or proves by their absence that nothing was created.
+        await ctx.record_launch_intent(
+            launch_intent(ctx.execution_id, ctx.epoch, ctx.work_id, str(result_dir))
+        )
         container_id = await self._bind(ctx, config, result_dir, pull=not present)
         record = ContainerRecord(
             container_id=container_id,
@@ -84,11 +96,19 @@ class ContainerExecutor(Executor):
         record = decode_record(ctx.recovery) if ctx.recovery is not None else None
         state = await self.engine.call(locate_for_recovery, ctx.execution_id, record)
         if state is None:
-            what = f"container {record.name!r}" if record else "no container labelled with it"
-            raise OperationError(
-                "container_missing",
-                f"execution {ctx.execution_id!r} was pinned to a container, but the engine has "
-                f"{what} any more; its outcome cannot be proven",
+            if record is not None:
+                # Recorded, so it may have run and been removed after its result was read: the
+                # outcome cannot be proven either way; the attempt is held rather than retried.
+                raise OperationError(
+                    "container_missing",
+                    f"execution {ctx.execution_id!r} recorded container {record.name!r}, but "
+                    "the engine has no such container any more; its outcome cannot be proven",
+                )
+            # No metadata means the container was never started (it is recorded before its
+            # start), and the engine lists none labelled with the execution: nothing ran.
+            raise NotStartedError(
+                f"the engine has no container labelled with execution {ctx.execution_id!r} and "
+                "none was recorded as started"
             )
         if record is None:
             # The pin was written but the metadata was not: the engine's record says the rest.

@@ -1,0 +1,43 @@
+"""The executor conformance suite (``conduit_core.testing.executor``) run against the shell executor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conduit_core.testing.executor import *  # noqa: F403
+from conduit_core.testing.executor import ExecutorSubject
+from tests.shell._harness import tagged_processes
+
+
+def _job_config(script: str, workdir: Path) -> dict[str, Any]:
+    # A short grace keeps the TERM-ignoring case quick; the stop must still escalate to KILL.
+    return {"command": script, "cwd": str(workdir), "stop_grace_seconds": 0.5}
+
+
+def _live(execution_id: str) -> list[str]:
+    return [f"pid {p.pid}" for p in tagged_processes(execution_id)]
+
+
+@pytest.fixture
+def executor_subject() -> ExecutorSubject:
+    return ExecutorSubject(
+        executor="shell",
+        job_config=_job_config,
+        invalid_config={"command": 42},
+        live_resources=_live,
+        historical_generation=1,
+    )
+
+
+# Interim, until the shell's launch intent (generation 3) and the core's NotStartedError handling
+# land on main (issue 13): these cases reproduce the observed failures today.
+_PENDING = pytest.mark.xfail(
+    reason="issue 13: shell launch intent and core relaunch on NotStartedError not on main yet"
+)
+test_run_returns_a_typed_result = _PENDING(test_run_returns_a_typed_result)  # noqa: F405
+test_crash_at_each_launch_point_runs_the_job_once = _PENDING(
+    test_crash_at_each_launch_point_runs_the_job_once  # noqa: F405
+)

@@ -31,13 +31,3 @@ def executor_subject() -> ExecutorSubject:
         historical_generation=1,
     )
 
-
-# Interim, until the shell's launch intent (generation 3) and the core's NotStartedError handling
-# land on main (issue 13): these cases reproduce the observed failures today.
-_PENDING = pytest.mark.xfail(
-    reason="issue 13: shell launch intent and core relaunch on NotStartedError not on main yet"
-)
-test_run_returns_a_typed_result = _PENDING(test_run_returns_a_typed_result)  # noqa: F405
-test_crash_at_each_launch_point_runs_the_job_once = _PENDING(
-    test_crash_at_each_launch_point_runs_the_job_once  # noqa: F405
-)

@@ -15,7 +15,7 @@ from conduit_core.config import parse_config
 from conduit_core.model import RoutineStatus
 from conduit_core.routines import reconcile_routines
 from conduit_core.runtime import ManualClock
-from conduit_core.storage import Store
+from conduit_core.storage import Store, open_store
 from tests.routines.conftest import T0
 
 pytestmark = pytest.mark.anyio
@@ -111,6 +111,34 @@ def test_cli_refuses_bad_input_and_stores_nothing(
     assert result.exit_code == 1
     assert f"[{code}]" in result.output
     assert as_json(config, "list") == []
+
+
+def test_cli_refuses_once_beyond_year_9998_and_lists_a_stored_one(
+    tmp_path: Path, store_url: str
+) -> None:
+    config = write_config(tmp_path, store_url)
+    bad = "once@9999-12-31T23:59:59-23:59"  # year 10000 in UTC
+    result = invoke(config, "add", "far", "--cron", bad, "--binding", "echo", ok=False)
+    assert "[invalid_cron_spec]" in result.output
+    assert "out of range" in result.output
+    assert as_json(config, "list") == []
+    # A row stored before the bound existed still lists (text and JSON), never a traceback.
+    as_json(config, "add", "far", "--cron", "once@9998-01-01T00:00:00Z", "--binding", "echo")
+
+    async def store_the_old_value() -> None:
+        async with await open_store(store_url) as store:
+            await store.apply_routine(
+                "far",
+                lambda r: msgspec.structs.replace(
+                    r, cron_spec=bad, next_run_at_ms=253_402_300_799_000 + 86_400_000
+                ),
+            )
+
+    anyio.run(store_the_old_value)
+    listed = invoke(config, "list")
+    assert "far" in listed.output
+    assert "out-of-range" in listed.output
+    assert as_json(config, "list")[0]["cron_spec"] == bad
 
 
 def test_cli_unknown_routine_is_not_found(tmp_path: Path, store_url: str) -> None:

@@ -334,3 +334,34 @@ def test_occurrence_is_the_only_module_importing_croniter() -> None:
         or "from croniter" in p.read_text(encoding="utf-8")
     )
     assert importers == ["routines/occurrence.py"]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "once@9999-12-31T23:59:59-23:59",  # year 10000 in UTC: broke `routines list`
+        "once@9999-06-01T00:00:00Z",
+        "once@1969-12-31T23:59:59Z",
+        "once@0001-01-01T00:00:00+23:59",
+        "once@" + "2027-01-01T00:00:00" + "0" * 100 + "Z",
+    ],
+)
+def test_once_instants_are_bounded(spec: str) -> None:
+    with pytest.raises(ConduitError) as raised:
+        parse_spec(spec)
+    assert raised.value.code == "invalid_cron_spec"
+    assert "once@" in str(raised.value)
+
+
+def test_once_bound_edges_are_accepted() -> None:
+    assert parse_spec("once@9998-12-31T23:59:59Z").once_ms == ms("9998-12-31T23:59:59+00:00")
+    assert parse_spec("once@1970-01-01T00:00:00Z").once_ms == 0
+
+
+@pytest.mark.parametrize("zone", ["America", "x" * 300, "UTC\x00"])
+def test_timezone_that_is_no_zone_file_is_a_coded_error(zone: str) -> None:
+    # 'America' is a tzdata directory: it raised IsADirectoryError (issue 17 item 4).
+    with pytest.raises(ConduitError) as raised:
+        parse_spec("0 * * * *", zone)
+    assert raised.value.code == "invalid_timezone"
+    assert "site-packages" not in str(raised.value)

@@ -76,9 +76,13 @@ def _with_source(
 def _when(ms: int | None) -> str:
     if ms is None:
         return "-"
-    return (
-        datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-    )
+    try:
+        moment = datetime.fromtimestamp(ms / 1000, UTC)
+    except (OverflowError, OSError, ValueError):
+        # A value stored before once@ instants were bounded (year 10000 and on): show it raw
+        # rather than fail the whole listing.
+        return f"{ms}ms(out-of-range)"
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _line(routine: Routine) -> str:

@@ -135,7 +135,15 @@ async def fire_claimed(
     """
     token = routine.claim_token
     assert token is not None, "fire_claimed needs a claimed row"
-    spec = ledger.spec_of(routine)
+    spec = ledger.readable_spec(routine)
+    if isinstance(spec, ConduitError):
+        error = f"stored spec cannot be read: [{spec.code}] {spec.message}"
+        return await _apply(
+            store,
+            routine.id,
+            lambda r: ledger.fail_fire(r, token=token, error=error, now_ms=now_ms),
+            events=[routine_event(routine, "error", token, now_ms, error=error)],
+        )
     decision = ledger.plan_fire(routine, spec, now_ms)
     if not decision.fire:
         event = routine_event(
@@ -282,7 +290,9 @@ async def settle_fire(store: Store, routine: Routine, *, now_ms: int) -> Routine
     if outcome is None:
         return None
     ok, detail = outcome
-    spec = ledger.spec_of(routine)
+    spec = ledger.readable_spec(routine)
+    if ok and isinstance(spec, ConduitError):
+        ok, detail = False, f"{detail}; cannot re-arm: the stored spec cannot be read: {spec}"
     run = RoutineRun(
         routine_id=routine.id,
         scheduled_for_ms=scheduled,
@@ -292,12 +302,13 @@ async def settle_fire(store: Store, routine: Routine, *, now_ms: int) -> Routine
         started_at_ms=routine.last_run_at_ms or now_ms,
         ended_at_ms=now_ms,
     )
-    if ok:
+    if ok and not isinstance(spec, ConduitError):
+        readable = spec
         event = routine_event(routine, "completed", token, now_ms, work_id=work_id, detail=detail)
         return await _apply(
             store,
             routine.id,
-            lambda r: ledger.succeed_fire(r, token=token, spec=spec, now_ms=now_ms),
+            lambda r: ledger.succeed_fire(r, token=token, spec=readable, now_ms=now_ms),
             run=run,
             events=[event],
         )

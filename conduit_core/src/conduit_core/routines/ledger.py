@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import msgspec
 
+from conduit_core.errors import ConduitError
 from conduit_core.model import Routine, RoutineStatus
 from conduit_core.routines.errors import (
     IllegalTransitionError,
+    InvalidCronSpecError,
+    InvalidTimezoneError,
     RoutineBusyError,
     StaleRoutineClaimError,
 )
@@ -42,6 +45,7 @@ __all__ = [
     "resume",
     "run_now",
     "skip_fire",
+    "readable_spec",
     "spec_of",
     "start_fire",
     "succeed_fire",
@@ -54,6 +58,15 @@ _BUSY = (S.CLAIMED, S.RUNNING)
 def spec_of(routine: Routine) -> Spec:
     """The parsed spec of ``routine`` (in its timezone)."""
     return parse_spec(routine.cron_spec, routine.timezone)
+
+
+def readable_spec(routine: Routine) -> Spec | ConduitError:
+    """:func:`spec_of`, or the coded error of a stored spec this version no longer reads (one
+    stored before a rule tightened): the ticker halts such a Routine instead of failing."""
+    try:
+        return spec_of(routine)
+    except (InvalidCronSpecError, InvalidTimezoneError) as exc:
+        return exc
 
 
 def fire_key(routine_id: str, scheduled_for_ms: int) -> str:
@@ -190,9 +203,10 @@ def succeed_fire(routine: Routine, *, token: str, spec: Spec, now_ms: int) -> Ro
 
 
 def fail_fire(routine: Routine, *, token: str, error: str, now_ms: int) -> Routine:
-    """running -> error, disarmed (error-halts) until a person resumes it."""
+    """claimed | running -> error, disarmed (error-halts) until a person resumes it (a claimed
+    row fails when its stored spec can no longer be read)."""
     _check_token(routine, token)
-    _require(routine, S.ERROR, S.RUNNING)
+    _require(routine, S.ERROR, S.RUNNING, S.CLAIMED)
     return _unclaimed(
         routine, S.ERROR, now_ms, next_run_at_ms=None, scheduled_for_ms=None, last_error=error
     )
@@ -261,7 +275,7 @@ def edit_schedule(
 # --- Boot-resume ----------------------------------------------------------------------------
 
 
-def heal_on_boot(routine: Routine, spec: Spec, now_ms: int) -> Routine | None:
+def heal_on_boot(routine: Routine, spec: Spec | ConduitError, now_ms: int) -> Routine | None:
     """Heal a row left mid-fire by a dead ticker; ``None`` leaves it as it is.
 
     Only a claimed or running row whose claim lease has EXPIRED is healed (a live lease belongs to
@@ -276,6 +290,14 @@ def heal_on_boot(routine: Routine, spec: Spec, now_ms: int) -> Routine | None:
         return None
     if routine.status is S.CLAIMED:
         return _unclaimed(routine, S.QUEUED, now_ms)
+    if isinstance(spec, ConduitError):
+        return _unclaimed(
+            routine,
+            S.ERROR,
+            now_ms,
+            next_run_at_ms=None,
+            last_error=f"fire interrupted and the stored spec cannot be read: {spec.message}",
+        )
     if spec.is_recurring:
         anchor = routine.scheduled_for_ms if routine.scheduled_for_ms is not None else now_ms
         return _unclaimed(

@@ -7,7 +7,10 @@ Spec grammar
     * Macros ``@yearly`` ``@annually`` ``@monthly`` ``@weekly`` ``@daily`` ``@midnight``
       ``@hourly``.
     * One-shot ``once@<ISO-8601 with an explicit offset>`` (``Z`` allowed), e.g.
-      ``once@2027-01-01T09:00:00+01:00``.
+      ``once@2027-01-01T09:00:00+01:00``, from 1970 to 9998 in UTC.
+
+The fields are read by :mod:`conduit_core.routines.cronfields` (classic cron semantics, the
+day-of-month/day-of-week rule included); croniter only walks the explicit values it yields.
 
 Every cron spec is evaluated in its IANA timezone (default UTC): croniter walks naive local wall
 times and this module turns each wall time into real instants itself, because croniter alone
@@ -38,6 +41,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import CroniterBadDateError, CroniterError, croniter
 
 from conduit_core.model import MisfirePolicy
+from conduit_core.routines.cronfields import FIELDS_5, FIELDS_6, read_fields
 from conduit_core.routines.errors import InvalidCronSpecError, InvalidTimezoneError
 
 __all__ = [
@@ -50,6 +54,8 @@ __all__ = [
 ]
 
 ONCE_PREFIX = "once@"
+#: Longest spec text read (a real one is a few dozen characters).
+MAX_SPEC_CHARS = 512
 #: How many occurrences a misfire decision counts as skipped at most.
 SKIP_COUNT_LIMIT = 1_000
 
@@ -62,17 +68,10 @@ _MACROS = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-_FIELDS_5 = ("minute", "hour", "day-of-month", "month", "day-of-week")
-_FIELDS_6 = ("second", *_FIELDS_5)
-_RANGES = {
-    "second": (0, 59),
-    "minute": (0, 59),
-    "hour": (0, 23),
-    "day-of-month": (1, 31),
-    "month": (1, 12),
-    "day-of-week": (0, 7),
-}
-_NUMBER = re.compile(r"\d+")
+#: The instants a once@ spec may name (epoch ms): 1970-01-01T00:00:00Z to 9998-12-31T23:59:59Z,
+#: a year inside the range of Python's datetime in every zone.
+ONCE_MIN_MS = 0
+ONCE_MAX_MS = 253_370_764_799_000
 _ELAPSED_HOUR = re.compile(r"\*(/\d+)?")
 _DAY = timedelta(days=1)
 _SECOND = timedelta(seconds=1)
@@ -83,9 +82,15 @@ def load_timezone(name: str) -> ZoneInfo:
     """The IANA zone ``name``; ``invalid_timezone`` when it is unknown."""
     if not name or not name.strip():
         raise InvalidTimezoneError("timezone is empty; give an IANA zone name such as 'UTC'")
+    if len(name) > 64 or "\x00" in name:
+        raise InvalidTimezoneError(
+            f"unknown timezone {name[:64]!r}; give an IANA zone name such as 'Europe/Berlin'"
+        )
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        # OSError: a tzdata directory ('America') or a name the file system refuses; the
+        # message never names the tzdata path.
         raise InvalidTimezoneError(
             f"unknown timezone {name!r}; give an IANA zone name such as 'Europe/Berlin'"
         ) from exc
@@ -112,6 +117,8 @@ class Spec:
     once_ms: int | None
     #: Whether the hour field is a wildcard or step (follows real elapsed time across DST).
     elapsed_hours: bool = False
+    #: Classic cron's day rule: a day must match both day fields (one of them starts with ``*``).
+    day_and: bool = True
 
     @property
     def is_recurring(self) -> bool:
@@ -162,6 +169,10 @@ def parse_spec(spec: str, timezone: str = "UTC") -> Spec:
     text = spec.strip() if isinstance(spec, str) else ""
     if not text:
         raise InvalidCronSpecError("cron spec is empty")
+    if len(text) > MAX_SPEC_CHARS:
+        raise InvalidCronSpecError(
+            f"cron spec {text[:40]!r}… is {len(text)} characters; at most {MAX_SPEC_CHARS}"
+        )
     if text.lower().startswith(ONCE_PREFIX):
         return Spec(text=text, timezone=timezone, cron=None, once_ms=_parse_once(text))
     expr = _MACROS.get(text.lower())
@@ -174,13 +185,13 @@ def parse_spec(spec: str, timezone: str = "UTC") -> Spec:
             f"cron spec {text!r} has {len(fields)} fields; expected 5 "
             "(min hour dom mon dow) or 6 (sec min hour dom mon dow, seconds first)"
         )
-    names = _FIELDS_5 if len(fields) == 5 else _FIELDS_6
-    for name, field in zip(names, fields, strict=True):
-        _check_field(text, name, field)
-    # croniter reads a 6-field spec with the seconds LAST: move them there.
-    cron = " ".join(fields if len(fields) == 5 else [*fields[1:], fields[0]])
+    names = FIELDS_5 if len(fields) == 5 else FIELDS_6
+    read = read_fields(text, fields)
+    # croniter walks explicit value lists only (seconds last), never its own reading of ranges,
+    # steps or the day fields: see cronfields.
+    cron = read.croniter_expr()
     try:
-        probe = croniter(cron, datetime(2000, 1, 1))
+        probe = croniter(cron, datetime(2000, 1, 1), day_or=not read.day_and)
     except CroniterError as exc:
         raise InvalidCronSpecError(f"invalid cron spec {text!r}: {exc}") from exc
     try:
@@ -194,28 +205,14 @@ def parse_spec(spec: str, timezone: str = "UTC") -> Spec:
         cron=cron,
         once_ms=None,
         elapsed_hours=_ELAPSED_HOUR.fullmatch(hour) is not None,
+        day_and=read.day_and,
     )
-
-
-def _check_field(text: str, name: str, field: str) -> None:
-    low, high = _RANGES[name]
-    for item in field.split(","):
-        if not item:
-            raise InvalidCronSpecError(f"cron spec {text!r}: empty list item in the {name} field")
-        base, _, step = item.partition("/")
-        if step and (not _NUMBER.fullmatch(step) or int(step) == 0):
-            raise InvalidCronSpecError(
-                f"cron spec {text!r}: step {step!r} in the {name} field must be a positive number"
-            )
-        for value in base.split("-"):
-            if _NUMBER.fullmatch(value) and not low <= int(value) <= high:
-                raise InvalidCronSpecError(
-                    f"cron spec {text!r}: {name} value {value} is out of range {low}-{high}"
-                )
 
 
 def _parse_once(text: str) -> int:
     raw = text[len(ONCE_PREFIX) :].strip()
+    if len(raw) > 64:  # an ISO-8601 date-time with offset is ~35 characters
+        raise InvalidCronSpecError(f"once@ spec {text[:80]!r}… is too long to be a date-time")
     try:
         moment = datetime.fromisoformat(raw)
     except ValueError as exc:
@@ -227,7 +224,15 @@ def _parse_once(text: str) -> int:
             f"once@ spec {text!r} has no explicit UTC offset; write e.g. "
             f"'once@{raw}+00:00' or 'once@{raw}Z'"
         )
-    return _to_ms(moment)
+    when = _to_ms(moment)
+    # Bounded so that every instant conduit stores can be shown as a date in any zone: a
+    # larger one (``once@9999-12-31T23:59:59-23:59`` is year 10000 in UTC) broke listings.
+    if not ONCE_MIN_MS <= when <= ONCE_MAX_MS:
+        raise InvalidCronSpecError(
+            f"once@ spec {text!r} is out of range: give an instant from 1970-01-01 to "
+            "9998-12-31 (UTC)"
+        )
+    return when
 
 
 def validate_once_not_past(spec: Spec, now_ms: int) -> None:
@@ -299,7 +304,7 @@ def _walk(spec: Spec, origin_ms: int, *, forward: bool) -> Iterator[int]:
     if fold0 is not None and fold1 is not None and fold0 > fold1 and in_origin_instance:
         margin = fold0 - fold1
     start = wall - margin - _SECOND if forward else wall + margin + _SECOND
-    cron = croniter(spec.cron, start, is_prev=not forward)
+    cron = croniter(spec.cron, start, is_prev=not forward, day_or=not spec.day_and)
     pending: list[int] = []  # a heap of keys: ms forward, -ms backward
     last: int | None = None
     while True:

@@ -107,7 +107,7 @@ class Ticker:
         """Heal the rows a dead ticker left mid-fire (only expired claims)."""
         now = self.clock.now_ms()
         healed = await self.store.heal_routines(
-            lambda r: ledger.heal_on_boot(r, ledger.spec_of(r), now)
+            lambda r: ledger.heal_on_boot(r, ledger.readable_spec(r), now)
         )
         for routine in healed:
             log.info("routine %s healed on boot -> %s", routine.id, routine.status)

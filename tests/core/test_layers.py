@@ -13,15 +13,34 @@ CORE = REPO / "conduit_core" / "src" / "conduit_core"
 #: What each package of conduit_core may import from conduit_core (besides itself).
 ALLOWED = {
     "errors": set(),
-    "extension": {"errors"},
-    "model": {"errors", "extension"},
-    "plugins": {"errors", "extension"},
-    "config": {"errors", "extension", "plugins"},
-    "storage": {"errors", "extension", "model"},
-    "runtime": {"errors", "extension", "model", "plugins", "config", "storage"},
-    "routines": {"errors", "extension", "model", "plugins", "config", "storage", "runtime"},
+    "validation": {"errors"},
+    "extension": {"errors", "validation"},
+    "model": {"errors", "validation", "extension"},
+    "plugins": {"errors", "validation", "extension"},
+    "config": {"errors", "validation", "extension", "plugins"},
+    "storage": {"errors", "validation", "extension", "model"},
+    "runtime": {"errors", "validation", "extension", "model", "plugins", "config", "storage"},
+    "routines": {
+        "errors",
+        "validation",
+        "extension",
+        "model",
+        "plugins",
+        "config",
+        "storage",
+        "runtime",
+    },
     # The test kits plugin authors import: they drive the real runtime on a real store.
-    "testing": {"errors", "extension", "model", "plugins", "config", "storage", "runtime"},
+    "testing": {
+        "errors",
+        "validation",
+        "extension",
+        "model",
+        "plugins",
+        "config",
+        "storage",
+        "runtime",
+    },
 }
 PLUGINS = ["conduit_executors_shell", "conduit_executors_container", "conduit_gate_human"]
 

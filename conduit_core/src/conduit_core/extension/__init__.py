@@ -69,8 +69,28 @@ from conduit_core.extension._schedules import (
     ScheduleSource,
     SourceRead,
 )
+from conduit_core.validation import (
+    MAX_DEPTH,
+    InvalidIdError,
+    InvalidNumberError,
+    InvalidValueError,
+    TooDeepError,
+    TooLargeError,
+    check_depth,
+    finite_number,
+)
 
+# Plugins import only this module; the validation helpers they need to check their own binding
+# configs are re-exported here so a plugin refuses values with the same codes as the core.
 __all__ = [
+    "MAX_DEPTH",
+    "InvalidIdError",
+    "InvalidNumberError",
+    "InvalidValueError",
+    "TooDeepError",
+    "TooLargeError",
+    "check_depth",
+    "finite_number",
     "read_result_file",
     "job_timeout_result",
     "job_result",

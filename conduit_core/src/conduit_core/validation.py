@@ -1,0 +1,291 @@
+"""One set of rules for what enters conduit, whichever door it comes through.
+
+HTTP bodies, CLI direct mode, ``conduit.toml``, Routines, manifests and job result files all use
+these checks, so an id refused over HTTP is refused when the CLI writes the store directly, and a
+number the config refuses is never stored by a Routine. Every refusal is an
+:class:`InvalidValueError` (a :class:`ConduitError`) with a stable ``code`` and a ``field`` path,
+raised before anything is written.
+
+The limits are constants so the docs, the OpenAPI document and the tests state the same numbers.
+Patterns are written to mean the same in Python's ``re`` and in JSON Schema (ECMA-262): ``$``
+alone lets a trailing newline through in Python, so each pattern ends ``(?!\\n)$``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import zoneinfo
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Final, TypeVar
+
+import msgspec
+
+from conduit_core.errors import ConduitError
+
+__all__ = [
+    "AMOUNT_CEILING",
+    "ID_MAX_LENGTH",
+    "MAX_AMOUNT",
+    "MAX_BODY_BYTES",
+    "MAX_DEPTH",
+    "MAX_DOCUMENT_BYTES",
+    "MAX_PAYLOAD_BYTES",
+    "MAX_SECONDS",
+    "MAX_TEXT_LENGTH",
+    "NAME_PATTERN",
+    "TIMEZONE_MAX_LENGTH",
+    "WORK_ID_PATTERN",
+    "Amount",
+    "Count",
+    "InvalidIdError",
+    "InvalidNumberError",
+    "InvalidValueError",
+    "NameStr",
+    "Seconds",
+    "TooDeepError",
+    "TooLargeError",
+    "WorkIdStr",
+    "check_depth",
+    "check_name",
+    "check_size",
+    "check_text",
+    "check_timezone",
+    "check_toml_keys",
+    "check_work_id",
+    "decode_bounded",
+    "finite_number",
+    "saturating_add",
+]
+
+T = TypeVar("T")
+
+#: Longest Work id, binding, scope, routine, budget or event-type name.
+ID_MAX_LENGTH: Final = 128
+#: Work ids: a letter or digit, then letters, digits, ``_ . : -``. No ``/``, space, NUL or
+#: control character, so an id can never name a path outside the place it is used.
+WORK_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}(?!\n)$"
+#: Binding, scope, routine and budget names: as Work ids without ``:``.
+NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}(?!\n)$"
+#: Deepest nesting of arrays/objects/tables in any JSON, TOML or msgpack document.
+MAX_DEPTH: Final = 64
+#: Largest config file, manifest or job result file.
+MAX_DOCUMENT_BYTES: Final = 1024 * 1024
+#: Largest single input payload (encoded as JSON).
+MAX_PAYLOAD_BYTES: Final = 1024 * 1024
+#: Largest HTTP request body (a payload plus its envelope).
+MAX_BODY_BYTES: Final = 2 * 1024 * 1024
+#: Longest free-text field (a reason, a description).
+MAX_TEXT_LENGTH: Final = 1000
+#: Longest duration or delay: ten years. Any instant plus this stays a valid datetime for
+#: millennia, so timer and lease arithmetic cannot overflow.
+MAX_SECONDS: Final = 10 * 366 * 86400.0
+#: Largest usage amount one result may report for one unit.
+MAX_AMOUNT: Final = 1e15
+#: A budget ledger saturates here instead of overflowing to infinity (or to ``null`` in JSON).
+AMOUNT_CEILING: Final = 1e300
+#: IANA names are far shorter; the bound keeps a 300-character name away from the filesystem.
+TIMEZONE_MAX_LENGTH: Final = 64
+
+_WORK_ID = re.compile(WORK_ID_PATTERN)
+_NAME = re.compile(NAME_PATTERN)
+_TIMEZONE = re.compile(r"^[A-Za-z0-9_+-]+(?:/[A-Za-z0-9_+-]+)*$")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # a tab is fine; a newline forges log lines
+# A dotted TOML key of many parts nests tables; tomllib takes quadratic time over it, so such a
+# key is refused from the raw text before decoding (a string value that merely contains a long
+# dotted run is refused too: a false refusal of an odd value beats a hung loader).
+_TOML_SEGMENT = r"""(?:[A-Za-z0-9_-]++|"[^"\n]*+"|'[^'\n]*+')"""
+_TOML_DEEP_KEY = re.compile(
+    rf"(?<![A-Za-z0-9_-]){_TOML_SEGMENT}(?:[ \t]*\.[ \t]*{_TOML_SEGMENT}){{{MAX_DEPTH}}}"
+)
+
+#: For msgspec Structs: a Work id, a name, a bounded duration, a bounded usage amount, a count.
+WorkIdStr = Annotated[str, msgspec.Meta(pattern=WORK_ID_PATTERN)]
+NameStr = Annotated[str, msgspec.Meta(pattern=NAME_PATTERN)]
+Seconds = Annotated[float, msgspec.Meta(ge=0, le=MAX_SECONDS)]
+Amount = Annotated[float, msgspec.Meta(ge=0, le=MAX_AMOUNT)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
+
+
+class InvalidValueError(ConduitError):
+    """A value refused at a boundary; ``field`` is its path (``$.settings.lease_seconds``)."""
+
+    code = "invalid_value"
+
+    def __init__(self, field: str, message: str, *, code: str | None = None) -> None:
+        super().__init__(f"{field}: {message}", code=code)
+        self.field = field
+
+
+class InvalidIdError(InvalidValueError):
+    """A Work id or a name outside the documented grammar."""
+
+    code = "invalid_id"
+
+
+class InvalidNumberError(InvalidValueError):
+    """A number that is not finite, or outside its documented bounds."""
+
+    code = "invalid_number"
+
+
+class TooDeepError(InvalidValueError):
+    """A document nested deeper than :data:`MAX_DEPTH`."""
+
+    code = "too_deep"
+
+
+class TooLargeError(InvalidValueError):
+    """A document or value larger than its limit."""
+
+    code = "too_large"
+
+
+def _shown(value: str) -> str:
+    return repr(value if len(value) <= 40 else value[:40] + "…")
+
+
+def check_work_id(value: object, field: str = "id") -> str:
+    """``value`` if it is a valid Work id, else :class:`InvalidIdError`."""
+    return _check_grammar(value, field, _WORK_ID, "Work id", extra=" ':'")
+
+
+def check_name(value: object, field: str, kind: str = "name") -> str:
+    """``value`` if a valid binding, scope, routine or budget name; else :class:`InvalidIdError`."""
+    return _check_grammar(value, field, _NAME, kind, extra="")
+
+
+def _check_grammar(
+    value: object, field: str, pattern: re.Pattern[str], kind: str, extra: str
+) -> str:
+    if not isinstance(value, str):
+        raise InvalidIdError(field, f"a {kind} must be a string, not {type(value).__name__}")
+    if len(value) > ID_MAX_LENGTH:
+        raise InvalidIdError(
+            field, f"{kind} {_shown(value)} is longer than {ID_MAX_LENGTH} characters"
+        )
+    if not pattern.match(value):
+        raise InvalidIdError(
+            field,
+            f"{kind} {_shown(value)} must start with a letter or digit and use only letters, "
+            f"digits, '_', '.', '-'{extra and ','}{extra} (at most {ID_MAX_LENGTH} characters)",
+        )
+    return value
+
+
+def finite_number(
+    field: str,
+    value: object,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    positive: bool = False,
+) -> float:
+    """``value`` as a finite float within bounds (``positive``: strictly above ``minimum``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidNumberError(field, f"expected a number, not {type(value).__name__}")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise InvalidNumberError(field, "the number is too large") from None
+    if not math.isfinite(number):
+        raise InvalidNumberError(field, f"must be a finite number, not {value!r}")
+    if minimum is not None and (number <= minimum if positive else number < minimum):
+        relation = ">" if positive else ">="
+        raise InvalidNumberError(field, f"must be {relation} {minimum:g}, not {number:g}")
+    if maximum is not None and number > maximum:
+        raise InvalidNumberError(field, f"must be <= {maximum:g}, not {number:g}")
+    return number
+
+
+def saturating_add(a: float, b: float) -> float:
+    """``a + b`` for ledger amounts, never past :data:`AMOUNT_CEILING` nor below 0.
+
+    A stored amount that is not a finite number (an old overflow) counts as the ceiling: an
+    exhausted budget refuses its own Work, and nothing else stops.
+    """
+    a = a if math.isfinite(a) else AMOUNT_CEILING
+    b = b if math.isfinite(b) else AMOUNT_CEILING
+    return min(max(a, 0.0) + max(b, 0.0), AMOUNT_CEILING)
+
+
+def check_text(field: str, value: str, *, max_length: int = MAX_TEXT_LENGTH) -> str:
+    """One line of free text: at most ``max_length`` characters, no control characters."""
+    if len(value) > max_length:
+        raise TooLargeError(field, f"at most {max_length} characters")
+    if _CONTROL.search(value):
+        raise InvalidValueError(field, "must not contain control characters", code="invalid_text")
+    return value
+
+
+def check_timezone(field: str, name: object) -> zoneinfo.ZoneInfo:
+    """The IANA zone ``name``; ``invalid_timezone`` for anything else (never a file path)."""
+    if not isinstance(name, str):
+        raise InvalidValueError(field, "a timezone is a string", code="invalid_timezone")
+    if len(name) > TIMEZONE_MAX_LENGTH or not _TIMEZONE.match(name) or ".." in name:
+        raise InvalidValueError(
+            field, f"{_shown(name)} is not an IANA timezone name", code="invalid_timezone"
+        )
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        # OSError: a tzdata *directory* such as "America"; its path is not the user's business.
+        raise InvalidValueError(
+            field, f"unknown timezone {name!r}", code="invalid_timezone"
+        ) from None
+
+
+def check_size(field: str, raw: bytes | str, max_bytes: int) -> None:
+    """:class:`TooLargeError` when ``raw`` is larger than ``max_bytes``."""
+    size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise TooLargeError(field, f"larger than {max_bytes} bytes ({size} bytes)")
+
+
+def check_depth(value: object, field: str = "$", max_depth: int = MAX_DEPTH) -> None:
+    """:class:`TooDeepError` when ``value`` nests lists/dicts/Structs deeper than ``max_depth``.
+
+    Iterative, so it is safe on any value however it was built.
+    """
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        elif isinstance(item, msgspec.Struct):
+            children = [getattr(item, name) for name in item.__struct_fields__]
+        else:
+            continue
+        if depth >= max_depth:
+            raise TooDeepError(field, f"nested deeper than {max_depth} levels")
+        stack.extend((child, depth + 1) for child in children)
+
+
+def check_toml_keys(field: str, text: str) -> None:
+    """Refuse a dotted TOML key of more than :data:`MAX_DEPTH` parts before it is decoded."""
+    if _TOML_DEEP_KEY.search(text):
+        raise TooDeepError(field, f"a dotted key nests deeper than {MAX_DEPTH} levels")
+
+
+def decode_bounded(
+    decode: Callable[[bytes], T],
+    raw: bytes,
+    *,
+    field: str,
+    max_bytes: int = MAX_DOCUMENT_BYTES,
+    max_depth: int = MAX_DEPTH,
+) -> T:
+    """``decode(raw)`` within the size and depth limits.
+
+    The decoder's own errors (``msgspec.DecodeError``, ``ValidationError``) pass through for the
+    caller to word; running out of stack on a deep document becomes :class:`TooDeepError`.
+    """
+    check_size(field, raw, max_bytes)
+    try:
+        value = decode(raw)
+    except RecursionError:
+        raise TooDeepError(field, f"nested deeper than {max_depth} levels") from None
+    check_depth(value, field, max_depth)
+    return value

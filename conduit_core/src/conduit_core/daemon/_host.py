@@ -16,6 +16,7 @@ from typing import Literal
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from conduit_core.daemon._outage import StoreOutage, is_outage
 from conduit_core.daemon._wake import Waker
 from conduit_core.errors import ConduitError, LeaseLostError
 from conduit_core.http import Waiting
@@ -50,6 +51,7 @@ class HostLoop:
         claim_batch: int = 64,
         waker: Waker | None = None,
         on_wake: Callable[[], None] | None = None,
+        outage: StoreOutage | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.rescan_s = rescan_s
@@ -66,6 +68,10 @@ class HostLoop:
         self._tg: TaskGroup | None = None
         self._keepers: TaskGroup | None = None
         self._idle = anyio.Event()
+        self.outage = outage or StoreOutage()
+        # Leases of attempts whose observation a store outage interrupted: released once the
+        # store answers again, so recovery adopts them at once instead of after their expiry.
+        self._interrupted: dict[str, Lease] = {}
 
     # --- HostHooks (what the API sees) -------------------------------------------------------
 
@@ -114,12 +120,14 @@ class HostLoop:
                 task_status.started()
                 while not self.stopping:
                     await self.run_pass()
-                    await self.waker.wait(await self._sleep_s())
+                    await self.waker.wait(self.outage.pause_s(await self._sleep_s()))
                 await self._release_running()
             keepers.cancel_scope.cancel()
 
     async def _sleep_s(self) -> float:
         """Until the next pass: the rescan, or sooner when a timer falls due before it."""
+        if self.outage.down:
+            return self.rescan_s
         try:
             due = await self.scheduler.store.next_timer_due()
         except ConduitError:
@@ -146,28 +154,52 @@ class HostLoop:
         self.wake()
 
     async def run_pass(self) -> None:
+        """One pass; while the store is unreachable the rest of the pass is skipped (every step
+        would fail the same way) and the outage is reported once, not once per step."""
         sched = self.scheduler
         self.passes += 1
-        await self._step("fire timers", self._fire_timers, sched)
+        steps: list[tuple[str, Callable[[Scheduler], Awaitable[object]]]] = [
+            ("release interrupted", self._release_interrupted),
+            ("fire timers", self._fire_timers),
+        ]
         if not self.stopping:
-            await self._step("recover", self._recover, sched)
-        if not self.stopping:
-            await self._step("claim", self._claim, sched)
-        await self._step("confirm stops", self._confirm, sched)
-        await self._step("dispatch controls", self._dispatch, sched)
-        await self._step("settle budgets", self._settle_budgets, sched)
-        for name, step in self._steps:
-            await self._step(name, step, sched)
+            steps += [("recover", self._recover), ("claim", self._claim)]
+        steps += [
+            ("confirm stops", self._confirm),
+            ("dispatch controls", self._dispatch),
+            ("settle budgets", self._settle_budgets),
+            *self._steps,
+        ]
+        for name, step in steps:
+            if not await self._step(name, step, sched):
+                return
+        self.outage.recovered()
 
     async def _step(
         self, name: str, step: Callable[[Scheduler], Awaitable[object]], sched: Scheduler
-    ) -> None:
+    ) -> bool:
+        """Run one step; False when the store did not answer (the pass stops there)."""
         try:
             await step(sched)
         except ConduitError as exc:
+            if is_outage(exc):
+                self.outage.failed(f"pass step {name!r}", exc)
+                return False
             log.warning("pass step %r failed: [%s] %s", name, exc.code, exc.message)
         except Exception:
             log.exception("pass step %r failed", name)
+        return True
+
+    async def _release_interrupted(self, sched: Scheduler) -> None:
+        for execution_id, lease in list(self._interrupted.items()):
+            try:
+                await sched.store.release_lease(lease, now_ms=sched.clock.now_ms())
+            except LeaseLostError:
+                pass  # expired and recovered elsewhere meanwhile: nothing to hand over
+            else:
+                log.info("lease released after a store outage execution=%s epoch=%s",
+                         execution_id, lease.epoch)  # fmt: skip
+            del self._interrupted[execution_id]
 
     async def _fire_timers(self, sched: Scheduler) -> None:
         fired = await sched.fire_due_timers()
@@ -244,8 +276,17 @@ class HostLoop:
             if not self.stopping:
                 await self._after_lost_lease(sched, claim.lease)
         except ConduitError as exc:
-            log.error("attempt failed in the host execution=%s epoch=%s: [%s] %s",
-                      ex.id, ex.epoch, exc.code, exc.message, extra=ids)  # fmt: skip
+            if is_outage(exc) and not self.stopping:
+                # The job may well have ended: its result is recorded by recovery (adopting it,
+                # never running it again) once the store answers and the lease is released.
+                self.outage.failed(f"attempt {ex.id}", exc)
+                log.info("attempt observation interrupted by the store outage execution=%s "
+                         "epoch=%s; recovery adopts it when the store answers", ex.id, ex.epoch,
+                         extra=ids)  # fmt: skip
+                self._interrupted[ex.id] = claim.lease
+            else:
+                log.error("attempt failed in the host execution=%s epoch=%s: [%s] %s",
+                          ex.id, ex.epoch, exc.code, exc.message, extra=ids)  # fmt: skip
         except Exception:
             log.exception("attempt crashed in the host execution=%s epoch=%s", ex.id, ex.epoch,
                           extra=ids)  # fmt: skip

@@ -67,3 +67,6 @@ def configure_logging(fmt: LogFormat = "text", level: str = "INFO") -> None:
     root.setLevel(level.upper())
     # One line per event of ours; uvicorn's access log would add one per request.
     logging.getLogger("uvicorn.access").disabled = True
+    # psycopg's pool logs every failed reconnection attempt; the host logs a store outage once
+    # when it starts and once when it ends (daemon/_outage.py).
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)

@@ -4,6 +4,7 @@ for writes of other daemons and CLIs sharing the store. The periodic rescan is t
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ log = logging.getLogger("conduit.daemon")
 
 #: The PostgreSQL channel every daemon listens on.
 WAKE_CHANNEL = "conduit_wake"
+_MAX_BACKOFF_S = 10.0
 
 
 class Waker:
@@ -46,6 +48,7 @@ class PgWakeChannel:
         self._owner = owner
         self._send_needed = anyio.Event()
         self.listening = False
+        self._lost = False
 
     def notify(self) -> None:
         """Ask the sender task to NOTIFY (coalesced: one NOTIFY per burst of writes)."""
@@ -62,22 +65,35 @@ class PgWakeChannel:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._sender)
+            failures = 0  # consecutive failed connections: the backoff's exponent
             while True:
                 try:
                     await self._listen(ready)
                 except Exception as exc:  # a lost connection: reconnect, the rescan covers the gap
-                    log.warning("wake channel lost (%s); reconnecting", type(exc).__name__)
+                    if self.listening:
+                        failures = 0  # it was up: this is a new loss
+                    if not self._lost:
+                        log.info("wake channel lost (%s); reconnecting with backoff, the rescan "
+                                 "covers the gap", type(exc).__name__)  # fmt: skip
+                    self._lost = True
                 self.listening = False
                 ready()  # a daemon without its channel still works, on the rescan
-                await anyio.sleep(1.0)
+                pause = min(_MAX_BACKOFF_S, 0.5 * 2 ** min(failures, 16))
+                await anyio.sleep(pause * random.uniform(0.75, 1.25))
+                failures += 1
 
     async def _listen(self, ready: Callable[[], None]) -> None:
         import psycopg
 
-        conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+        conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True, connect_timeout=5)
         async with conn:
             await conn.execute(f"LISTEN {WAKE_CHANNEL}")
+            if self._lost:
+                log.info("wake channel listening again")
+            self._lost = False
             self.listening = True
+            # Writes of other daemons during the gap sent no wake we could hear: rescan now.
+            self._waker.poke()
             ready()
             async for note in conn.notifies():
                 if note.payload != self._owner:
@@ -95,7 +111,8 @@ class PgWakeChannel:
                     conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
                 await conn.execute("SELECT pg_notify(%s, %s)", (WAKE_CHANNEL, self._owner))
             except Exception as exc:
-                log.warning("wake notify failed (%s)", type(exc).__name__)
+                # A lost store is reported by the host; the rescan covers the missed wake.
+                log.debug("wake notify failed (%s)", type(exc).__name__)
                 conn = None
 
 

@@ -46,6 +46,8 @@ _WRITE_LOCK = 0x636F6E77  # "conw": held by the one write transaction running at
 # One round trip (simple protocol, no parameters): begin, then wait for the writers' lock
 # before any snapshot of the transaction is taken.
 _BEGIN_WRITE = f"BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock({_WRITE_LOCK})"
+# Far above any transaction of ours (milliseconds between statements), far below a lease.
+_IDLE_IN_TRANSACTION_MS = 5_000
 _BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 # Contention the database resolves by aborting one transaction; the whole transaction is rerun.
 # With writers serialized these no longer arise between conduit's own transactions; they are
@@ -118,12 +120,18 @@ class PostgresStore(SqlStore):
         """Use :meth:`open` (or ``open_store``), which checks and migrates the database first."""
         super().__init__(masked_url, threads=pool_size, parallel_batches=parallel_batches)
         self.retry_budget_s = retry_budget_s
+        self._wait_s = connect_timeout_s * 2
+        # Set while the server does not answer: callers then wait at most a second for a
+        # connection instead of the full pool timeout, so the API answers 503 promptly and the
+        # host loop's backoff, not the pool's wait, paces the retries.
+        self._unreachable = False
         self._pool = ConnectionPool(
             conninfo,
             min_size=1,
             max_size=pool_size,
             kwargs={"autocommit": True, "connect_timeout": max(int(connect_timeout_s), 1)},
             timeout=connect_timeout_s * 2,
+            configure=_configure,
             open=True,
         )
 
@@ -162,8 +170,12 @@ class PostgresStore(SqlStore):
         tries = 0
         while True:
             try:
-                with self._pool.connection() as conn:
-                    return run(conn)
+                with self._pool.connection(
+                    timeout=1.0 if self._unreachable else self._wait_s
+                ) as conn:
+                    result = run(conn)
+                self._unreachable = False
+                return result
             except _RETRYABLE as exc:
                 if time.monotonic() >= deadline:
                     raise StoreError(
@@ -172,10 +184,18 @@ class PostgresStore(SqlStore):
                         code="store_busy",
                     ) from exc
             except PoolTimeout as exc:
+                self._unreachable = True
                 raise StoreError(
                     f"store {self.url} is unreachable: {exc}", code="store_unreachable"
                 ) from exc
+            except psycopg.errors.DiskFull as exc:
+                raise StoreError(
+                    f"store {self.url}: the server has no space left ({exc}); the transaction "
+                    f"was rolled back, nothing was stored",
+                    code="store_full",
+                ) from exc
             except psycopg.OperationalError as exc:
+                self._unreachable = True
                 raise StoreError(f"store {self.url}: {exc}", code="store_unavailable") from exc
             tries += 1
             time.sleep(min(0.001 * 2 ** min(tries, 7), 0.1) * random.uniform(0.5, 1.5))
@@ -187,6 +207,14 @@ class PostgresStore(SqlStore):
 
     def close(self) -> None:
         self._pool.close()
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    # A client stopped inside a write transaction (SIGSTOP, a frozen VM) would hold the writers'
+    # advisory lock, and so stop every daemon sharing the store, for as long as it stays stopped.
+    # The server ends such a session instead; its transaction rolls back (nothing half-written),
+    # and the stopped client, if it resumes, gets a lost connection, never a stale write.
+    conn.execute(f"SET idle_in_transaction_session_timeout = {_IDLE_IN_TRANSACTION_MS}")
 
 
 def _run(conn: psycopg.Connection[Any], fn: Callable[[Cx], T], begin: str) -> T:

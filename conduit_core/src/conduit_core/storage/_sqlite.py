@@ -128,6 +128,13 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
 
 def _store_error(url: str, exc: sqlite3.DatabaseError) -> StoreError:
     text = str(exc)
+    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in text:
+        # SQLite rolls the transaction back whole: the file stays intact, nothing was written.
+        return StoreError(
+            f"store {url}: no space left on its device ({text}); the write was rolled back, "
+            f"nothing was stored; free space and it continues",
+            code="store_full",
+        )
     if "not a database" in text or "malformed" in text:
         return StoreError(f"store {url} is corrupt: {text}", code="store_corrupt")
     return StoreError(f"store {url}: {text}")

@@ -1,0 +1,84 @@
+"""A store outage as the daemon sees it: one log line when it starts, one when it ends, and a
+growing pause between passes while it lasts.
+
+Every pass step, lease renewal and API call fails while a PostgreSQL server restarts or is
+unreachable. Logging each failure would print a line per step per pass; retrying at the rescan
+pace would hammer a server that is coming back. So the host loop reports outage errors here:
+the first one logs ``store unavailable …``, the next ones only count, the pause between passes
+doubles (with jitter, up to ``max_s``), and the first clean pass logs ``store available again``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+
+from conduit_core.errors import ConduitError
+
+__all__ = ["OUTAGE_CODES", "StoreOutage", "is_outage"]
+
+log = logging.getLogger("conduit.daemon")
+
+#: Error codes that mean "the store cannot take this now" (it did not answer, or its disk is
+#: full), not "the store refused this request".
+OUTAGE_CODES = frozenset({"store_unavailable", "store_unreachable", "store_full"})
+
+
+def is_outage(exc: BaseException) -> bool:
+    return isinstance(exc, ConduitError) and exc.code in OUTAGE_CODES
+
+
+class StoreOutage:
+    """Whether the store is down (as last seen) and how long to pause before the next try."""
+
+    def __init__(
+        self,
+        *,
+        base_s: float = 0.5,
+        max_s: float = 10.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.base_s = base_s
+        self.max_s = max_s
+        self._monotonic = monotonic
+        self.since: float | None = None
+        self.failures = 0
+        self.outages = 0
+        self._pauses = 0
+
+    @property
+    def down(self) -> bool:
+        return self.since is not None
+
+    def failed(self, where: str, exc: ConduitError) -> None:
+        self.failures += 1
+        if self.since is not None:
+            log.debug("store still unavailable (%s): %s", where, exc.message)
+            return
+        self.since = self._monotonic()
+        self.outages += 1
+        log.warning(
+            "store unavailable (%s: [%s] %s); retrying with backoff up to %g s",
+            where, exc.code, exc.message, self.max_s,
+        )  # fmt: skip
+
+    def recovered(self) -> None:
+        if self.since is None:
+            return
+        log.warning(
+            "store available again after %.1f s (%d failed tries)",
+            self._monotonic() - self.since, self.failures,
+        )  # fmt: skip
+        self.since = None
+        self.failures = 0
+        self._pauses = 0
+
+    def pause_s(self, normal_s: float) -> float:
+        """The pause before the next pass: ``normal_s``, or the backoff while the store is down."""
+        if self.since is None:
+            return normal_s
+        backoff: float = self.base_s * 2.0 ** min(self._pauses, 16)
+        self._pauses += 1
+        return max(normal_s, min(self.max_s, backoff) * random.uniform(0.75, 1.25))

@@ -45,6 +45,7 @@ from conduit_core.storage._sql import (
     save_execution,
     save_work,
 )
+from conduit_core.storage._unsafe import unsafe
 
 # --- Work and input -------------------------------------------------------------------------
 
@@ -185,6 +186,8 @@ class Slots:
             self.by_scope[name] += n
 
     def refusal(self, work_id: str, pool: str | None, scope: str) -> ClaimRefusal | None:
+        if unsafe("capacity_check"):
+            return None  # a race detector's negative control (see _unsafe)
         key = self._pool_key(pool)
         if key is not None:
             limit: int | None = self.limits.pool_limits[key]

@@ -16,13 +16,8 @@ Async cases use anyio's pytest plugin.
 
 from __future__ import annotations
 
-import itertools
-import multiprocessing
-import random
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 import msgspec
@@ -57,15 +52,16 @@ from conduit_core.storage._contract import (
     StaleDispatchError,
     Store,
 )
+from conduit_core.storage._race import check_no_overlap, max_overlap, run_race
 
 __all__ = [
     "StoreFactory",
-    "claim_race_worker",
     "make_work",
     "pytestmark",
     "snapshot",
     "store",
     "test_capacity_limits_count_pools_scopes_and_unconfirmed_exclusion",
+    "test_capacity_never_exceeded_across_processes",
     "test_capacity_never_exceeded_by_two_racing_claimers",
     "test_confirm_stopped_refused_after_adoption_at_another_epoch",
     "test_config_generation_is_monotonic_and_idempotent",
@@ -549,72 +545,9 @@ async def test_reopen_sees_every_committed_record(store_factory: StoreFactory) -
 
 
 # --- Several processes ----------------------------------------------------------------------
-
-
-def claim_race_worker(
-    url: str, work_ids: list[str], rounds: int, start: Any, results: Any, seed: int
-) -> None:
-    """Claim and complete random Work; report (work, attempt, claimed_ns, finishing_ns)."""
-    from conduit_core.storage._open import open_store
-
-    async def run() -> list[tuple[str, int, int, int]]:
-        rng = random.Random(seed)
-        handle = await open_store(url)
-        records = []
-        start.wait()
-        try:
-            for _ in range(rounds):
-                work_id = rng.choice(work_ids)
-                try:
-                    claim = await _claim(handle, work_id, now=time.time_ns() // 1_000_000)
-                except NotEligibleError:
-                    continue
-                claimed_ns = time.monotonic_ns()
-                finishing_ns = time.monotonic_ns()
-                await _complete(handle, claim, time.time_ns() // 1_000_000)
-                records.append((work_id, claim.execution.attempt, claimed_ns, finishing_ns))
-        finally:
-            await handle.aclose()
-        return records
-
-    results.put(anyio.run(run))
-
-
-def run_claim_race(
-    url: str, work_ids: list[str], *, processes: int, rounds: int
-) -> list[tuple[str, int, int, int]]:
-    """Run ``claim_race_worker`` in ``processes`` spawned processes started together."""
-    ctx = multiprocessing.get_context("spawn")
-    start, results = ctx.Event(), ctx.Queue()
-    workers = [
-        ctx.Process(target=claim_race_worker, args=(url, work_ids, rounds, start, results, n))
-        for n in range(processes)
-    ]
-    for w in workers:
-        w.start()
-    start.set()
-    records: list[tuple[str, int, int, int]] = []
-    try:
-        for _ in workers:
-            records.extend(results.get(timeout=120))
-    finally:
-        for w in workers:
-            w.join(timeout=30)
-    assert all(w.exitcode == 0 for w in workers), [w.exitcode for w in workers]
-    return records
-
-
-def check_no_overlap(records: list[tuple[str, int, int, int]]) -> None:
-    """Per Work: attempt numbers unique and each attempt held strictly after the previous one."""
-    by_work: dict[str, list[tuple[int, int, int]]] = {}
-    for work_id, attempt, claimed, finishing in records:
-        by_work.setdefault(work_id, []).append((attempt, claimed, finishing))
-    for work_id, attempts in by_work.items():
-        attempts.sort()
-        numbers = [a for a, _, _ in attempts]
-        assert len(numbers) == len(set(numbers)), f"{work_id}: duplicate attempts {numbers}"
-        for (n1, _, finishing), (n2, claimed, _) in itertools.pairwise(attempts):
-            assert finishing < claimed, f"{work_id}: attempts {n1} and {n2} were live together"
+# Racers hold what they claim until every racer of the round has claimed (see _race), so their
+# live windows overlap for real; tests/storage/test_race.py shows each check failing with its
+# protection switched off.
 
 
 async def test_one_live_attempt_per_work_across_processes(store_factory: StoreFactory) -> None:
@@ -625,14 +558,38 @@ async def test_one_live_attempt_per_work_across_processes(store_factory: StoreFa
     try:
         for work_id in work_ids:
             await handle.create_work(make_work(work_id))
-        records = await anyio.to_thread.run_sync(
-            lambda: run_claim_race(store_factory.url or "", work_ids, processes=4, rounds=25)
+        windows = await anyio.to_thread.run_sync(
+            lambda: run_race(store_factory.url or "", work_ids, mode="pick", processes=4, rounds=8)
         )
-        check_no_overlap(records)
+        check_no_overlap(windows)
+        assert len(windows) >= 8, "fewer claims than rounds: the race claimed nothing"
         for work_id in work_ids:
             stored = [e.attempt for e in await handle.list_executions(work_id)]
             assert stored == list(range(1, len(stored) + 1))
-            assert sorted(a for w, a, _, _ in records if w == work_id) == stored
+            assert sorted(a for w, a, _, _ in windows if w == work_id) == stored
+        assert await handle.live_executions() == []
+    finally:
+        await handle.aclose()
+
+
+async def test_capacity_never_exceeded_across_processes(store_factory: StoreFactory) -> None:
+    """Four processes claim ready Work at once against a limit of 3, holding what they got."""
+    if store_factory.url is None:
+        pytest.skip("the backend gives no URL another process can open")
+    handle = await store_factory.open()
+    try:
+        for i in range(6):
+            await handle.create_work(make_work(f"w{i}"))
+        rounds = 8
+        windows = await anyio.to_thread.run_sync(
+            lambda: run_race(
+                store_factory.url or "", [], mode="ready", processes=4, rounds=rounds, limit=3
+            )
+        )
+        assert max_overlap(windows) <= 3, f"{max_overlap(windows)} attempts live, limit 3"
+        check_no_overlap(windows)
+        # Not vacuous: every round filled the pool (3 claims, the fourth racer refused).
+        assert len(windows) == 3 * rounds
         assert await handle.live_executions() == []
     finally:
         await handle.aclose()

@@ -10,12 +10,14 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
 import pytest
 
 from conduit_core.extension import OperationError
+from conduit_core.testing.executor import ExecutorSubject
 from conduit_executors_container import EXECUTION_LABEL, ContainerExecutor, Engine
 
 TEST_IMAGE = "conduit-test-busybox:latest"
@@ -69,3 +71,33 @@ def state_dir(tmp_path: Path) -> Path:
     path = tmp_path / "state"
     path.mkdir()
     return path
+
+
+def _job_config(script: str, workdir: Path) -> dict[str, Any]:
+    # The job's directory appears at the same path inside the container, so the conformance
+    # suite's scripts leave their side effects where the suite looks for them.
+    return {
+        "image": TEST_IMAGE,
+        "command": script,
+        "mounts": [{"source": str(workdir), "target": str(workdir)}],
+        "stop_grace_seconds": 1,
+    }
+
+
+@pytest.fixture
+def executor_subject(docker_api: docker.APIClient) -> ExecutorSubject:
+    """The container executor as the conformance suite (conduit_core.testing.executor) sees it."""
+
+    def live(execution_id: str) -> list[str]:
+        found = docker_api.containers(
+            all=True, filters={"label": f"{EXECUTION_LABEL}={execution_id}"}
+        )
+        return [f"{c['Id'][:12]} ({c['State']})" for c in found]
+
+    return ExecutorSubject(
+        executor="container",
+        job_config=_job_config,
+        invalid_config={"image": ""},
+        live_resources=live,
+        host_pids=False,
+    )

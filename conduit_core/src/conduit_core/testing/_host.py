@@ -36,7 +36,7 @@ from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock
 from conduit_core.storage import open_store
 from conduit_core.testing._jobs import submit
 
-__all__ = ["BINDING", "CrashPoint", "HostArgs", "run_host"]
+__all__ = ["BINDING", "LAUNCH_POINTS", "CrashPoint", "HostArgs", "run_host"]
 
 BINDING = "subject"
 
@@ -48,6 +48,18 @@ class CrashPoint(StrEnum):
     AFTER_INTENT = "after_intent"
     BEFORE_RECORD = "before_record"
     AFTER_RECORD = "after_record"
+    #: Only for executors that pin (``ctx.pin``): killed after the sandbox or container was
+    #: created, before its pin is written.
+    BEFORE_PIN = "before_pin"
+
+
+#: The points every executor's launch passes through (the conformance cases run each).
+LAUNCH_POINTS = (
+    CrashPoint.BEFORE_INTENT,
+    CrashPoint.AFTER_INTENT,
+    CrashPoint.BEFORE_RECORD,
+    CrashPoint.AFTER_RECORD,
+)
 
 
 class HostArgs(msgspec.Struct, frozen=True, kw_only=True):
@@ -103,6 +115,14 @@ def arm(ctx: ExecutionContext, point: CrashPoint) -> None:
             after=point is CrashPoint.AFTER_INTENT,
         ),
     )
+    if point is CrashPoint.BEFORE_PIN:
+        pin = ctx.pin
+
+        async def pin_or_die(ref: str) -> None:
+            _die()
+            await pin(ref)
+
+        setattr(ctx, "pin", pin_or_die)  # noqa: B010
     setattr(  # noqa: B010
         ctx,
         "persist_recovery",

@@ -55,7 +55,7 @@ from conduit_core.model import Execution, ExecutionStatus, Work, WorkStatus
 from conduit_core.plugins import Plugins
 from conduit_core.runtime import Attempt, ManualClock, Scheduler
 from conduit_core.storage import Store, open_store
-from conduit_core.testing._host import BINDING, CrashPoint, HostArgs, options_for
+from conduit_core.testing._host import BINDING, LAUNCH_POINTS, CrashPoint, HostArgs, options_for
 from conduit_core.testing._jobs import (
     Jobs,
     RecordingCallbacks,
@@ -67,6 +67,7 @@ from conduit_core.testing._jobs import (
 __all__ = [
     "CrashOutcome",
     "CrashPoint",
+    "LAUNCH_POINTS",
     "ExecutorSubject",
     "Jobs",
     "crash_and_recover",
@@ -436,9 +437,18 @@ def _run_host(args: HostArgs, path: Path) -> subprocess.CompletedProcess[str]:
 
 
 async def crash_and_recover(
-    subject: ExecutorSubject, point: CrashPoint | str, root: Path, script: str | None = None
+    subject: ExecutorSubject,
+    point: CrashPoint | str,
+    root: Path,
+    script: str | None = None,
+    *,
+    after_kill: Callable[[str], object] | None = None,
 ) -> CrashOutcome:
-    """SIGKILL a real host at ``point`` of a launch, then let a fresh host recover the attempt."""
+    """SIGKILL a real host at ``point`` of a launch, then let a fresh host recover the attempt.
+
+    ``after_kill`` is called with the Work id between the two hosts, to look at what the dead
+    host left behind.
+    """
     jobs = Jobs(root / "job")
     jobs.workdir.mkdir(exist_ok=True)
     launch = HostArgs(
@@ -454,6 +464,8 @@ async def crash_and_recover(
             f"executor call ctx.record_launch_intent and ctx.persist_recovery?)\n{killed.stderr}"
         )
     at_kill = jobs.side_effects()
+    if after_kill is not None:
+        after_kill(launch.work_id)
     recover = msgspec.structs.replace(
         launch, mode="recover", crash=None, clock_offset_ms=LEASE_MS + 1_000
     )
@@ -466,7 +478,7 @@ async def crash_and_recover(
     return CrashOutcome(work, executions, at_kill, jobs.side_effects())
 
 
-@pytest.mark.parametrize("point", list(CrashPoint))
+@pytest.mark.parametrize("point", LAUNCH_POINTS)
 async def test_crash_at_each_launch_point_runs_the_job_once(
     point: CrashPoint, executor_subject: ExecutorSubject, tmp_path: Path
 ) -> None:

@@ -17,12 +17,24 @@ import msgspec
 
 from conduit_core.errors import ConfigError, UnsupportedGenerationError
 from conduit_core.plugins import Plugins
+from conduit_core.validation import (
+    MAX_AMOUNT,
+    MAX_DOCUMENT_BYTES,
+    MAX_SECONDS,
+    NAME_PATTERN,
+    InvalidValueError,
+    check_name,
+    check_timezone,
+    check_toml_keys,
+    decode_bounded,
+)
 
 __all__ = [
     "Binding",
     "Budget",
     "Config",
     "HttpSettings",
+    "Pool",
     "RoutineSpec",
     "Scope",
     "ScopeLimits",
@@ -34,9 +46,12 @@ __all__ = [
 
 T = TypeVar("T")
 
-Name = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")]
-PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
-PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
+# Every number is bounded above as well as below: ``inf``, ``nan`` and 1e306 are valid TOML
+# floats, and each once wedged the daemon (OverflowError in lease or timer arithmetic).
+Name = Annotated[str, msgspec.Meta(pattern=NAME_PATTERN)]
+PositiveInt = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
+PositiveSeconds = Annotated[float, msgspec.Meta(gt=0, le=MAX_SECONDS)]
+Delay = Annotated[float, msgspec.Meta(ge=0, le=MAX_SECONDS)]
 Unit = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
 
 ROOT_SCOPE = "root"
@@ -70,14 +85,18 @@ class Settings(_Section, frozen=True, kw_only=True):
     lease_seconds: PositiveSeconds = 60.0
     timeout_seconds: PositiveSeconds = 3600.0
     #: Default delays between failures: three attempts in total.
-    retry_delays_seconds: list[Annotated[float, msgspec.Meta(ge=0)]] = msgspec.field(
-        default_factory=lambda: [300.0, 600.0]
-    )
+    retry_delays_seconds: list[Delay] = msgspec.field(default_factory=lambda: [300.0, 600.0])
     http: HttpSettings = HttpSettings()
 
 
 class ScopeLimits(_Section, frozen=True, kw_only=True):
     concurrency: PositiveInt | None = None
+
+
+class Pool(_Section, frozen=True, kw_only=True):
+    """``[pools.NAME]``: an executor pool's limit (``jobs`` has ``settings.job_concurrency``)."""
+
+    concurrency: PositiveInt
 
 
 class Scope(_Section, frozen=True, kw_only=True):
@@ -89,11 +108,11 @@ class Scope(_Section, frozen=True, kw_only=True):
 class Binding(_Section, frozen=True, kw_only=True):
     executor: Name
     #: Pin new attempts to this generation (default: the executor's current generation).
-    generation: PositiveInt | None = None
+    generation: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] | None = None
     scope: str = ROOT_SCOPE
     config: dict[str, Any] = {}
     timeout_seconds: PositiveSeconds | None = None
-    retry_delays_seconds: list[Annotated[float, msgspec.Meta(ge=0)]] | None = None
+    retry_delays_seconds: list[Delay] | None = None
     terminal_on_exhaustion: bool = False
     control_fallback: Literal["queue", "drop"] = "queue"
     handoff: Literal["stop", "continue"] = "stop"
@@ -108,13 +127,13 @@ class RoutineSpec(_Section, frozen=True, kw_only=True):
     kind: Literal["task", "standing", "run_once"] = "task"
     input: Any = None
     misfire: Literal["coalesce", "skip"] = "coalesce"
-    grace_seconds: Annotated[float, msgspec.Meta(ge=0)] = 60.0
+    grace_seconds: Delay = 60.0
 
 
 class Budget(_Section, frozen=True, kw_only=True):
     name: Name
     unit: Unit
-    max: Annotated[float, msgspec.Meta(ge=0)]
+    max: Annotated[float, msgspec.Meta(ge=0, le=MAX_AMOUNT)]
     per: Literal["work", "scope", "all"] = "work"
     period: Literal["life", "day", "week"] = "life"
     scope: str | None = None
@@ -128,6 +147,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True):
     routines: list[RoutineSpec]
     budgets: list[Budget]
     source: str
+    pools: dict[str, Pool] = {}
     digest: str
 
     def scope_chain(self, scope: str) -> tuple[str, ...]:
@@ -140,7 +160,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True):
         return tuple(reversed(chain))
 
 
-_TOP_LEVEL = {"settings", "scopes", "bindings", "routines", "budgets"}
+_TOP_LEVEL = {"settings", "scopes", "bindings", "routines", "budgets", "pools"}
+#: The pool whose limit is ``settings.job_concurrency`` (shell, container).
+JOBS_POOL = "jobs"
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -155,9 +177,13 @@ def load_config(path: str | Path) -> Config:
 
 
 def parse_config(data: bytes | str, *, source: str = "conduit.toml") -> Config:
-    raw_bytes = data.encode() if isinstance(data, str) else data
+    raw_bytes = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
     try:
-        raw = msgspec.toml.decode(raw_bytes)
+        # Size and key depth first: tomllib takes quadratic time over a long dotted key.
+        check_toml_keys("$", raw_bytes[: MAX_DOCUMENT_BYTES + 1].decode("utf-8", "replace"))
+        raw = decode_bounded(msgspec.toml.decode, raw_bytes, field="$")
+    except InvalidValueError as exc:
+        raise ConfigError(f"{source}: {exc.message}", code=exc.code) from exc
     except msgspec.DecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
     if not isinstance(raw, dict):
@@ -173,17 +199,28 @@ def parse_config(data: bytes | str, *, source: str = "conduit.toml") -> Config:
     bindings = _convert_table(raw.get("bindings", {}), Binding, "$.bindings", source)
     routines = _convert_list(raw.get("routines", []), RoutineSpec, "$.routines", source)
     budgets = _convert_list(raw.get("budgets", []), Budget, "$.budgets", source)
+    pools = _convert_table(raw.get("pools", {}), Pool, "$.pools", source)
+    if JOBS_POOL in pools:
+        raise ConfigError(
+            f"{source}: $.pools.{JOBS_POOL}: the jobs pool's limit is settings.job_concurrency",
+            code="invalid_pool",
+        )
     if len(settings.retry_delays_seconds) > MAX_RETRY_DELAYS:
         raise ConfigError(
             f"{source}: $.settings.retry_delays_seconds: at most {MAX_RETRY_DELAYS} delays"
         )
+    _check_store(settings.store, source)
     scopes = {ROOT_SCOPE: Scope(), **scopes}
     _check_scopes(scopes, source)
     _check_bindings(bindings, scopes, source)
     _check_routines(routines, bindings, scopes, source)
     _check_budgets(budgets, scopes, source)
     digest = hashlib.sha256(
-        msgspec.json.encode([settings, scopes, bindings, routines, budgets], order="sorted")
+        msgspec.json.encode(
+            # pools joins the digest only when declared, so existing configs keep their digest.
+            [settings, scopes, bindings, routines, budgets, *([pools] if pools else [])],
+            order="sorted",
+        )
     ).hexdigest()
     return Config(
         settings=settings,
@@ -191,22 +228,31 @@ def parse_config(data: bytes | str, *, source: str = "conduit.toml") -> Config:
         bindings=bindings,
         routines=routines,
         budgets=budgets,
+        pools=pools,
         source=source,
         digest=digest,
     )
 
 
 def check_against_plugins(config: Config, plugins: Plugins) -> None:
-    """Every binding names an installed executor and, if pinned, a declared generation."""
+    """Every binding names an installed executor whose pool has a limit, and, if pinned, a
+    declared generation; an executor that declares its binding-config type gets it checked."""
+    installed = {info.name: info for info in plugins.executors()}
     for name, binding in config.bindings.items():
         field = _path("$.bindings", name)
-        installed = {info.name: info for info in plugins.executors()}
         info = installed.get(binding.executor)
         if info is None:
             raise ConfigError(
                 f"{config.source}: {field}.executor: executor {binding.executor!r} is not "
                 f"installed (installed: {', '.join(sorted(installed)) or 'none'})",
                 code="unknown_executor",
+            )
+        if info.pool is not None and info.pool != JOBS_POOL and info.pool not in config.pools:
+            # An unconfigured pool would share the global limit silently; say so up front.
+            raise ConfigError(
+                f"{config.source}: {field}.executor: executor {binding.executor!r} runs in pool "
+                f"{info.pool!r}, which has no limit: add [pools.{info.pool}] concurrency = N",
+                code="unknown_pool",
             )
         if binding.generation is not None:
             gens = (info.generation, *info.historical_generations)
@@ -220,7 +266,13 @@ def check_against_plugins(config: Config, plugins: Plugins) -> None:
 
 
 def _path(prefix: str, key: str) -> str:
-    return f"{prefix}.{key}" if _KEY.match(key) else f"{prefix}[{key!r}]"
+    if _KEY.match(key) and len(key) <= 64:
+        return f"{prefix}.{key}"
+    shown = key if len(key) <= 40 else key[:40] + "…"
+    return f"{prefix}[{shown!r}]"
+
+
+_BOUND = re.compile(r"^Expected `(?:float|int)` [<>]=? ")
 
 
 def _convert(value: Any, typ: type[T], path: str, source: str) -> T:
@@ -228,23 +280,56 @@ def _convert(value: Any, typ: type[T], path: str, source: str) -> T:
         return msgspec.convert(value, typ)
     except msgspec.ValidationError as exc:
         message = str(exc)
-        # msgspec says "... - at `$.x`"; re-root its path at the section's own path.
-        message = re.sub(r"`\$", f"`{path}", message)
+        # msgspec says "... - at `$.x`"; re-root its path at the section's own path (a function
+        # replacement: a key like "\x01" in the path is not a regex escape).
+        message = message.replace("`$", f"`{path}")
         if "- at `" not in message:
             message = f"{message} - at `{path}`"
-        raise ConfigError(f"{source}: {message}") from exc
+        code = "invalid_number" if _BOUND.match(message) else None
+        raise ConfigError(f"{source}: {message}", code=code) from exc
 
 
 def _convert_table(value: Any, typ: type[T], path: str, source: str) -> dict[str, T]:
     if not isinstance(value, dict):
         raise ConfigError(f"{source}: {path}: expected a table")
-    return {key: _convert(item, typ, _path(path, key), source) for key, item in value.items()}
+    out: dict[str, T] = {}
+    for key, item in value.items():
+        try:
+            check_name(key, _path(path, key), "name")
+        except InvalidValueError as exc:
+            raise ConfigError(f"{source}: {exc.message}", code=exc.code) from exc
+        out[key] = _convert(item, typ, _path(path, key), source)
+    return out
 
 
 def _convert_list(value: Any, typ: type[T], path: str, source: str) -> list[T]:
     if not isinstance(value, list):
         raise ConfigError(f"{source}: {path}: expected an array of tables")
     return [_convert(item, typ, f"{path}[{i}]", source) for i, item in enumerate(value)]
+
+
+_STORE_SCHEMES = ("sqlite", "postgresql", "postgres")
+
+
+def _check_store(store: str | None, source: str) -> None:
+    """Refuse a store URL no backend opens here, so it is never met later as "corrupt"."""
+    if store is None:
+        return
+    scheme, sep, rest = store.partition("://")
+    problem = None
+    if "\x00" in store or not store.strip():
+        problem = "is empty or contains NUL"
+    elif sep and scheme not in _STORE_SCHEMES:
+        problem = (
+            f"has an unknown scheme {scheme!r}; use a file path, sqlite:///path or postgresql://…"
+        )
+    elif sep and scheme == "sqlite" and not rest.partition("?")[0].strip("/"):
+        problem = "names no file"
+    if problem is not None:
+        shown = store if scheme == "sqlite" or not sep else f"{scheme}://…"
+        raise ConfigError(
+            f"{source}: $.settings.store: store URL {shown!r} {problem}", code="invalid_store_url"
+        )
 
 
 def _check_scopes(scopes: dict[str, Scope], source: str) -> None:
@@ -294,6 +379,10 @@ def _check_routines(
             raise ConfigError(f"{source}: {field}.binding: unknown binding {routine.binding!r}")
         if routine.scope is not None and routine.scope not in scopes:
             raise ConfigError(f"{source}: {field}.scope: unknown scope {routine.scope!r}")
+        try:
+            check_timezone(f"{field}.timezone", routine.timezone)
+        except InvalidValueError as exc:
+            raise ConfigError(f"{source}: {exc.message}", code=exc.code) from exc
 
 
 def _check_budgets(budgets: list[Budget], scopes: dict[str, Scope], source: str) -> None:

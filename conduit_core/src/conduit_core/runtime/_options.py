@@ -34,6 +34,8 @@ class SchedulerOptions:
     max_inputs: int | None = None
     #: Budgets Start enforces after capacity (none: nothing is charged or held).
     budgets: tuple[Budget, ...] = ()
+    #: Limits of executor pools other than ``jobs`` (``[pools.NAME] concurrency``).
+    pool_limits: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Copy the mappings so a caller mutating theirs cannot change a running scheduler.
@@ -41,6 +43,7 @@ class SchedulerOptions:
         object.__setattr__(self, "scope_parents", dict(self.scope_parents))
         object.__setattr__(self, "scope_limits", dict(self.scope_limits))
         object.__setattr__(self, "budgets", tuple(self.budgets))
+        object.__setattr__(self, "pool_limits", dict(self.pool_limits))
 
     @classmethod
     def from_config(
@@ -64,12 +67,13 @@ class SchedulerOptions:
             },
             state_dir=state_dir,
             budgets=tuple(config.budgets),
+            pool_limits={name: pool.concurrency for name, pool in config.pools.items()},
         )
 
     def capacity(self) -> CapacityLimits:
         return CapacityLimits(
             global_limit=self.concurrency,
-            pool_limits={JOBS_POOL: self.job_concurrency},
+            pool_limits={**self.pool_limits, JOBS_POOL: self.job_concurrency},
             scope_limits=dict(self.scope_limits),
             scope_parents=dict(self.scope_parents),
         )

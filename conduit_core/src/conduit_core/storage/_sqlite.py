@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 import threading
@@ -66,9 +67,10 @@ class SqliteStore(SqlStore):
     @classmethod
     def open(cls, path: str | Path, **options: Any) -> SqliteStore:
         """Open (creating if missing) a conduit store; refuse foreign, corrupt or newer files."""
-        path = Path(path)
+        path = single_root(Path(path))
         inspect_file(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        _create_private(path)
         store = cls(path, **options)
         try:
             store.transaction(lambda cx: migrate(cx, store.url))
@@ -140,8 +142,31 @@ def _store_error(url: str, exc: sqlite3.DatabaseError) -> StoreError:
     return StoreError(f"store {url}: {text}")
 
 
+def single_root(path: Path) -> Path:
+    """``//abs/x.db`` (from ``sqlite:////abs/x.db``, SQLAlchemy's spelling) as ``/abs/x.db``.
+
+    POSIX keeps a leading ``//`` in a path, and SQLite's ``file:`` URI then reads ``abs`` as
+    an authority: the healthy store would be refused as corrupt on its second open.
+    """
+    text = str(path)
+    return Path("/" + text.lstrip("/")) if text.startswith("//") else path
+
+
+def _create_private(path: Path) -> None:
+    """Create a missing store file 0600: it holds every payload. SQLite gives its -wal and
+    -shm files the main file's mode, so they are private too."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise StoreError(f"store {path} cannot be created: {exc.strerror}") from exc
+    os.close(fd)
+
+
 def inspect_file(path: Path) -> None:
     """Refuse a file that is not a conduit store of this or an older version, writing nothing."""
+    path = single_root(path)
     if not path.exists():
         return
     if path.is_dir():

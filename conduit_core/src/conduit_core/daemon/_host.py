@@ -65,6 +65,7 @@ class HostLoop:
         self._waiting: Counter[str] = Counter()
         self._waiting_at_ms: int | None = None
         self._steps: list[tuple[str, PassStep]] = []
+        self._attempt_listeners: list[Callable[[Claim], None]] = []
         self._tg: TaskGroup | None = None
         self._keepers: TaskGroup | None = None
         self._idle = anyio.Event()
@@ -103,6 +104,11 @@ class HostLoop:
         return len(self.running)
 
     # --- extension -----------------------------------------------------------------------------
+
+    def add_attempt_listener(self, listener: Callable[[Claim], None]) -> None:
+        """Call ``listener(claim)`` as soon as an attempt this host ran has ended and its outcome
+        is written (the Routines ticker settles a fired Work at once this way)."""
+        self._attempt_listeners.append(listener)
 
     def add_step(self, name: str, step: PassStep) -> None:
         """Run ``step`` at the end of every pass (errors are logged, never fatal)."""
@@ -296,6 +302,11 @@ class HostLoop:
                 self._idle.set()
             if not self.stopping:
                 self.wake()  # a slot is free: claim again (here and on other daemons)
+                for listener in self._attempt_listeners:
+                    try:
+                        listener(claim)
+                    except Exception:  # a listener never takes the host down
+                        log.exception("attempt listener failed execution=%s", ex.id, extra=ids)
 
     async def _after_lost_lease(self, sched: Scheduler, lease: Lease) -> None:
         """Stop and confirm only when recovery no longer owns the attempt."""

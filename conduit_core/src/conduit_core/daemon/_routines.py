@@ -16,10 +16,11 @@ from conduit_core.routines import (
     CrontabSource,
     ScheduleMultiplexer,
     Ticker,
+    is_fired_by_routine,
     reconcile_routines,
 )
 from conduit_core.runtime import Clock, Scheduler
-from conduit_core.storage import Store
+from conduit_core.storage import Claim, Store
 
 __all__ = ["RoutinesHost"]
 
@@ -47,10 +48,17 @@ class RoutinesHost:
             store, clock, bindings=_binding_scopes(config), scopes=set(config.scopes),
             on_change=self.ticker.poke,
         )  # fmt: skip
+        # A fired Work's Routine re-arms as soon as its attempt ends, not at the ticker's next
+        # recheck of running fires (up to 5 s later, which coalesced an every-second Routine).
+        host.add_attempt_listener(self._attempt_ended)
         crontab = CrontabSource()
         # Packages add sources of their own (observe-only or managed) through a plugin hook.
         extra = scheduler.plugins.schedule_sources(reserved=(self.source.name, crontab.name))
         self.schedules = ScheduleMultiplexer([self.source, crontab, *extra])
+
+    def _attempt_ended(self, claim: Claim) -> None:
+        if is_fired_by_routine(claim.work):
+            self.ticker.poke()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Reconcile ``[[routines]]`` into the ledger, then tick until cancelled."""

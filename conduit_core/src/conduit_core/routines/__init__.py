@@ -21,7 +21,12 @@ from conduit_core.routines.errors import (
     SourceUnavailableError,
     StaleRoutineClaimError,
 )
-from conduit_core.routines.fire import FireTarget, check_bound_owner, firing_owner
+from conduit_core.routines.fire import (
+    FireTarget,
+    check_bound_owner,
+    firing_owner,
+    is_fired_by_routine,
+)
 from conduit_core.routines.managed import ConduitRoutineSource, InvalidRoutineIdError, new_routine
 from conduit_core.routines.occurrence import (
     MisfireDecision,
@@ -79,6 +84,7 @@ __all__ = [
     "Ticker",
     "check_bound_owner",
     "firing_owner",
+    "is_fired_by_routine",
     "misfire_next",
     "new_routine",
     "parse_spec",

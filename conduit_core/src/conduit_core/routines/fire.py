@@ -33,6 +33,7 @@ __all__ = [
     "fire_claimed",
     "fire_outcome",
     "firing_owner",
+    "is_fired_by_routine",
     "routine_event",
     "settle_fire",
 ]
@@ -43,6 +44,8 @@ log = logging.getLogger("conduit.routines")
 FIRE_INPUT_TYPE = "core.routine.fire"
 #: Prefix of the stored observability events: ``core.routine.fired`` and so on.
 EVENT_PREFIX = "core.routine."
+
+_OWNER_PREFIX = "routine:"
 
 OnResumed = Callable[[list[Claim]], Awaitable[None] | None]
 
@@ -57,7 +60,12 @@ class FireTarget(Protocol):
 
 def firing_owner(routine_id: str) -> str:
     """The ``Work.scheduled_by`` label of Work this Routine fires."""
-    return f"routine:{routine_id}"
+    return f"{_OWNER_PREFIX}{routine_id}"
+
+
+def is_fired_by_routine(work: Work) -> bool:
+    """Whether a Routine fires ``work`` (a Work it created, or the existing Work it binds)."""
+    return work.scheduled_by.startswith(_OWNER_PREFIX)
 
 
 def check_bound_owner(routine: Routine, work: Work | None) -> Work | None:

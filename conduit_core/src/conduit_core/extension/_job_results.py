@@ -22,6 +22,7 @@ from conduit_core.extension._results import (
     Usage,
     validate_result,
 )
+from conduit_core.validation import InvalidValueError, decode_bounded
 
 __all__ = [
     "MAX_RESULT_FILE_BYTES",
@@ -53,7 +54,9 @@ def read_result_file(path: Path, *, can_wait: bool = False) -> Result | None:
             "invalid_result", f"result file is larger than {MAX_RESULT_FILE_BYTES} bytes"
         )
     try:
-        result = _result_decoder.decode(raw)
+        result = decode_bounded(_result_decoder.decode, raw, field="result file")
+    except InvalidValueError as exc:  # nested too deep: was a RecursionError (executor_error)
+        raise OperationError("invalid_result", exc.message) from exc
     except msgspec.ValidationError as exc:
         raise OperationError("invalid_result", f"result file: {exc}") from exc
     except msgspec.DecodeError as exc:

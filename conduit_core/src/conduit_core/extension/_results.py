@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from conduit_core.errors import ConduitError
+from conduit_core.validation import MAX_AMOUNT
 
 __all__ = [
     "Artifact",
@@ -185,8 +186,10 @@ def validate_result(result: Result) -> None:
         _check_unit("usage.currency", result.usage.currency)
         _check_amount("usage.cost", result.usage.cost)
     for name in ("input_tokens", "output_tokens"):
-        if getattr(result.usage, name) < 0:
-            raise OperationError("invalid_result", f"usage.{name} must not be negative")
+        if not 0 <= getattr(result.usage, name) <= MAX_AMOUNT:
+            raise OperationError(
+                "invalid_result", f"usage.{name} must be >= 0 and <= {MAX_AMOUNT:g}"
+            )
     if result.turn is not None and not TURN_STATUS_PATTERN.match(result.turn.status):
         raise OperationError(
             "invalid_result",
@@ -205,5 +208,8 @@ def _check_unit(field: str, unit: str) -> None:
 
 
 def _check_amount(field: str, amount: float) -> None:
-    if not math.isfinite(amount) or amount < 0:
-        raise OperationError("invalid_result", f"{field}: amount must be finite and >= 0")
+    # Bounded, so no sum of reported amounts can overflow a budget ledger.
+    if not math.isfinite(amount) or amount < 0 or amount > MAX_AMOUNT:
+        raise OperationError(
+            "invalid_result", f"{field}: amount must be finite, >= 0 and <= {MAX_AMOUNT:g}"
+        )

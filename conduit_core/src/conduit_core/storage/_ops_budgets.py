@@ -51,6 +51,7 @@ from conduit_core.storage._ops_work import (
     ready_work,
 )
 from conduit_core.storage._sql import Cx, dump, find_work, load_work, save_work
+from conduit_core.validation import saturating_add
 
 __all__ = [
     "admission_candidates",
@@ -119,7 +120,9 @@ def charge(
 ) -> BudgetLedger:  # fmt: skip
     """Add ``amount`` to one ledger and accept the notices the charge crosses."""
     ledger = _ledger(cx, spec)
-    used = ledger.used + amount
+    before = ledger.used
+    # Saturates: two 1.7e308 charges once made inf, stored as null, and every pass then failed.
+    used = saturating_add(ledger.used, amount)
     ledger = msgspec.structs.replace(
         ledger,
         used=used,
@@ -127,7 +130,7 @@ def charge(
         exceeded=ledger.exceeded or used >= spec.max,
     )
     _save_ledger(cx, ledger)
-    for event in policy.notices(spec, ledger.used - amount, used, work_id, scope, now_ms):
+    for event in policy.notices(spec, before, used, work_id, scope, now_ms):
         accept_event(cx, event)
     return ledger
 

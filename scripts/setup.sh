@@ -74,7 +74,8 @@ VPY="$VENV/bin/python"
 
 # ------------------------------------------------------------ distributions --
 # Every distribution folder that exists and has a pyproject.toml, core first,
-# then the test-only plugin distributions under tests/plugins/.
+# then the test-only plugin distributions under tests/plugins/ and the example packages under
+# examples/ (whose own tests run the executor conformance suite).
 DIST_DIRS=()
 for d in conduit_core conduit_executors_shell conduit_executors_container conduit_gate_human; do
   if [[ -f $ROOT/$d/pyproject.toml ]]; then
@@ -86,7 +87,7 @@ done
 # The test-only plugins (a test executor, a test gate) go into the test environment only
 # (scripts/test.sh sets CONDUIT_TEST_PLUGINS=1 and its own venv), never into a user's venv.
 if [[ ${CONDUIT_TEST_PLUGINS:-0} == 1 ]]; then
-  for f in "$ROOT"/tests/plugins/*/pyproject.toml; do
+  for f in "$ROOT"/tests/plugins/*/pyproject.toml "$ROOT"/examples/*/pyproject.toml; do
     if [[ -f $f ]]; then DIST_DIRS+=("$(dirname "$f")"); fi
   done
 fi

@@ -42,7 +42,12 @@ ALLOWED = {
         "runtime",
     },
 }
-PLUGINS = ["conduit_executors_shell", "conduit_executors_container", "conduit_gate_human"]
+PLUGINS = [
+    "conduit_executors_shell",
+    "conduit_executors_container",
+    "conduit_gate_human",
+    "examples/conduit-example-executor",
+]
 
 
 def _imports(path: Path) -> set[str]:

@@ -5,6 +5,7 @@ bodies, 405's ``Allow``, and the OpenAPI document covering every route served.""
 from __future__ import annotations
 
 import http.client
+import json
 import logging
 import select
 import socket
@@ -18,10 +19,11 @@ import psutil
 import pytest
 from starlette.routing import Route
 
-from conduit_core.config import parse_config
+from conduit_core.config import Settings, parse_config
 from conduit_core.daemon._logging import TextFormatter
 from conduit_core.http import create_app
 from conduit_core.http.routes_schedules import mount_schedules
+from conduit_core.validation import MAX_BODY_BYTES
 from tests.daemon.conftest import Daemon
 
 MIB = 1024 * 1024
@@ -97,12 +99,13 @@ def test_a_declared_oversized_body_is_refused_unread(make_daemon: Callable[..., 
     assert status == 413
     assert body["code"] == "too_large"
     assert "settings.http.max_body_bytes" in body["error"]
-    # Just over the 1 MiB default: refused; just under: accepted (the positive control).
-    over = b'{"binding": "ok", "input": "' + b"x" * MIB + b'"}'
+    # Over the 2 MiB default: refused; a 900 KiB input: accepted (the positive control).
+    assert MAX_BODY_BYTES == 2 * MIB == Settings().http.max_body_bytes
+    over = b'{"binding": "ok", "input": "' + b"x" * (2 * MIB) + b'"}'
     status, _, error = request(daemon, "POST", "/v1/work", over)
     assert (status, error["code"]) == (413, "too_large")
     assert stored_work(daemon) == []
-    under = b'{"binding": "ok", "input": "' + b"x" * (MIB - 100) + b'"}'
+    under = b'{"binding": "ok", "input": "' + b"x" * (900 * 1024) + b'"}'
     status, _, created = request(daemon, "POST", "/v1/work", under)
     assert status == 201, created
     assert stored_work(daemon) == [created["work"]["id"]]
@@ -145,8 +148,9 @@ def test_a_streamed_oversized_body_is_cut_off_while_reading(
     rss_after = psutil.Process(daemon.proc.pid).memory_info().rss
     assert rss_after - rss_before < 32 * MIB
     assert stored_work(daemon) == []
-    # The same daemon still serves a body under its limit.
-    status, _, _ = request(daemon, "POST", "/v1/work", b'{"binding": "ok"}')
+    # The same daemon still serves a body just under its limit.
+    fits = b'{"binding": "ok", "input": "' + b"x" * 65000 + b'"}'
+    status, _, _ = request(daemon, "POST", "/v1/work", fits)
     assert status == 201
 
 
@@ -174,7 +178,10 @@ def read_response(sock: socket.socket) -> tuple[int, Any]:
 def test_deep_nesting_is_a_coded_refusal(make_daemon: Callable[..., Daemon]) -> None:
     daemon = make_daemon().start()
     deep = b"[" * 1000 + b"]" * 1000
+    # 65 levels decode, but are over the one depth limit (64): stored, they could not be read back.
+    shallow_but_over = b"[" * 65 + b"]" * 65
     cases = [
+        ("/v1/work", b'{"binding": "ok", "input": ' + shallow_but_over + b"}"),
         ("/v1/work", b'{"binding": "ok", "input": ' + deep + b"}"),
         ("/v1/schedules", b'{"spec": "0 * * * *", "extra": {"x": ' + deep + b"}}"),
         ("/v1/work", b'{"binding": "ok", "input": ' + b"[" * 100_000),
@@ -184,7 +191,7 @@ def test_deep_nesting_is_a_coded_refusal(make_daemon: Callable[..., Daemon]) -> 
         status, _, error = request(daemon, "POST", path, body)
         assert (status, error["code"]) == (400, "too_deep"), path
         assert "Traceback" not in error["error"]
-    work_id = daemon.submit("ok")
+    work_id = daemon.submit("ok", input=json.loads("[" * 63 + "]" * 63))  # the control: 64 fit
     status, _, error = request(
         daemon, "POST", f"/v1/work/{work_id}/input", b'{"payload": ' + deep + b"}"
     )

@@ -66,8 +66,9 @@ class HttpSettings(_Section, frozen=True, kw_only=True):
     listen: str = "127.0.0.1:8765"
     unix_socket: str | None = None
     token_file: str | None = None
-    #: A request body over this many bytes is refused with 413 before it is buffered (1 MiB).
-    max_body_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 1 << 20
+    #: A request body over this many bytes is refused with 413 before it is buffered; the
+    #: default is ``validation.MAX_BODY_BYTES`` (2 MiB: a 1 MiB payload and its envelope).
+    max_body_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 2 * 1024 * 1024
 
 
 class Settings(_Section, frozen=True, kw_only=True):

@@ -36,6 +36,7 @@ from conduit_core.http._schemas import (
 )
 from conduit_core.http._service import ApiService
 from conduit_core.model import WorkStatus
+from conduit_core.validation import MAX_DEPTH, TooDeepError, check_depth
 
 __all__ = [
     "PAGE_LIMIT",
@@ -56,7 +57,7 @@ _UNAVAILABLE = frozenset({"store_unreachable", "store_unavailable", "daemon_stop
 _BAD_REQUEST = frozenset(
     {
         "invalid_json", "invalid_body", "invalid_query", "too_deep", "invalid_id",
-        "invalid_name", "invalid_number",
+        "invalid_name", "invalid_number", "invalid_value", "invalid_text",
     }
 )  # fmt: skip
 #: The page sizes ``limit`` may ask for; outside them a request is refused, not clamped.
@@ -158,14 +159,18 @@ def _error(message: str, code: str, status: int) -> Response:
 def decode_body(decoder: msgspec.json.Decoder[Any], raw: bytes) -> Any:
     """A request body as its Struct (empty = ``{}``), or a coded 400 naming the field."""
     try:
-        return decoder.decode(raw.strip() or b"{}")
+        value = decoder.decode(raw.strip() or b"{}")
     except msgspec.ValidationError as exc:
         raise ConduitError(f"invalid request body: {exc}", code="invalid_body") from exc
     except msgspec.DecodeError as exc:
         raise ConduitError(f"malformed JSON: {exc}", code="invalid_json") from exc
-    except RecursionError as exc:
+    except RecursionError:
         # msgspec's decoder gives up at the interpreter's recursion limit (~1,000 levels).
-        raise ConduitError("request body is nested too deeply", code="too_deep") from exc
+        raise TooDeepError("$", f"nested deeper than {MAX_DEPTH} levels") from None
+    # Shallower than that still can be too deep to store and read back (the store decodes on a
+    # deeper stack): the one depth limit of every document applies.
+    check_depth(value, "$", MAX_DEPTH)
+    return value
 
 
 def _decode(body_type: type[msgspec.Struct], raw: bytes) -> Any:

@@ -12,7 +12,8 @@ from typing import Any
 import msgspec
 
 from conduit_core._version import __version__
-from conduit_core.http._schemas import ID_PATTERN, ErrorBody
+from conduit_core.http._schemas import ErrorBody
+from conduit_core.validation import WORK_ID_PATTERN
 
 __all__ = ["openapi_document"]
 
@@ -80,7 +81,7 @@ def openapi_document() -> dict[str, Any]:
         if "{id}" in route.path:
             # Work ids follow the id grammar; a schedule id is `<source>:<id>` or a Routine id.
             id_schema: dict[str, Any] = (
-                {"type": "string", "pattern": ID_PATTERN}
+                {"type": "string", "pattern": WORK_ID_PATTERN}
                 if route.path.startswith("/v1/work/")
                 else {"type": "string", "minLength": 1}
             )

@@ -20,9 +20,9 @@ from conduit_core.model import (
     WorkKind,
     WorkStatus,
 )
+from conduit_core.validation import ID_MAX_LENGTH, MAX_TEXT_LENGTH, NameStr, WorkIdStr
 
 __all__ = [
-    "ID_PATTERN",
     "AttemptView",
     "CancelRequest",
     "CapacityView",
@@ -43,13 +43,12 @@ __all__ = [
     "work_view",
 ]
 
-#: Python's ``$`` also matches before a final newline (``"a\n"`` would pass); ``(?!\n)`` closes
-#: that and keeps the pattern valid for JSON Schema (ECMA-262 has no ``\Z``).
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$(?!\n)"
-WorkId = Annotated[str, msgspec.Meta(pattern=ID_PATTERN)]
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
-EventType = Annotated[str, msgspec.Meta(pattern=ID_PATTERN)]
-Reason = Annotated[str, msgspec.Meta(max_length=1000)]
+# The grammar of conduit_core.validation, so HTTP refuses what every other door refuses.
+WorkId = WorkIdStr
+EventType = WorkIdStr
+#: Free keys a caller chooses (correlation, delivery): bounded, any characters.
+Key = Annotated[str, msgspec.Meta(min_length=1, max_length=ID_MAX_LENGTH)]
+Reason = Annotated[str, msgspec.Meta(max_length=MAX_TEXT_LENGTH)]
 
 
 class _Request(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -66,8 +65,8 @@ class _Response(msgspec.Struct, frozen=True, kw_only=True):
 class SubmitRequest(_Request, frozen=True, kw_only=True):
     """Create Work for ``binding`` with its first input (``input`` becomes its payload)."""
 
-    binding: Name
-    scope: Name | None = None
+    binding: NameStr
+    scope: NameStr | None = None
     kind: WorkKind = WorkKind.TASK
     input: Any = None
     id: WorkId | None = None
@@ -78,8 +77,8 @@ class InputRequest(_Request, frozen=True, kw_only=True):
 
     payload: Any = None
     type: EventType = "core.input"
-    correlation_key: Name | None = None
-    delivery_id: Name | None = None
+    correlation_key: Key | None = None
+    delivery_id: Key | None = None
 
 
 class CancelRequest(_Request, frozen=True, kw_only=True):

@@ -35,6 +35,7 @@ from conduit_core.routines.errors import (
     ScheduleNotFoundError,
     SourceUnavailableError,
 )
+from conduit_core.validation import TIMEZONE_MAX_LENGTH, NameStr, Seconds
 
 __all__ = [
     "Domain",
@@ -72,11 +73,11 @@ class MergedRead(msgspec.Struct, frozen=True, kw_only=True):
 
 
 #: Bounds a decoded request enforces (``/v1/schedules``): a typo or a hostile value is refused
-#: naming its field, never stored. A grace beyond a year is no grace but a mistake.
-_Ident = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$(?!\n)")]
+#: naming its field, never stored (names and durations follow conduit_core.validation).
+_Ident = NameStr
 _Spec = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
-_Zone = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
-_Grace = Annotated[float, msgspec.Meta(ge=0, le=366 * 86400)]
+_Zone = Annotated[str, msgspec.Meta(min_length=1, max_length=TIMEZONE_MAX_LENGTH)]
+_Grace = Seconds
 
 
 class ScheduleCreate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

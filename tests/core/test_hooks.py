@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from conduit_core.errors import ConduitError, DuplicateRegistrationError
+from conduit_core.errors import (
+    ConduitError,
+    DuplicateRegistrationError,
+    UnsupportedGenerationError,
+)
 from conduit_core.extension import GateRequest, HookSpecs, InputEvent, RetryHint, StartHold
 from conduit_core.plugins import Plugins
 
@@ -18,7 +22,13 @@ HOOK_NAMES = sorted(n for n in vars(HookSpecs) if n.startswith("conduit_"))
 
 def test_hook_conduit_executors_registers_each_generation() -> None:
     plugins = Plugins.load(disabled=())
-    assert plugins.executor("echo", 1) is not plugins.executor("echo", 2)
+    # Each generation resolves to the implementation registered for it (the test plugin's echo
+    # executor knows its generation), and a generation nobody registered is refused.
+    assert getattr(plugins.executor("echo", 1), "generation", None) == 1
+    assert getattr(plugins.executor("echo", 2), "generation", None) == 2
+    with pytest.raises(UnsupportedGenerationError) as caught:
+        plugins.executor("echo", 3)
+    assert caught.value.code == "unsupported_generation"
 
 
 @pytest.mark.anyio

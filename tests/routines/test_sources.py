@@ -8,8 +8,10 @@ import msgspec
 import pytest
 
 from conduit_core.errors import ConduitError
-from conduit_core.model import Routine, RoutineStatus, WorkTemplate
+from conduit_core.http.routes_schedules import _status
+from conduit_core.model import Routine, RoutineStatus, Work, WorkTemplate
 from conduit_core.routines import (
+    ConduitRoutineSource,
     CrontabLocation,
     CrontabSource,
     ScheduleChange,
@@ -20,19 +22,18 @@ from conduit_core.routines import (
     routine_record,
 )
 from conduit_core.routines.errors import (
-    DuplicateFiringOwnerError,
-    IllegalTransitionError,
     ScheduleNotFoundError,
-    SourceUnavailableError,
 )
 from conduit_core.routines.sources import Domain, Manageability
+from conduit_core.storage import Store
 from tests.routines.conftest import ms, wall
 
 NOW = ms("2026-06-01T12:00:00+00:00")
 
 
 class FakeManaged:
-    """A managed source over an in-memory dict; ``down`` makes it fail like a lost backend."""
+    """Another system's managed source over an in-memory dict; ``down`` makes it fail like a
+    lost backend. (conduit's own source is the real one over a store.)"""
 
     def __init__(self, name: str = "conduit", domain: Domain = "conduit") -> None:
         self.name = name
@@ -49,8 +50,6 @@ class FakeManaged:
     async def create(self, request: ScheduleCreate) -> ScheduleRecord:
         if self.down:
             raise ConnectionRefusedError("backend unreachable")
-        if request.target is not None and request.target.work_id == "owned-elsewhere":
-            raise DuplicateFiringOwnerError("work 'owned-elsewhere' is fired by routine:other")
         row = Routine(
             id=request.id or "r1",
             scope="default",
@@ -64,12 +63,10 @@ class FakeManaged:
 
     async def change(self, local_id: str, change: ScheduleChange) -> ScheduleRecord:
         if self.down:
-            raise SourceUnavailableError("backend unreachable")
+            raise ConnectionRefusedError("backend unreachable")
         row = self.rows.get(local_id)
         if row is None:
             raise ScheduleNotFoundError(f"{self.name}:{local_id}")
-        if row.status is RoutineStatus.RUNNING:
-            raise IllegalTransitionError(row.id, "running", change.action)
         return routine_record(row, source=self.name)
 
     async def delete(self, local_id: str) -> None:
@@ -89,7 +86,8 @@ async def code_of_call(call: object) -> tuple[str, int]:
     assert callable(call)
     with pytest.raises(ConduitError) as caught:
         await call()
-    return caught.value.code, int(getattr(caught.value, "http_status", 0))
+    # The status the schedule routes answer with (an error's own, else the API's mapping).
+    return caught.value.code, _status(caught.value)
 
 
 def write_crontab(path: Path) -> Path:
@@ -136,16 +134,25 @@ async def test_merged_read_reports_each_source_and_never_raises(tmp_path: Path) 
 
 
 @pytest.mark.anyio
-async def test_writes_route_by_owner_with_their_error_codes(tmp_path: Path) -> None:
-    conduit = FakeManaged()
+async def test_writes_route_by_owner_with_their_error_codes(
+    tmp_path: Path, source: ConduitRoutineSource, store: Store
+) -> None:
+    # The conduit source is the real one over a real store: the refusals below come from the
+    # ledger and the store (unknown id, one firing owner, a running Routine), not from a fake.
     external = FakeManaged(name="gateway-cron", domain="external")
     crontab = CrontabSource.from_path(write_crontab(tmp_path / "crontab"), timezone="UTC")
-    mux = ScheduleMultiplexer([conduit, external, crontab])
-    created = await mux.create(ScheduleCreate(spec="0 * * * *", id="nightly"))
+    mux = ScheduleMultiplexer([source, external, crontab])
+    created = await mux.create(
+        ScheduleCreate(spec="0 * * * *", id="nightly", target=WorkTemplate(binding="echo"))
+    )
     assert created.id == "conduit:nightly"
     # Unprefixed ids name conduit Routines; prefixed ids go to their source.
     assert (await mux.pause("nightly")).id == "conduit:nightly"
     assert (await mux.resume("conduit:nightly")).id == "conduit:nightly"
+    await store.create_work(
+        Work(id="owned-elsewhere", scope="root", binding="echo",
+             scheduled_by="routine:other", created_at_ms=NOW, updated_at_ms=NOW)
+    )  # fmt: skip
 
     cron_id = (await crontab.read()).records[0].id
     cases = {
@@ -173,18 +180,20 @@ async def test_writes_route_by_owner_with_their_error_codes(tmp_path: Path) -> N
         "unknown source": ("not_found", 404),
         "owner conflict": ("duplicate_firing_owner", 409),
     }
-    conduit.rows["nightly"] = msgspec.structs.replace(
-        conduit.rows["nightly"], status=RoutineStatus.RUNNING
+    assert [r.id for r in await store.list_routines()] == ["nightly"]  # nothing else stored
+    await store.apply_routine(
+        "nightly", lambda r: msgspec.structs.replace(r, status=RoutineStatus.RUNNING)
     )
-    assert await code_of_call(lambda: mux.pause("nightly")) == ("illegal_transition", 409)
+    # docs/routines.md: pause is refused with routine_busy while a fire is in flight.
+    assert await code_of_call(lambda: mux.pause("nightly")) == ("routine_busy", 409)
+    assert (await store.get_routine("nightly")).status is RoutineStatus.RUNNING
 
-    conduit.down = True
-    assert await code_of_call(lambda: mux.resume("nightly")) == ("source_unavailable", 503)
-    # An OSError from a source write is mapped to source_unavailable too.
-    assert await code_of_call(lambda: mux.create(ScheduleCreate(spec="0 * * * *"))) == (
-        "source_unavailable",
-        503,
-    )
+    # A source whose backend is gone: the OSError it raises is mapped to source_unavailable.
+    external.down = True
+    assert await code_of_call(
+        lambda: mux.create(ScheduleCreate(spec="0 * * * *", source="gateway-cron"))
+    ) == ("domain_violation", 422)  # the domain check comes first, backend or not
+    assert await code_of_call(lambda: mux.resume("gateway-cron:x")) == ("source_unavailable", 503)
 
 
 def test_duplicate_source_names_are_refused() -> None:

@@ -257,19 +257,20 @@ async def test_old_host_stops_and_confirms_only_when_not_adoptable(
 async def test_an_attempt_keeps_its_last_50_segments_and_sums_the_dropped(
     scheduler: Scheduler, store: Store, clock: ManualClock
 ) -> None:
-    from conduit_core.model import MAX_SEGMENTS
+    # The spec: "An attempt keeps its last 50 segments (MaxSegments)".
+    kept = 50
 
     scripted.BARRIERS["later"] = anyio.Event()
     work = await submit(scheduler, "agent", {"block": "later"})
     await scheduler.start(work.id)
-    for _ in range(MAX_SEGMENTS + 5):  # every lost lease begins a recovered segment
+    for _ in range(kept + 5):  # every lost lease begins a recovered segment
         clock.advance(LEASE + 1)
         (claim,) = await scheduler.recover_expired()
     execution = claim.execution
-    assert len(execution.segments) == MAX_SEGMENTS
+    assert len(execution.segments) == kept
     assert execution.dropped_segments == 6  # 1 first + 55 recovered = 56 segments
     assert execution.dropped_active_ms == 6 * (LEASE + 1)
     # The kept ones are the newest, back to back: each begins where the previous ended.
     for before, after in zip(execution.segments, execution.segments[1:], strict=False):
         assert after.started_at_ms == before.ended_at_ms
-    assert execution.segments[-1].epoch == MAX_SEGMENTS + 6
+    assert execution.segments[-1].epoch == kept + 6

@@ -6,7 +6,6 @@ import pytest
 
 from conduit_core.model import Execution, ExecutionStatus, TimerKind, WorkStatus
 from conduit_core.runtime import ManualClock, Scheduler
-from conduit_core.runtime._policy import UNKNOWN_RESET_DELAY_MS
 from conduit_core.storage import NotEligibleError, Store
 
 from .conftest import submit
@@ -127,7 +126,8 @@ async def test_unknown_reset_hint_waits_thirty_minutes(
     )
     await run(scheduler, work.id)
     (timer,) = await store.due_timers(now_ms=clock.now_ms() + 10**10)
-    assert timer.due_at_ms - clock.now_ms() == UNKNOWN_RESET_DELAY_MS
+    # The spec: "thirty minutes for an unknown reset".
+    assert timer.due_at_ms - clock.now_ms() == 30 * 60_000
     assert (await store.get_work(work.id)).failure_count == 1  # a hint still consumes budget
 
 
@@ -160,9 +160,22 @@ async def test_queued_input_during_backoff_does_not_clear_it(
 async def test_plugin_retry_hint_applies_to_executor_errors(
     scheduler: Scheduler, store: Store, clock: ManualClock
 ) -> None:
-    from conduit_core.errors import ConduitError  # noqa: F401
-
+    # The test plugin's conduit_retry_hint answers "unknown reset" for the scripted executor's
+    # rate_limited errors: thirty minutes, not the binding's first delay of five.
     work = await submit(scheduler, "agent", {"raise_wait": "rate_limited"})
     execution = await run(scheduler, work.id)
     assert execution.status is ExecutionStatus.FAILED
     assert execution.failure_code == "rate_limited"
+    (timer,) = await store.due_timers(now_ms=clock.now_ms() + 10**10)
+    assert timer.due_at_ms - clock.now_ms() == 30 * 60_000
+    assert (await store.get_work(work.id)).failure_count == 1
+
+
+async def test_no_plugin_hint_keeps_the_bindings_delay(
+    scheduler: Scheduler, store: Store, clock: ManualClock
+) -> None:
+    # Negative control: an error the hook does not recognise gets the ordinary first delay.
+    work = await submit(scheduler, "agent", {"raise_wait": "quota_exceeded"})
+    await run(scheduler, work.id)
+    (timer,) = await store.due_timers(now_ms=clock.now_ms() + 10**10)
+    assert timer.due_at_ms - clock.now_ms() == 300_000

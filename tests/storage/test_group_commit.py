@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+
 import anyio
+import anyio.lowlevel
 import pytest
 
 from conduit_core.errors import ConduitError, NotFoundError
@@ -56,14 +59,36 @@ async def test_one_refused_write_does_not_undo_its_batch_neighbours(
             await store.get_event("x0")
 
 
-async def test_a_cancelled_caller_whose_write_never_ran_leaves_nothing(store_url: str) -> None:
+async def test_a_cancelled_caller_whose_write_never_ran_leaves_nothing(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first batch is held in its worker thread while every other caller is queued behind
+    # it; then all callers are cancelled. The held batch commits whole; the queued writes never
+    # run — not then, and not later inside someone else's batch (the negative control: leave a
+    # cancelled operation in the queue and the final write's batch commits it, failing below).
+    batches: list[int] = []
+    running, go = threading.Event(), threading.Event()
+    original = _sqlstore.SqlStore._run_batch
+
+    def held_first(self: _sqlstore.SqlStore, ops: list) -> None:  # type: ignore[type-arg]
+        batches.append(len(ops))
+        if len(batches) == 1:
+            running.set()
+            go.wait(30)
+        original(self, ops)
+
+    monkeypatch.setattr(_sqlstore.SqlStore, "_run_batch", held_first)
     async with await open_store(store_url) as store:
+        batches.clear()  # opening the store wrote too
         async with anyio.create_task_group() as tg:
-            for i in range(20):
+            for i in range(40):
                 tg.start_soon(store.create_work, _work(i))
+            assert await anyio.to_thread.run_sync(running.wait, 30)
+            await anyio.lowlevel.checkpoint()  # let every caller queue behind the held batch
             tg.cancel_scope.cancel()
-        # Whatever ran committed whole; what did not run left no trace; the store still works.
+            go.set()
         stored = {w.id for w in await store.list_work(limit=100)}
-        assert stored <= {f"g{i}" for i in range(20)}
+        assert len(stored) == sum(batches) < 40  # the batches that ran, whole; no queued write
         await store.create_work(_work(99))
-        assert (await store.get_work("g99")).id == "g99"
+        after = {w.id for w in await store.list_work(limit=100)}
+        assert after == stored | {"g99"}

@@ -97,10 +97,25 @@ async def test_newer_postgres_schema_is_refused_without_writing(postgres_url: st
 
 async def test_open_creates_then_reopens_at_current_schema(store_url: str) -> None:
     await (await open_store(store_url)).aclose()
+    first = _meta(store_url)
     store = await open_store(store_url)  # a second open finds nothing to migrate
     await store.aclose()
+    # Both backends: the schema version is the current one, and the reopen changed nothing.
+    assert first["schema_version"] == str(SCHEMA_VERSION)
+    assert _meta(store_url) == first
+
+
+def _meta(store_url: str) -> dict[str, str]:
+    """conduit_meta and the table list, read straight from the backend."""
     if store_url.startswith("sqlite://"):
         with sqlite3.connect(store_url[len("sqlite://") :]) as conn:
-            rows = conn.execute("SELECT value FROM conduit_meta WHERE key = 'schema_version'")
-            assert rows.fetchone() == (str(SCHEMA_VERSION),)
+            meta = dict(conn.execute("SELECT key, value FROM conduit_meta").fetchall())
+            tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            meta["tables"] = ",".join(sorted(r[0] for r in tables))
         conn.close()
+        return meta
+    with psycopg.connect(store_url, autocommit=True) as pg:
+        meta = dict(pg.execute("SELECT key, value FROM conduit_meta").fetchall())
+        tables = pg.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        meta["tables"] = ",".join(sorted(r[0] for r in tables))
+    return meta

@@ -246,7 +246,7 @@ class Scheduler:
             if isinstance(exc, OperationError):
                 return await self._fail(
                     execution, held, exc.code, exc.message, permanent=exc.permanent,
-                    hint=exc.retry_hint, executor=executor,
+                    hint=exc.retry_hint, executor=executor, error=exc,
                 )  # fmt: skip
             return await self._fail(
                 execution, held, "executor_error",
@@ -328,7 +328,7 @@ class Scheduler:
                     execution, attempt.held, exc.code,
                     f"executor observation failed: {exc.code}: {exc.message}",
                     permanent=exc.permanent, hint=exc.retry_hint, executor=attempt.executor,
-                    trail=attempt.callbacks,
+                    error=exc, trail=attempt.callbacks,
                 )  # fmt: skip
             except Exception as exc:
                 log.warning(

@@ -117,6 +117,9 @@ def conduit_run_environment(scope_chain: Sequence[str]) -> Mapping[str, str] | N
 def conduit_retry_hint(executor: str, error: BaseException | None) -> RetryHint | None:
     if executor == "echo" and error is not None and "rate limited" in str(error):
         return RetryHint(unknown_reset=True, reason="rate limited")
+    # The scripted executor's observation failures carry the code the test scripts.
+    if executor == "scripted" and getattr(error, "code", None) == "rate_limited":
+        return RetryHint(unknown_reset=True, reason="rate limited")
     return None
 
 

@@ -1,8 +1,48 @@
-"""Suite-wide fixtures. Async tests use anyio's pytest plugin (``@pytest.mark.anyio``)."""
+"""Suite-wide fixtures and the CI skip rule.
+
+Async tests use anyio's pytest plugin (``@pytest.mark.anyio``). Under CI (``tests/_ci.py``) a
+skipped test fails the run unless it is on ``SKIP_ALLOWED``: a missing service, tool or
+privilege must never turn into a green run that tested nothing.
+"""
 
 from __future__ import annotations
 
 import pytest
+
+from tests._ci import in_ci, skip_allowed
+
+_skipped: dict[str, str] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # Under xdist this runs on the controller for every worker's reports too.
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _skipped[report.nodeid] = str(reason)
+
+
+def _forbidden_skips() -> dict[str, str]:
+    return {n: r for n, r in _skipped.items() if not skip_allowed(n)} if in_ci() else {}
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput"):
+        return  # an xdist worker: the controller sees every report and decides
+    if _forbidden_skips() and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    forbidden = _forbidden_skips()
+    if not forbidden or hasattr(terminalreporter.config, "workerinput"):
+        return
+    terminalreporter.section("skips not allowed under CI", sep="=", red=True, bold=True)
+    for nodeid, reason in sorted(forbidden.items()):
+        terminalreporter.line(f"{nodeid}: {reason}")
+    terminalreporter.line(
+        f"{len(forbidden)} test(s) skipped under CI; a CI run fails on any skip not on "
+        "tests/_ci.py SKIP_ALLOWED (see tests/README.md)"
+    )
 
 
 @pytest.fixture

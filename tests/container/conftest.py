@@ -1,16 +1,15 @@
 """Fixtures for the container executor tests: a real Docker Engine and the local test image.
 
-Under ``CI=true`` an engine or image that is not there fails the tests; elsewhere they skip.
+Under CI (``tests/_ci.py``) an engine or image that is not there fails the tests; elsewhere they skip.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import docker
 import docker.errors
@@ -19,18 +18,13 @@ import pytest
 from conduit_core.extension import OperationError
 from conduit_core.testing.executor import ExecutorSubject
 from conduit_executors_container import EXECUTION_LABEL, ContainerExecutor, Engine
+from tests._ci import unavailable
 
 TEST_IMAGE = "conduit-test-busybox:latest"
 
 
-def _is_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("true", "1", "yes")
-
-
-def _unavailable(reason: str) -> None:
-    if _is_ci():
-        pytest.fail(f"CI=true and {reason} (run scripts/services.sh)")
-    pytest.skip(f"{reason} (run scripts/services.sh to start it)")
+def _unavailable(reason: str) -> NoReturn:
+    unavailable(reason)
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import threading
 from collections.abc import Iterator
@@ -71,7 +72,16 @@ def _bridge_gateway(api: docker.APIClient) -> str | None:
         configs = api.inspect_network("bridge")["IPAM"]["Config"] or []
     except docker.errors.NotFound:
         return None
-    return next((c["Gateway"] for c in configs if c.get("Gateway")), None)
+    for config in configs:
+        if config.get("Gateway"):
+            return str(config["Gateway"])
+        if config.get("Subnet"):
+            # Some engines (Debian's docker.io) report only the subnet; the bridge's address is
+            # then the subnet's first host, which is where Docker puts it.
+            network = ipaddress.ip_network(config["Subnet"], strict=False)
+            if network.version == 4:
+                return str(next(network.hosts()))
+    return None
 
 
 async def _probe(

@@ -2,7 +2,7 @@
 
 PostgreSQL comes from ``CONDUIT_TEST_PG_URL`` (default: the local server over its Unix socket);
 each test gets a fresh database, created and dropped through the maintenance database. Under
-``CI=true`` an unreachable server fails the run instead of skipping.
+CI (``tests/_ci.py``) an unreachable server fails the run instead of skipping.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -19,16 +20,15 @@ pytest.register_assert_rewrite("conduit_core.storage.conformance")
 
 from conduit_core.storage import open_store  # noqa: E402
 from conduit_core.storage.conformance import StoreFactory  # noqa: E402
+from tests._ci import unavailable  # noqa: E402
 
 PG_URL = os.environ.get(
     "CONDUIT_TEST_PG_URL", "postgresql://root@/postgres?host=/var/run/postgresql"
 )
 
 
-def _postgres_unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"PostgreSQL is required under CI=true: {reason}")
-    pytest.skip(f"PostgreSQL unreachable at {PG_URL} ({reason}); run scripts/services.sh")
+def _postgres_unavailable(reason: str) -> NoReturn:
+    unavailable(f"PostgreSQL unreachable at {PG_URL} ({reason})")
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests._ci import unavailable
+from tests.container.conftest import docker_api  # noqa: F401
 from tests.daemon.conftest import daemons, make_daemon, store  # noqa: F401
 from tests.faults._pgserver import PgServerError, PrivateServer
 from tests.storage.conftest import postgres_url, sqlite_url  # noqa: F401

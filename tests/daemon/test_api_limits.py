@@ -278,6 +278,9 @@ def test_schedule_bodies_are_validated(make_daemon: Callable[..., Daemon]) -> No
         (b'{"spec": "0 * * * *", "id": "a/../b"}', "$.id"),
         (b'{"spec": "0 * * * *", "id": "nightly\\n"}', "$.id"),
         (b'{"spec": ""}', "$.spec"),
+        (b'{"spec": "0 * * * *", "target": {"binding": "ok", "bogus": 1}}', "bogus"),
+        (b'{"spec": "0 * * * *", "target": {"work_id": "w\\n"}}', "$.target.work_id"),
+        (b'{"spec": "0 * * * *", "target": {"binding": "../x"}}', "$.target.binding"),
     ]
     for body, named in cases:
         status, _, error = request(daemon, "POST", "/v1/schedules", body)
@@ -326,7 +329,7 @@ def test_the_document_describes_every_route_served(make_daemon: Callable[..., Da
         p for p in document["paths"]["/v1/work"]["get"]["parameters"] if p["name"] == "limit"
     )
     assert (limit["schema"]["minimum"], limit["schema"]["maximum"]) == (1, 500)
-    create = document["components"]["schemas"]["ScheduleCreate"]
+    create = document["components"]["schemas"]["ScheduleCreateBody"]
     assert create["additionalProperties"] is False
     assert create["properties"]["grace_seconds"]["minimum"] == 0
 

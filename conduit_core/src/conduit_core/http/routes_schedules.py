@@ -25,6 +25,7 @@ from conduit_core.errors import ConduitError, NotFoundError
 from conduit_core.http._app import ApiRoute, decode_body, page_limit, status_for
 from conduit_core.http._guard import bearer_check
 from conduit_core.http._schemas import ErrorBody
+from conduit_core.model import WorkTemplate
 from conduit_core.routines import (
     ConduitRoutineSource,
     MergedRead,
@@ -34,20 +35,50 @@ from conduit_core.routines import (
     ScheduleRecord,
 )
 from conduit_core.storage import RoutineRun
+from conduit_core.validation import NameStr, WorkIdStr
 
-__all__ = ["SCHEDULE_ROUTES", "mount_schedules", "schedule_routes"]
+__all__ = [
+    "SCHEDULE_ROUTES",
+    "ScheduleCreateBody",
+    "TargetBody",
+    "mount_schedules",
+    "schedule_routes",
+]
 
 log = logging.getLogger("conduit.http")
 
 _ENCODER = msgspec.json.Encoder()
-_CREATE = msgspec.json.Decoder(ScheduleCreate)
+
+
+class TargetBody(WorkTemplate, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``target`` of ``POST /v1/schedules``: a typo is refused, names and ids follow the grammar."""
+
+    binding: NameStr | None = None
+    scope: NameStr | None = None
+    work_id: WorkIdStr | None = None
+
+
+class ScheduleCreateBody(ScheduleCreate, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The body of ``POST /v1/schedules`` (a :class:`ScheduleCreate` with a checked target)."""
+
+    target: TargetBody | None = None
+
+    def request(self) -> ScheduleCreate:
+        """The plain request the sources take (their records hold plain WorkTemplates)."""
+        fields = {name: getattr(self, name) for name in ScheduleCreate.__struct_fields__}
+        if self.target is not None:
+            fields["target"] = msgspec.convert(msgspec.to_builtins(self.target), WorkTemplate)
+        return ScheduleCreate(**fields)
+
+
+_CREATE = msgspec.json.Decoder(ScheduleCreateBody)
 _CHANGE = msgspec.json.Decoder(ScheduleChange)
 
 #: The routes below as the OpenAPI document describes them (same order).
 SCHEDULE_ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute("GET", "/v1/schedules", "Every schedule source's records and status", MergedRead),
     ApiRoute("POST", "/v1/schedules", "Create a schedule in its owning source", ScheduleRecord,
-             201, ScheduleCreate),
+             201, ScheduleCreateBody),
     ApiRoute("PATCH", "/v1/schedules/{id}", "Pause, resume, run now (202) or edit a schedule",
              ScheduleRecord, 200, ScheduleChange, also=(202,)),
     ApiRoute("DELETE", "/v1/schedules/{id}", "Delete a managed schedule", None, 204),
@@ -99,7 +130,8 @@ def schedule_routes(
         return _json(await mux().read())
 
     async def create(request: Request) -> Response:
-        return _json(await mux().create(decode_body(_CREATE, await request.body())), 201)
+        body: ScheduleCreateBody = decode_body(_CREATE, await request.body())
+        return _json(await mux().create(body.request()), 201)
 
     async def change(request: Request) -> Response:
         body: ScheduleChange = decode_body(_CHANGE, await request.body())

@@ -20,7 +20,7 @@ import pytest
 from starlette.routing import Route
 
 from conduit_core.config import Settings, parse_config
-from conduit_core.daemon._logging import TextFormatter
+from conduit_core.daemon._logging import TextFormatter, configure_logging
 from conduit_core.http import create_app
 from conduit_core.http.routes_schedules import mount_schedules
 from conduit_core.validation import MAX_BODY_BYTES
@@ -246,6 +246,15 @@ def test_text_log_lines_cannot_be_forged() -> None:
     first, *trace = records[1].split("\n")
     assert first == "ERROR conduit.test-forgery: failed work=a\\u2028b"
     assert trace[0] == "Traceback (most recent call last):"  # a traceback keeps its lines
+    # The daemon's text format is this formatter.
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    try:
+        configure_logging("text")
+        assert isinstance(root.handlers[0].formatter, TextFormatter)
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
     # The negative control: the stdlib formatter would have let the forged line through.
     plain = logging.Formatter("%(message)s").format(
         logging.makeLogRecord({"msg": "x=%s", "args": ("a\nb",)})

@@ -288,8 +288,8 @@ def create_app(
 ) -> Starlette:
     """The API over ``service``; every request (the OpenAPI document too) needs ``token``.
 
-    ``max_body_bytes`` gives the body limit per request (default: the service's current config's
-    ``settings.http.max_body_bytes``, so a reload applies it).
+    ``max_body_bytes`` gives the body limit per request (default: ``settings.http.max_body_bytes``
+    of the config at start; like every HTTP setting it changes only on restart).
     """
     from conduit_core.http._openapi import openapi_document
 
@@ -318,8 +318,10 @@ def create_app(
     async def openapi(request: Request) -> Response:
         return Response(document, media_type="application/json")
 
+    at_start = service.config.settings.http.max_body_bytes
+
     def limit() -> int:
-        return service.config.settings.http.max_body_bytes
+        return at_start
 
     routes = [Route(r.path, endpoint(r), methods=[r.method]) for r in ROUTES]
     routes.append(Route("/v1/openapi.json", openapi, methods=["GET"]))

@@ -61,7 +61,7 @@ async def test_four_processes_never_exceed_a_limit_of_three(store_url: str) -> N
 
 @pytest.mark.parametrize(
     ("switch", "backends"),
-    [("capacity_check", ("sqlite", "postgres"))],
+    [("capacity_check", ("sqlite", "postgres")), ("capacity_lock", ("postgres",))],
 )
 async def test_negative_control_the_race_is_seen_without_its_protection(
     store_url: str, switch: str, backends: tuple[str, ...], monkeypatch: pytest.MonkeyPatch

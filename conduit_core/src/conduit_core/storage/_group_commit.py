@@ -28,10 +28,15 @@ T = TypeVar("T")
 class Operation(Generic[T]):
     """One caller's write, its outcome, and the event that wakes the caller."""
 
-    __slots__ = ("error", "finished", "fn", "result", "taken", "wakeup")
+    __slots__ = ("error", "finished", "fn", "order", "result", "shared", "taken", "wakeup")
 
-    def __init__(self, fn: Callable[[Any], T]) -> None:
+    def __init__(self, fn: Callable[[Any], T], *, shared: bool = False, order: str = "") -> None:
         self.fn = fn
+        #: Safe to run beside other writers (it row-locks what it needs); see the backend.
+        self.shared = shared
+        #: Row-locked operations of a batch run sorted by this (the row they lock first), so
+        #: two batches lock their common rows in one order and cannot deadlock on them.
+        self.order = order
         self.result: T | None = None
         self.error: BaseException | None = None
         self.taken = False
@@ -57,8 +62,8 @@ class GroupCommit:
         self._queue: deque[Operation[Any]] = deque()
         self._running = 0
 
-    async def submit(self, fn: Callable[[Any], T]) -> T:
-        op: Operation[T] = Operation(fn)
+    async def submit(self, fn: Callable[[Any], T], *, shared: bool = False, order: str = "") -> T:
+        op: Operation[T] = Operation(fn, shared=shared, order=order)
         self._queue.append(op)
         try:
             while not op.finished:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from conduit_core.errors import LeaseLostError, NotFoundError
+from conduit_core.errors import LeaseLostError
 from conduit_core.model import (
     Event,
     Execution,
@@ -57,17 +57,27 @@ def find_lease(cx: Cx, execution_id: str) -> tuple[Lease, bool] | None:
     return None if row is None else lease_of(row)
 
 
+# The attempt row first, then its lease, both locked: every writer of an attempt's execution or
+# lease row locks them in this order (the attempt row is the attempt's mutex), and a statement
+# that waited for them reads their newest versions, so a fence is checked on current rows.
 _FENCE_SQL = (
     f"SELECT {', '.join('l.' + c for c in LEASE_COLUMNS.split(', '))}, e.data "
-    "FROM conduit_lease l LEFT JOIN conduit_execution e ON e.id = l.execution_id "
-    "WHERE l.execution_id = ?"
+    "FROM conduit_execution e JOIN conduit_lease l ON l.execution_id = e.id "
+    "WHERE e.id = ? FOR UPDATE"
 )
 
 
 def fenced(cx: Cx, lease: Lease, now_ms: int, *, check_expiry: bool = True) -> Execution:
-    """The attempt, if ``lease`` still holds it; ``LeaseLostError`` otherwise.
+    """The attempt, if ``lease`` still holds it; ``LeaseLostError`` otherwise."""
+    return fenced_lease(cx, lease, now_ms, check_expiry=check_expiry)[0]
 
-    The lease and the attempt are read in one statement (one round trip on a server).
+
+def fenced_lease(
+    cx: Cx, lease: Lease, now_ms: int, *, check_expiry: bool = True
+) -> tuple[Execution, Lease]:
+    """The attempt and its stored lease, locked until commit, if ``lease`` still holds it.
+
+    The lease and the attempt are read and locked in one statement (one round trip).
     """
     where = f"attempt {lease.execution_id} epoch {lease.epoch}"
     row = first(cx, _FENCE_SQL, (lease.execution_id,))
@@ -82,17 +92,16 @@ def fenced(cx: Cx, lease: Lease, now_ms: int, *, check_expiry: bool = True) -> E
         raise LeaseLostError(f"{where}: the lease was released")
     if check_expiry and stored.expires_at_ms <= now_ms:
         raise LeaseLostError(f"{where}: the lease expired at {stored.expires_at_ms} ms")
-    if row[8] is None:
-        raise NotFoundError("execution", lease.execution_id)
     ex = Codec.execution.decode(row[8])
     if not ex.status.live:
         raise LeaseLostError(f"{where}: the attempt is {ex.status}")
-    return ex
+    if ex.epoch != lease.epoch:
+        raise LeaseLostError(f"{where}: the attempt is at epoch {ex.epoch}")
+    return ex, stored
 
 
 def renew_lease(cx: Cx, lease: Lease, now_ms: int) -> Lease:
-    fenced(cx, lease, now_ms)
-    stored, _ = find_lease(cx, lease.execution_id) or (lease, False)
+    _, stored = fenced_lease(cx, lease, now_ms)
     # A clock stepped back must never shorten the lease: keep the later expiry.
     expiry = max(stored.expires_at_ms, now_ms + stored.duration_ms)
     cx.run(
@@ -123,7 +132,8 @@ def expired_attempts(cx: Cx, now_ms: int, limit: int) -> list[Execution]:
 
 
 def claim_recovery(cx: Cx, execution_id: str, owner: str, now_ms: int, lease_ms: int) -> Claim:
-    ex = load_execution(cx, execution_id)
+    # The attempt row locked first (the attempt's mutex); the lease read after it is current.
+    ex = load_execution(cx, execution_id, lock=True)
     if not ex.status.live:
         raise NotEligibleError(f"attempt {execution_id} is {ex.status}, not recoverable")
     found = find_lease(cx, execution_id)
@@ -158,10 +168,10 @@ def resume_attempt(
     wake_event_id: str | None,
     capacity: CapacityLimits | None,
 ) -> Claim:
-    ex = load_execution(cx, execution_id)
+    ex = load_execution(cx, execution_id, lock=True)
     if ex.status is not ExecutionStatus.PARKED:
         raise NotEligibleError(f"attempt {execution_id} is {ex.status}, not parked")
-    work = load_work(cx, ex.work_id)
+    work = load_work(cx, ex.work_id, lock=True)
     if work.status.terminal:
         raise NotEligibleError(f"work {work.id!r} is {work.status}")
     if first(cx, "SELECT 1 FROM conduit_execution WHERE work_id = ? AND live = 1", (work.id,)):
@@ -235,9 +245,11 @@ def settle_attempt(
     cx: Cx, lease: Lease, decide: Decision, now_ms: int, consumed: Sequence[str] = ()
 ) -> Execution:
     ex = fenced(cx, lease, now_ms)
+    # Locked before the consumed inputs are dropped: they change this Work's pending count.
+    work = load_work(cx, ex.work_id, lock=True)
     if consumed:
         settle_consumed(cx, ex.id, consumed, now_ms)
-    work = load_work(cx, ex.work_id)
+        work = load_work(cx, ex.work_id)
     settlement = decide(ex, work)
     end = settlement.end
     if end.status.live:
@@ -293,7 +305,7 @@ def unconfirmed_exclusions(cx: Cx) -> list[Execution]:
 
 
 def confirm_stopped(cx: Cx, execution_id: str, expected_epoch: int) -> Execution:
-    ex = load_execution(cx, execution_id)
+    ex = load_execution(cx, execution_id, lock=True)
     if ex.epoch != expected_epoch:
         raise LeaseLostError(
             f"attempt {execution_id}: stop confirmed for epoch {expected_epoch}, "

@@ -198,7 +198,7 @@ def admission_candidates(
     Slots are taken as if each admitted candidate were claimed, so the start gates are asked
     only for Work capacity would let start.
     """
-    slots = Slots(cx, capacity) if capacity is not None else None
+    slots = Slots(cx, capacity, lock=False) if capacity is not None else None
     if work_ids is None:
         works: list[Work | None] = list(ready_work(cx, limit, None))
         ids = [w.id for w in works if w is not None]

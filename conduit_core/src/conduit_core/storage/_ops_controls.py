@@ -111,7 +111,7 @@ def drop_inputs(cx: Cx, work_id: str, input_ids: Sequence[str]) -> int:
         )
         dropped += 1
     if dropped:
-        work = load_work(cx, work_id)
+        work = load_work(cx, work_id, lock=True)
         save_work(
             cx,
             msgspec.structs.replace(work, pending_inputs=max(work.pending_inputs - dropped, 0)),

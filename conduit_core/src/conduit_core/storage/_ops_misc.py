@@ -68,7 +68,7 @@ def fire_timer(
     if accept is not None:
         accept_event(cx, accept)
     if update_work is not None and timer.work_id is not None:
-        work = load_work(cx, timer.work_id)
+        work = load_work(cx, timer.work_id, lock=True)
         save_work(cx, changed_work(work, update_work(work), now_ms))
     return timer
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -67,7 +67,7 @@ def accept_event(cx: Cx, event: Event) -> Event:
     stored = msgspec.structs.replace(event, seq=next_counter(cx, "event_seq"), pending=pending)
     if pending:
         assert event.work_id is not None
-        work = load_work(cx, event.work_id)
+        work = load_work(cx, event.work_id, lock=True)
         save_work(cx, msgspec.structs.replace(work, pending_inputs=work.pending_inputs + 1))
     cx.run(
         "INSERT INTO conduit_event (id, delivery_id, seq, work_id, pending, data) "
@@ -125,14 +125,14 @@ def list_work(
 
 
 def update_work(cx: Cx, work_id: str, change: WorkChange, now_ms: int) -> Work:
-    before = load_work(cx, work_id)
+    before = load_work(cx, work_id, lock=True)
     after = changed_work(before, change(before), now_ms)
     save_work(cx, after)
     return after
 
 
 def cancel_work(cx: Cx, work_id: str, now_ms: int) -> Work:
-    work = load_work(cx, work_id)
+    work = load_work(cx, work_id, lock=True)
     rows = cx.rows(
         "SELECT data FROM conduit_execution WHERE work_id = ? AND (live = 1 OR status = ?)",
         (work_id, str(ExecutionStatus.PARKED)),
@@ -163,18 +163,64 @@ def cancel_work(cx: Cx, work_id: str, now_ms: int) -> Work:
 
 
 class Slots:
-    """Slot holders counted once per transaction, then kept current as claims are made."""
+    """Slot holders of the limits a transaction claims against, kept current as it claims.
 
-    def __init__(self, cx: Cx, limits: CapacityLimits) -> None:
+    Capacity (invariant 5) is kept by one row lock per limit: before counting, a claim locks
+    the counter row of every limit its attempts count against (their pool or the global limit,
+    and each limited scope of their chain), all in one statement in name order. Claims that
+    share a limit therefore count one after another, each seeing the others' committed
+    attempts (READ COMMITTED: the count is a statement run after the lock was granted); claims
+    of unrelated pools and scopes never wait for each other. A slot is freed without these
+    locks (a settlement, a confirmed stop): a concurrent count can only be too high for a
+    moment, a refusal, never an excess.
+    """
+
+    def __init__(self, cx: Cx, limits: CapacityLimits, *, lock: bool = True) -> None:
         self.limits = limits
         self.by_pool: Counter[str | None] = Counter()
         self.by_scope: Counter[str] = Counter()
-        rows = cx.rows(
+        self._cx = cx
+        # A read transaction only estimates (admission's precheck); SQLite has one writer.
+        self._lock = lock and cx.locks_rows and not unsafe("capacity_lock")
+        self._locked: set[str] = set()
+        self._counted = False
+
+    def _limit_rows(self, pool: str | None, scope: str) -> list[str]:
+        key = self._pool_key(pool)
+        names = [f"capacity:pool:{key}"] if key is not None else []
+        if key is None and self.limits.global_limit is not None:
+            names.append("capacity:global")
+        names += [f"capacity:scope:{s}" for s in self.limits.ancestry(scope)
+                  if s in self.limits.scope_limits]  # fmt: skip
+        return names
+
+    def prepare(self, targets: Iterable[tuple[str | None, str]]) -> None:
+        """Lock the limits ``(pool, scope)`` targets count against (once each), then count."""
+        needed = {name for pool, scope in targets for name in self._limit_rows(pool, scope)}
+        new = sorted(needed - self._locked)
+        if new and self._lock:
+            # An upsert locks each row (inserted or updated) until commit, in VALUES order.
+            self._cx.run(
+                "INSERT INTO conduit_counter (name, value) VALUES "
+                + ", ".join("(?, 0)" for _ in new)
+                + " ON CONFLICT (name) DO UPDATE SET value = conduit_counter.value",
+                tuple(new),
+            )
+        self._locked.update(new)
+        if new or not self._counted:
+            self._count()
+
+    def _count(self) -> None:
+        """Count every slot holder afresh (this transaction's own claims included)."""
+        self.by_pool.clear()
+        self.by_scope.clear()
+        rows = self._cx.rows(
             "SELECT pool, scope, COUNT(*) FROM conduit_execution WHERE holds_slot = 1 "
             "GROUP BY pool, scope"
         )
         for pool, scope, count in rows:
             self.take(pool, scope, int(count))
+        self._counted = True
 
     def _pool_key(self, pool: str | None) -> str | None:
         # A pool without a limit of its own shares the global limit with pool-less executors.
@@ -188,6 +234,7 @@ class Slots:
     def refusal(self, work_id: str, pool: str | None, scope: str) -> ClaimRefusal | None:
         if unsafe("capacity_check"):
             return None  # a race detector's negative control (see _unsafe)
+        self.prepare([(pool, scope)])
         key = self._pool_key(pool)
         if key is not None:
             limit: int | None = self.limits.pool_limits[key]
@@ -345,13 +392,29 @@ def claim_attempts(
     capacity: CapacityLimits | None,
 ) -> list[Claim | ClaimRefusal]:
     slots = Slots(cx, capacity) if capacity is not None else None
+    ids = sorted({r.work_id for r in requests})
+    if len(ids) > 1 and cx.locks_rows:  # lock them in one order: no deadlock with another claim
+        marks = ", ".join("?" for _ in ids)
+        cx.rows(
+            f"SELECT id FROM conduit_work WHERE id IN ({marks}) ORDER BY id FOR UPDATE", (*ids,)
+        )
     return [
-        claim_one(cx, find_work(cx, r.work_id), r, owner, now_ms, lease_ms, slots) for r in requests
+        claim_one(cx, find_work(cx, r.work_id, lock=True), r, owner, now_ms, lease_ms, slots)
+        for r in requests
     ]
 
 
-def ready_work(cx: Cx, limit: int, after: str | None) -> list[Work]:
-    if after is None:
+def ready_work(cx: Cx, limit: int, after: str | None, *, lock: bool = False) -> list[Work]:
+    """Startable Work, oldest first. ``lock``: lock the rows returned, skipping rows another
+    claim holds (each concurrent claimer takes different Work instead of queueing for the
+    same; a row that stopped being claimable while locked is rechecked and left out)."""
+    if lock:
+        rows = cx.rows(
+            "SELECT data FROM conduit_work WHERE claimable = 1 ORDER BY ready_since, id LIMIT ? "
+            "FOR UPDATE SKIP LOCKED",
+            (limit,),
+        )
+    elif after is None:
         rows = cx.rows(
             "SELECT data FROM conduit_work WHERE claimable = 1 ORDER BY ready_since, id LIMIT ?",
             (limit,),
@@ -374,12 +437,9 @@ def claim_ready(
     lease_ms: int,
     capacity: CapacityLimits | None,
 ) -> list[Claim | ClaimRefusal]:
+    pinned = [(work, snapshot_for(work)) for work in ready_work(cx, limit, None, lock=True)]
+    requests = [(w, ClaimRequest(work_id=w.id, snapshot=s)) for w, s in pinned if s is not None]
     slots = Slots(cx, capacity) if capacity is not None else None
-    outcomes: list[Claim | ClaimRefusal] = []
-    for work in ready_work(cx, limit, None):
-        snapshot = snapshot_for(work)
-        if snapshot is None:
-            continue
-        request = ClaimRequest(work_id=work.id, snapshot=snapshot)
-        outcomes.append(claim_one(cx, work, request, owner, now_ms, lease_ms, slots))
-    return outcomes
+    if slots is not None:  # every limit this batch may need, locked at once in one order
+        slots.prepare((r.snapshot.pool, w.scope) for w, r in requests)
+    return [claim_one(cx, w, r, owner, now_ms, lease_ms, slots) for w, r in requests]

@@ -1,24 +1,25 @@
-"""PostgreSQL backend: serialized writers and snapshot readers on pooled psycopg connections.
+"""PostgreSQL backend: concurrent row-locked writers, snapshot readers, pooled psycopg.
 
-Isolation (see docs/architecture.md, "Decisions"):
+Isolation (see docs/architecture.md, "PostgreSQL: which lock keeps which invariant"):
 
-- A **write** transaction begins ``READ COMMITTED`` and, in the same round trip, takes the
-  store's transaction-scoped advisory lock ``_WRITE_LOCK`` before its first read. Writers are
-  therefore executed one after another, across every process and host sharing the database;
-  each statement of a writer (at READ COMMITTED, a fresh snapshot per statement, taken after
-  the lock was granted) sees every write committed before it, and no other writer changes
-  anything until it commits. That *is* a serial execution, so every invariant the code keeps
-  in a serial execution (capacity counted in the claim, one live attempt, fencing, timers fired
-  once, idempotent delivery ids, monotonic attempt numbers and event ``seq``) holds without
-  relying on SSI. PostgreSQL releases the advisory lock only after the commit is durable
-  (``synchronous_commit`` stays on) and visible, so the next writer sees it.
-- A **read** transaction is ``REPEATABLE READ READ ONLY``: one snapshot, no locks, no
-  predicate locks, never blocks or aborts a writer. Because writers commit in lock order and
-  each becomes visible before the next one starts, any snapshot is the state after a prefix
-  of the serial order of writers: reads are serializable too (no read-only anomaly).
+- Every **write** transaction begins ``READ COMMITTED`` and, in the same round trip, takes the
+  store's transaction-scoped advisory lock ``_WRITE_LOCK``: **shared** for the row-locked
+  operations (claims, fenced attempt writes, recovery claims, accepting input, firing timers —
+  the hot path), **exclusive** for every other write. Row-locked operations run concurrently,
+  across processes and hosts; each keeps its invariants with the row locks and constraints
+  documented per invariant (the Work row, the attempt row, a capacity row per limited pool or
+  scope, ``SKIP LOCKED`` for ready Work, unique indexes). An exclusive writer still runs alone,
+  so an operation not yet converted keeps the serial execution it was written for.
+  PostgreSQL releases the lock only after the commit is durable and visible.
+- READ COMMITTED takes a fresh snapshot per statement; a statement that waited for a row lock
+  re-reads the locked row's newest version (and rechecks its ``WHERE``). So every decision is
+  made on rows read *after* their lock was granted, by a statement of its own: no lost update,
+  no stale read of a locked row, whatever committed meanwhile.
+- A **read** transaction is ``REPEATABLE READ READ ONLY``: one snapshot, no locks, never blocks
+  or aborts a writer. A read only informs; whatever it suggests is re-checked by the write.
 
-SERIALIZABLE (SSI) was the previous scheme; its page-level predicate locks on these small, hot
-tables aborted most concurrent claims as pivots, and the retries cost more than serializing.
+SERIALIZABLE (SSI) was tried first; its page-level predicate locks on these small, hot tables
+aborted most concurrent claims as pivots, and the retries cost more than serializing.
 """
 
 from __future__ import annotations
@@ -37,18 +38,21 @@ from conduit_core.errors import StoreError
 from conduit_core.storage._schema import SCHEMA_VERSION
 from conduit_core.storage._sql import Cx, Row, migrate, newer_schema_error
 from conduit_core.storage._sqlstore import SqlStore
-from conduit_core.storage._unsafe import unsafe
 
 __all__ = ["PostgresStore"]
 
 T = TypeVar("T")
 _MIGRATION_LOCK = 0x636F6E64  # "cond": serialises migrations of concurrent openers
-_WRITE_LOCK = 0x636F6E77  # "conw": held by the one write transaction running at a time
-# One round trip (simple protocol, no parameters): begin, then wait for the writers' lock
-# before any snapshot of the transaction is taken.
+# "conw": the writers' lock. Row-locked operations (see ``SqlStore.ROW_LOCKED``) take it SHARED,
+# so they run concurrently and keep their invariants with row locks; every other write takes it
+# EXCLUSIVE and so still runs alone, as in a serial execution.
+_WRITE_LOCK = 0x636F6E77
+# One round trip (simple protocol, no parameters): begin, then take the writers' lock before any
+# snapshot of the transaction is taken.
 _BEGIN_WRITE = f"BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock({_WRITE_LOCK})"
-if unsafe("capacity_lock"):  # a race detector's negative control (see _unsafe)
-    _BEGIN_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
+_BEGIN_SHARED = (
+    f"BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock_shared({_WRITE_LOCK})"
+)
 # Far above any transaction of ours (milliseconds between statements), far below a lease.
 _IDLE_IN_TRANSACTION_MS = 5_000
 _BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
@@ -69,6 +73,7 @@ def _pg_sql(sql: str) -> str:
 
 class _PgCx:
     __slots__ = ("_cur",)
+    locks_rows = True
 
     def __init__(self, cur: psycopg.Cursor[Any]) -> None:
         self._cur = cur
@@ -159,8 +164,9 @@ class PostgresStore(SqlStore):
                     migrate(_PgCx(cur), masked_url)
         return cls(conninfo, masked_url=masked_url, **options)
 
-    def transaction(self, fn: Callable[[Cx], T], *, write: bool = True) -> T:
-        return self._retried(partial(_run, fn=fn, begin=_BEGIN_WRITE if write else _BEGIN_READ))
+    def transaction(self, fn: Callable[[Cx], T], *, write: bool = True, shared: bool = False) -> T:
+        begin = (_BEGIN_SHARED if shared else _BEGIN_WRITE) if write else _BEGIN_READ
+        return self._retried(partial(_run, fn=fn, begin=begin))
 
     def read_statement(self, fn: Callable[[Cx], T]) -> T:
         """One SELECT in autocommit: a single statement is its own consistent snapshot, the

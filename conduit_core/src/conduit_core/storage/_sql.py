@@ -32,7 +32,14 @@ Row = tuple[Any, ...]
 
 
 class Cx(Protocol):
-    """One open transaction. SQL uses ``?`` placeholders; a backend translates them."""
+    """One open transaction. SQL uses ``?`` placeholders; a backend translates them.
+
+    ``FOR UPDATE [OF t] [SKIP LOCKED]`` clauses lock rows where writers run concurrently
+    (PostgreSQL); a backend with one writer at a time drops them and sets ``locks_rows`` false.
+    """
+
+    #: Whether concurrent writers exist, so invariants need row locks (see docs/architecture.md).
+    locks_rows: bool
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]: ...
 
@@ -111,13 +118,19 @@ def save_work(cx: Cx, work: Work) -> None:
     )
 
 
-def find_work(cx: Cx, work_id: str) -> Work | None:
-    row = first(cx, "SELECT data FROM conduit_work WHERE id = ?", (work_id,))
+def find_work(cx: Cx, work_id: str, *, lock: bool = False) -> Work | None:
+    """The Work; ``lock``: also lock its row until commit (every read-modify-write of a Work
+    in a write transaction locks it, so concurrent writers never lose each other's change)."""
+    sql = _WORK_FOR_UPDATE if lock else "SELECT data FROM conduit_work WHERE id = ?"
+    row = first(cx, sql, (work_id,))
     return None if row is None else Codec.work.decode(row[0])
 
 
-def load_work(cx: Cx, work_id: str) -> Work:
-    work = find_work(cx, work_id)
+_WORK_FOR_UPDATE = "SELECT data FROM conduit_work WHERE id = ? FOR UPDATE"
+
+
+def load_work(cx: Cx, work_id: str, *, lock: bool = False) -> Work:
+    work = find_work(cx, work_id, lock=lock)
     if work is None:
         raise NotFoundError("work", work_id)
     return work
@@ -173,13 +186,15 @@ def save_execution(cx: Cx, ex: Execution) -> None:
     )
 
 
-def find_execution(cx: Cx, execution_id: str) -> Execution | None:
-    row = first(cx, "SELECT data FROM conduit_execution WHERE id = ?", (execution_id,))
+def find_execution(cx: Cx, execution_id: str, *, lock: bool = False) -> Execution | None:
+    """The attempt; ``lock``: also lock its row, the attempt's mutex for every writer."""
+    sql = "SELECT data FROM conduit_execution WHERE id = ?" + (" FOR UPDATE" if lock else "")
+    row = first(cx, sql, (execution_id,))
     return None if row is None else Codec.execution.decode(row[0])
 
 
-def load_execution(cx: Cx, execution_id: str) -> Execution:
-    ex = find_execution(cx, execution_id)
+def load_execution(cx: Cx, execution_id: str, *, lock: bool = False) -> Execution:
+    ex = find_execution(cx, execution_id, lock=lock)
     if ex is None:
         raise NotFoundError("execution", execution_id)
     return ex

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -21,16 +23,25 @@ __all__ = ["SqliteStore"]
 
 T = TypeVar("T")
 _HEADER = b"SQLite format 3\x00"
+_ROW_LOCK = re.compile(r" FOR UPDATE(?: OF \w+)?(?: SKIP LOCKED)?")
+
+
+@lru_cache(maxsize=512)
+def _sqlite_sql(sql: str) -> str:
+    """SQLite has one writer at a time (``BEGIN IMMEDIATE``): row-lock clauses are moot."""
+    return _ROW_LOCK.sub("", sql)
 
 
 class _SqliteCx:
     __slots__ = ("_conn",)
+    #: One writer by nature: nothing to lock row by row (see ``Cx.locks_rows``).
+    locks_rows = False
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
-        return self._conn.execute(sql, params).fetchall()
+        return self._conn.execute(_sqlite_sql(sql), params).fetchall()
 
     def run(self, sql: str, params: tuple[Any, ...] = ()) -> int:
         return self._conn.execute(sql, params).rowcount
@@ -79,7 +90,8 @@ class SqliteStore(SqlStore):
             raise
         return store
 
-    def transaction(self, fn: Callable[[Cx], T], *, write: bool = True) -> T:
+    def transaction(self, fn: Callable[[Cx], T], *, write: bool = True, shared: bool = False) -> T:
+        # ``shared`` changes nothing here: SQLite runs one writer at a time by nature.
         begin = "BEGIN IMMEDIATE" if write else "BEGIN"
 
         def attempt() -> T:

@@ -65,11 +65,22 @@ class SqlStore(Store):
         )
 
     @abstractmethod
-    def transaction(self, fn: Callable[[Cx], T], *, write: bool = True) -> T:
-        """Run ``fn`` in one serializable transaction, retrying it on contention (blocking)."""
+    def transaction(self, fn: Callable[[Cx], T], *, write: bool = True, shared: bool = False) -> T:
+        """Run ``fn`` in one transaction, retrying it on contention (blocking). ``shared``: every
+        operation in it is row-locked (``ROW_LOCKED``), so it may run beside other writers."""
 
     async def _write(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._group.submit(partial(_bind, fn, args))
+        first_arg = args[0] if args else None
+        order = (
+            first_arg.execution_id
+            if isinstance(first_arg, Lease)
+            else first_arg
+            if isinstance(first_arg, str)
+            else ""
+        )
+        return await self._group.submit(
+            partial(_bind, fn, args), shared=fn in ROW_LOCKED, order=order
+        )
 
     def _run_batch(self, ops: list[Operation[Any]]) -> None:
         """Run a batch of writes in one transaction, each under its own savepoint."""
@@ -79,15 +90,20 @@ class SqlStore(Store):
             (op,) = ops
             op.result = op.error = None
             try:
-                op.result = self.transaction(op.fn, write=True)
+                op.result = self.transaction(op.fn, write=True, shared=op.shared)
             except Exception as exc:
                 if is_driver_error(exc):
                     raise
                 op.error = exc
             return
 
+        shared = all(op.shared for op in ops)
+        # Row-locked operations of one batch are concurrent submissions: any order is a valid
+        # one, and a sorted one makes two batches lock the attempts they share in one order.
+        ordered = sorted(ops, key=lambda op: op.order) if shared else ops
+
         def body(cx: Cx) -> None:
-            for op in ops:
+            for op in ordered:
                 op.result = op.error = None
                 cx.run("SAVEPOINT conduit_op")
                 try:
@@ -99,7 +115,7 @@ class SqlStore(Store):
                     op.error = exc
                 cx.run("RELEASE SAVEPOINT conduit_op")
 
-        self.transaction(body, write=True)
+        self.transaction(body, write=True, shared=shared)
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         call = partial(self.transaction, partial(_bind, fn, args), write=False)
@@ -406,7 +422,6 @@ class SqlStore(Store):
     async def routine_history(self, routine_id: str, *, limit: int = 50) -> list[rt.RoutineRun]:
         return await self._read(rt.routine_history, routine_id, limit)
 
-
     # --- Budgets and gates (admission) -------------------------------------------------------
 
     async def admission_candidates(
@@ -455,6 +470,30 @@ class SqlStore(Store):
 
     async def held_work(self) -> list[tuple[Hold, Work]]:
         return await self._read(_budgets.held_work)
+
+
+#: Operations that keep their invariants with row locks and constraints alone (each one's lock
+#: is named in docs/architecture.md), so a backend with concurrent writers runs them beside each
+#: other. Every other write still runs alone (PostgreSQL: the writers' lock taken exclusive).
+ROW_LOCKED: frozenset[Callable[..., Any]] = frozenset(
+    {
+        ops.create_work,
+        ops.accept_event,
+        ops.update_work,
+        ops.claim_attempts,
+        ops.claim_ready,
+        att.renew_lease,
+        att.release_lease,
+        att.claim_recovery,
+        att.update_attempt,
+        att.finish_attempt,
+        att.settle_attempt,
+        att.confirm_stopped,
+        misc.arm_timer,
+        misc.disarm_timer,
+        misc.fire_timer,
+    }
+)
 
 
 def is_driver_error(exc: BaseException) -> bool:

@@ -124,12 +124,16 @@ class Daemon:
 
     # --- process -------------------------------------------------------------------------------
 
-    def start(self, *, rescan: float = 0.2, wait: bool = True) -> Daemon:
+    def start(
+        self, *, rescan: float = 0.2, wait: bool = True, env: dict[str, str] | None = None
+    ) -> Daemon:
+        """Start the daemon; ``env`` adds variables (a test-only fault switch, say) to its own."""
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "conduit_core.cli", "daemon", "--config", str(self.config),
              "--rescan", str(rescan)],
             stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
+            env={**os.environ, **env} if env else None,
         )  # fmt: skip
         log.close()
         if wait:

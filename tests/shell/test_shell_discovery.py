@@ -23,12 +23,14 @@ from conduit_core.extension import (
     OperationError,
     OutcomeKind,
     ResourcesGoneError,
+    StopTarget,
 )
 from conduit_executors_shell import ShellExecutor
 from conduit_executors_shell._workspace import workspace_path
 from tests.shell._harness import (
     FileCallbacks,
     artifact_text,
+    is_running,
     make_context,
     new_execution_id,
     read_lines,
@@ -235,3 +237,31 @@ async def test_ids_that_sanitize_alike_keep_their_own_output_and_status(tmp_path
         result = await handle.wait()
         assert result.summary == f"exit status {status}"
         assert artifact_text(result, "stdout") == f"{execution_id}\n"
+
+
+async def test_a_stop_never_reaches_another_installations_job_of_the_same_id(
+    tmp_path: Path,
+) -> None:
+    # Two stores on one machine may both run `w1#1`; each launch's marker is its own.
+    launched = []
+    for name in ("one", "two"):
+        ctx, callbacks = make_context(
+            tmp_path, {"command": "sleep 60", "stop_grace_seconds": 1}, execution_id="w1#1",
+            state_dir=tmp_path / name, callbacks=FileCallbacks(tmp_path / f"{name}.json"),
+        )  # fmt: skip
+        executor = ShellExecutor()
+        launched.append((ctx, callbacks, executor, await executor.run(ctx)))
+    (first, first_calls, first_executor, _), (second, second_calls, second_executor, _) = launched
+    second_pid = second_calls.recorded()["process"]["pid"]  # type: ignore[index]
+
+    evidence = await first_executor.stop(first.stop_target())
+    assert evidence.verified, evidence.detail
+    assert is_running(second_pid), "the other installation's job must survive"
+    assert not is_running(first_calls.recorded()["process"]["pid"])  # type: ignore[index]
+
+    # Negative control: by the execution id alone (no metadata) the other job is reached too.
+    blind = StopTarget(execution_id="w1#1", epoch=1, work_id="work-1")
+    assert (await first_executor.stop(blind)).verified
+    assert not is_running(second_pid)
+    assert (await second_executor.stop(second.stop_target())).verified  # reaps its wrapper
+    assert tagged_processes("w1#1") == []

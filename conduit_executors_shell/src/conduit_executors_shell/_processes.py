@@ -211,15 +211,19 @@ class _Scanner:
             return False
 
     def _tagged(self, process: psutil.Process) -> bool:
-        # The tag and the launch marker are set together; either finds a job whose metadata
-        # was never recorded (a crash between starting it and persisting).
         try:
             environ = process.environ()
         except psutil.Error:
             return False
+        marker: str | None = environ.get(LAUNCH_MARKER)
+        if self._record is not None and self._record.marker is not None:
+            # The launch's own marker is unique; an execution id is not across installations
+            # (another daemon's store may run a Work of the same id on this machine).
+            return marker == self._record.marker
+        # No marker known (no metadata, or generation 1/2): the tag or a marker naming the
+        # execution finds a job whose metadata was never recorded.
         if environ.get(EXECUTION_TAG) == self._execution_id:
             return True
-        marker = environ.get(LAUNCH_MARKER)
         return marker is not None and marker_execution(marker) == self._execution_id
 
 

@@ -37,6 +37,16 @@ def test_defaults_are_safe() -> None:
         ({"image": "x", "stop_signal": "SIGNOPE"}, "$.stop_signal"),
         ({"image": "x", "timeout_seconds": 0}, "$.timeout_seconds"),
         ({"image": "x", "command": []}, "$.command"),
+        # Issue 17: these spell the result directory or the root and reached the engine.
+        ({"image": "x", "mounts": [{"source": "/a", "target": "//conduit"}]}, "$.mounts[0].target"),
+        (
+            {"image": "x", "mounts": [{"source": "/a", "target": "/./conduit"}]},
+            "$.mounts[0].target",
+        ),
+        ({"image": "x", "mounts": [{"source": "/a", "target": "/."}]}, "$.mounts[0].target"),
+        ({"image": "x", "mounts": [{"source": "/a", "target": "//"}]}, "$.mounts[0].target"),
+        ({"image": "x", "stop_grace_seconds": float("inf")}, "$.stop_grace_seconds"),
+        ({"image": "x", "timeout_seconds": float("nan")}, "$.timeout_seconds"),
     ],
 )
 def test_invalid_config_is_permanent_and_names_the_path(raw: dict[str, object], path: str) -> None:
@@ -53,3 +63,9 @@ def test_names_are_deterministic_safe_and_distinct() -> None:
     assert odd.startswith("conduit-a_b_c_")
     assert odd != container_name("a_b_c", 1)
     assert len(container_name("x" * 500, 1)) < 130
+
+
+def test_a_mount_target_beside_the_result_directory_is_accepted() -> None:
+    # The negative control for the refusals above: only the result directory and root are kept.
+    config = decode_config({"image": "x", "mounts": [{"source": "/a", "target": "/conduit-data"}]})
+    assert config.mounts[0].target == "/conduit-data"

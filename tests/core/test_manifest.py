@@ -69,3 +69,21 @@ def test_json_schema_in_manifests_folder_is_in_sync() -> None:
         "manifests/manifest.schema.json is stale; regenerate it with "
         "`python -m conduit_core.extension.schema > manifests/manifest.schema.json`"
     )
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        'schema = 1\npackage = "x"\nextra = ' + "[" * 3000 + "]" * 3000,
+        ".".join(["a"] * 3000) + " = 1",
+        'schema = 1\npackage = "x"\n[[executors]]\nname = "e"\ndescription = { a = '
+        + "{ b = " * 70 + "1" + " }" * 70 + " }\n",
+    ],
+    ids=["arrays", "dotted-key", "inline-tables"],
+)
+def test_a_deeply_nested_manifest_is_a_coded_error_not_a_recursion_error(doc: str) -> None:
+    # Was: RecursionError out of the TOML decoder (issue 17, item 6).
+    with pytest.raises(ManifestError) as info:
+        decode_manifest(doc, source="deep.toml")
+    assert info.value.code == "too_deep"
+    assert info.value.message.startswith("deep.toml: $")

@@ -19,14 +19,13 @@ from conduit_core.errors import ConfigError, UnsupportedGenerationError
 from conduit_core.plugins import Plugins
 from conduit_core.validation import (
     MAX_AMOUNT,
-    MAX_DOCUMENT_BYTES,
     MAX_SECONDS,
     NAME_PATTERN,
+    ROUTINE_ID_PATTERN,
     InvalidValueError,
     check_name,
     check_timezone,
-    check_toml_keys,
-    decode_bounded,
+    decode_toml,
 )
 
 __all__ = [
@@ -120,7 +119,7 @@ class Binding(_Section, frozen=True, kw_only=True):
 
 
 class RoutineSpec(_Section, frozen=True, kw_only=True):
-    id: Name
+    id: Annotated[str, msgspec.Meta(pattern=ROUTINE_ID_PATTERN)]
     cron: str
     binding: str
     scope: str | None = None
@@ -180,9 +179,7 @@ def load_config(path: str | Path) -> Config:
 def parse_config(data: bytes | str, *, source: str = "conduit.toml") -> Config:
     raw_bytes = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
     try:
-        # Size and key depth first: tomllib takes quadratic time over a long dotted key.
-        check_toml_keys("$", raw_bytes[: MAX_DOCUMENT_BYTES + 1].decode("utf-8", "replace"))
-        raw = decode_bounded(msgspec.toml.decode, raw_bytes, field="$")
+        raw = decode_toml(raw_bytes)
     except InvalidValueError as exc:
         raise ConfigError(f"{source}: {exc.message}", code=exc.code) from exc
     except msgspec.DecodeError as exc:

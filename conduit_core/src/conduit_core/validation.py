@@ -34,6 +34,7 @@ __all__ = [
     "MAX_SECONDS",
     "MAX_TEXT_LENGTH",
     "NAME_PATTERN",
+    "ROUTINE_ID_PATTERN",
     "TIMEZONE_MAX_LENGTH",
     "WORK_ID_PATTERN",
     "Amount",
@@ -48,12 +49,14 @@ __all__ = [
     "WorkIdStr",
     "check_depth",
     "check_name",
+    "check_payload",
     "check_size",
     "check_text",
     "check_timezone",
     "check_toml_keys",
     "check_work_id",
     "decode_bounded",
+    "decode_toml",
     "finite_number",
     "saturating_add",
 ]
@@ -67,6 +70,9 @@ ID_MAX_LENGTH: Final = 128
 WORK_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}(?!\n)$"
 #: Binding, scope, routine and budget names: as Work ids without ``:``.
 NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}(?!\n)$"
+#: Routine ids: as names, at most 100 characters, so the id of the Work a fire creates
+#: (``routine:<id>:<scheduled ms>``) stays within :data:`ID_MAX_LENGTH`.
+ROUTINE_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}(?!\n)$"
 #: Deepest nesting of arrays/objects/tables in any JSON, TOML or msgpack document.
 MAX_DEPTH: Final = 64
 #: Largest config file, manifest or job result file.
@@ -263,6 +269,17 @@ def check_depth(value: object, field: str = "$", max_depth: int = MAX_DEPTH) -> 
         stack.extend((child, depth + 1) for child in children)
 
 
+def check_payload(field: str, value: object, max_bytes: int = MAX_PAYLOAD_BYTES) -> None:
+    """An input payload within the depth and size limits (size as encoded JSON)."""
+    check_depth(value, field)
+    try:
+        size = len(msgspec.json.encode(value))
+    except (TypeError, ValueError) as exc:
+        raise InvalidValueError(field, f"not JSON-encodable: {exc}", code="invalid_json") from None
+    if size > max_bytes:
+        raise TooLargeError(field, f"larger than {max_bytes} bytes as JSON ({size} bytes)")
+
+
 def check_toml_keys(field: str, text: str) -> None:
     """Refuse a dotted TOML key of more than :data:`MAX_DEPTH` parts before it is decoded."""
     if _TOML_DEEP_KEY.search(text):
@@ -289,3 +306,16 @@ def decode_bounded(
         raise TooDeepError(field, f"nested deeper than {max_depth} levels") from None
     check_depth(value, field, max_depth)
     return value
+
+
+def decode_toml(raw: bytes, *, field: str = "$", type: Any = Any) -> Any:
+    """A TOML document (config, manifest) within the size, key-depth and nesting limits.
+
+    ``msgspec.DecodeError`` / ``ValidationError`` pass through for the caller to word.
+    """
+    check_size(field, raw, MAX_DOCUMENT_BYTES)
+    # Key depth before decoding: tomllib takes quadratic time over a long dotted key.
+    check_toml_keys(field, raw.decode("utf-8", "replace"))
+    value = decode_bounded(msgspec.toml.decode, raw, field=field)
+    # Typed only after the depth check, so a deep value is too_deep whatever its field's type.
+    return value if type is Any else msgspec.convert(value, type)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import posixpath
 import signal
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import msgspec
 
-from conduit_core.extension import OperationError
+from conduit_core.extension import MAX_SECONDS, OperationError
 
 __all__ = [
     "DEFAULT_LOG_LIMIT_BYTES",
@@ -33,9 +34,10 @@ ShellLine = Annotated[str, msgspec.Meta(min_length=1)]
 NetworkName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
 # Bytes, optionally with a b/k/m/g suffix, as `docker run --memory` takes them.
 MemorySize = Annotated[str, msgspec.Meta(pattern=r"^[0-9]+[bBkKmMgG]?$")]
-PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
-NonNegativeSeconds = Annotated[float, msgspec.Meta(ge=0)]
-PositiveCpus = Annotated[float, msgspec.Meta(gt=0)]
+# Bounded above: an infinite grace or timeout once overflowed the engine call (math.ceil(inf)).
+PositiveSeconds = Annotated[float, msgspec.Meta(gt=0, le=MAX_SECONDS)]
+NonNegativeSeconds = Annotated[float, msgspec.Meta(ge=0, le=MAX_SECONDS)]
+PositiveCpus = Annotated[float, msgspec.Meta(gt=0, le=4096)]
 ByteLimit = Annotated[int, msgspec.Meta(ge=0)]
 
 
@@ -101,7 +103,9 @@ def _check_mounts(mounts: list[MountConfig]) -> None:
                 raise msgspec.ValidationError(
                     f"path {path!r} must not contain '..' - at `$.mounts[{i}].{field}`"
                 )
-        target = mount.target.rstrip("/") or "/"
+        # Compare the path the engine will use: "//conduit", "/./conduit" and "/." name the
+        # result directory and the root as surely as "/conduit" and "/" do.
+        target = "/" + posixpath.normpath(mount.target).lstrip("/")
         if target == "/" or target == RESULT_MOUNT or target.startswith(RESULT_MOUNT + "/"):
             raise msgspec.ValidationError(
                 f"target {mount.target!r} would hide the root or the executor's result directory "

@@ -48,8 +48,8 @@ def check(file: Path, as_json: bool) -> None:
 @click.option(
     "--get",
     type=click.Choice(["data_dir", "store", "token_file", "pid_file"]),
-    help="Print only this path (for scripts: TOKEN=$(cat \"$(conduit config paths F --get "
-    "token_file)\")).",
+    help='Print only this path (for scripts: TOKEN=$(cat "$(conduit config paths F --get '
+    'token_file)")).',
 )
 def paths(file: Path, get: str | None) -> None:
     """Where the daemon for FILE keeps its state: data dir, store, token and pid file."""

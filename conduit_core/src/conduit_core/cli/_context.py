@@ -40,6 +40,7 @@ from conduit_core.model import WorkStatus
 from conduit_core.plugins import Plugins
 from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock
 from conduit_core.storage import open_store
+from conduit_core.validation import MAX_PAYLOAD_BYTES, decode_bounded
 
 __all__ = [
     "CONFIG_ENV",
@@ -158,6 +159,11 @@ def parse_json_option(text: str | None, what: str) -> Any:
     if text is None:
         return None
     try:
-        return msgspec.json.decode(text)
+        # click hands undecodable argv bytes over as lone surrogates.
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConduitError(f"{what} is not valid UTF-8", code="invalid_json") from None
+    try:
+        return decode_bounded(msgspec.json.decode, raw, field=what, max_bytes=MAX_PAYLOAD_BYTES)
     except msgspec.DecodeError as exc:
         raise ConduitError(f"{what} is not valid JSON: {exc}", code="invalid_json") from exc

@@ -25,7 +25,6 @@ from conduit_core.storage import Claim, Store
 __all__ = ["RoutinesHost"]
 
 
-
 class RoutinesHost:
     """Owns the ticker and the schedule multiplexer of one daemon."""
 

@@ -71,6 +71,7 @@ from conduit_core.extension._schedules import (
 )
 from conduit_core.validation import (
     MAX_DEPTH,
+    MAX_SECONDS,
     InvalidIdError,
     InvalidNumberError,
     InvalidValueError,
@@ -84,6 +85,7 @@ from conduit_core.validation import (
 # configs are re-exported here so a plugin refuses values with the same codes as the core.
 __all__ = [
     "MAX_DEPTH",
+    "MAX_SECONDS",
     "InvalidIdError",
     "InvalidNumberError",
     "InvalidValueError",

@@ -15,6 +15,7 @@ import msgspec
 
 from conduit_core.errors import ManifestError
 from conduit_core.extension._executor import Capability
+from conduit_core.validation import InvalidValueError, decode_toml
 
 __all__ = [
     "MANIFEST_FILENAME",
@@ -70,7 +71,9 @@ def decode_manifest(data: bytes | str, *, source: str) -> Manifest:
     """Decode and validate a manifest; errors name ``source`` and the field's ``$.path``."""
     raw = data.encode() if isinstance(data, str) else data
     try:
-        manifest = msgspec.toml.decode(raw, type=Manifest)
+        manifest: Manifest = decode_toml(raw, type=Manifest)
+    except InvalidValueError as exc:  # too deep or too large: was a RecursionError
+        raise ManifestError(f"{source}: {exc.message}", code=exc.code) from exc
     except msgspec.ValidationError as exc:
         raise ManifestError(f"{source}: {exc}") from exc
     except msgspec.DecodeError as exc:

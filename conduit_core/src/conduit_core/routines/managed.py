@@ -30,6 +30,7 @@ from conduit_core.routines.sources import (
 )
 from conduit_core.runtime import Clock
 from conduit_core.storage import RoutineRun, Store
+from conduit_core.validation import MAX_SECONDS, finite_number
 
 __all__ = ["ConduitRoutineSource", "InvalidRoutineIdError", "new_routine"]
 
@@ -147,6 +148,9 @@ class ConduitRoutineSource:
         return SourceRead(records=[self._record(r) for r in routines])
 
     async def add(self, request: ScheduleCreate, *, from_config: bool = False) -> Routine:
+        # A request built in code (CLI direct mode) skipped the decoder's bounds: re-check the
+        # number, so `--grace-seconds nan` is refused here as it is over HTTP.
+        finite_number("grace_seconds", request.grace_seconds, minimum=0, maximum=MAX_SECONDS)
         routine = new_routine(
             request,
             now_ms=self.clock.now_ms(),

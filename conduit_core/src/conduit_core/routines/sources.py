@@ -35,7 +35,7 @@ from conduit_core.routines.errors import (
     ScheduleNotFoundError,
     SourceUnavailableError,
 )
-from conduit_core.validation import TIMEZONE_MAX_LENGTH, NameStr, Seconds
+from conduit_core.validation import ROUTINE_ID_PATTERN, TIMEZONE_MAX_LENGTH, NameStr, Seconds
 
 __all__ = [
     "Domain",
@@ -88,7 +88,8 @@ class ScheduleCreate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     timezone: _Zone = "UTC"
     domain: Domain = "conduit"
     source: _Ident | None = None
-    id: _Ident | None = None
+    #: At most 100 characters: a fire's Work id ``routine:<id>:<ms>`` must fit in 128.
+    id: Annotated[str, msgspec.Meta(pattern=ROUTINE_ID_PATTERN)] | None = None
     scope: _Ident | None = None
     target: WorkTemplate | None = None
     misfire: MisfirePolicy = MisfirePolicy.COALESCE

@@ -177,4 +177,3 @@ def _target(ex: Execution, *, epoch: int | None = None) -> StopTarget:
         config=dict(ex.snapshot.binding_config),
         recovery=ex.recovery,
     )
-

@@ -50,6 +50,7 @@ from conduit_core.runtime._holder import HeldLease, LeaseKeeper, hold_lease
 from conduit_core.runtime._inputs import INPUT_EVENT_TYPE, presented
 from conduit_core.runtime._options import SchedulerOptions
 from conduit_core.storage import Claim, ClaimRefusal, ClaimRequest, Store
+from conduit_core.validation import check_payload, check_work_id
 
 __all__ = ["Attempt", "Scheduler"]
 
@@ -550,7 +551,11 @@ class Scheduler:
     # --- input, timers, retry ------------------------------------------------------------------
 
     async def submit(self, work: Work, first_input: Event | None = None) -> Work:
-        """Create Work with its first input (the binding must exist)."""
+        """Create Work with its first input (the binding must exist). Every door (HTTP, CLI
+        direct mode, Routines) comes through here, so the id grammar is enforced here."""
+        check_work_id(work.id, "id")
+        if first_input is not None:
+            check_payload("$.input", first_input.payload)
         if work.binding not in self.options.bindings:
             raise ConduitError(f"unknown binding {work.binding!r}", code="unknown_binding")
         return await self.store.create_work(work, first_input=first_input)
@@ -569,6 +574,7 @@ class Scheduler:
         Returns the stored event and the claims of resumed attempts (run them with
         :meth:`run_resumed`).
         """
+        check_payload("$.payload", event.payload)
         return await _wakes.accept_input(self, event)
 
     async def run_resumed(self, claim: Claim) -> Execution:

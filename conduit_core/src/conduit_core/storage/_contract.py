@@ -647,7 +647,6 @@ class Store(ABC):
     async def routine_history(self, routine_id: str, *, limit: int = 50) -> list[RoutineRun]:
         """The Routine's fires, newest first."""
 
-
     # --- Budgets and gates (admission) -------------------------------------------------------
 
     @abstractmethod

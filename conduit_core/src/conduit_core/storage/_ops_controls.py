@@ -100,9 +100,7 @@ def drop_inputs(cx: Cx, work_id: str, input_ids: Sequence[str]) -> int:
     """Take inputs out of the Work's pending queue (consumed, or dropped by a control)."""
     dropped = 0
     for event_id in input_ids:
-        row = first(
-            cx, "SELECT data FROM conduit_event WHERE id = ? AND pending = 1", (event_id,)
-        )
+        row = first(cx, "SELECT data FROM conduit_event WHERE id = ? AND pending = 1", (event_id,))
         if row is None:
             continue
         event = msgspec.structs.replace(Codec.event.decode(row[0]), pending=False)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import secrets
 from collections.abc import Callable
 
@@ -25,7 +24,6 @@ from conduit_core.model import (
 from conduit_core.storage._contract import NotEligibleError, StaleDispatchError, WorkChange
 from conduit_core.storage._ops_work import accept_event
 from conduit_core.storage._sql import Codec, Cx, changed_work, dump, first, load_work, save_work
-from conduit_core.validation import AMOUNT_CEILING
 
 _OPEN_CONTROL = (ControlStatus.PENDING, ControlStatus.DISPATCHING)
 
@@ -204,25 +202,7 @@ def settle_control(
 
 def get_ledger(cx: Cx, key: str) -> BudgetLedger | None:
     row = first(cx, "SELECT data FROM conduit_budget_ledger WHERE key = ?", (key,))
-    return None if row is None else decode_ledger(row[0])
-
-
-def decode_ledger(data: str | bytes) -> BudgetLedger:
-    """A stored ledger; one whose ``used`` overflowed (stored as ``null`` by an older release)
-    reads as exhausted at the ceiling, so it refuses its own budget's Work and stops nothing else.
-    """
-    try:
-        return Codec.ledger.decode(data)
-    except msgspec.ValidationError:
-        raw = msgspec.json.decode(data)
-        if not isinstance(raw, dict):
-            raise
-        used = raw.get("used")
-        if isinstance(used, (int, float)) and not isinstance(used, bool) and math.isfinite(used):
-            raise
-        raw["used"] = AMOUNT_CEILING
-        raw["exceeded"] = True
-        return msgspec.convert(raw, BudgetLedger)
+    return None if row is None else Codec.ledger.decode(row[0])
 
 
 def update_ledger(
@@ -239,7 +219,7 @@ def update_ledger(
 
 def list_ledgers(cx: Cx) -> list[BudgetLedger]:
     rows = cx.rows("SELECT data FROM conduit_budget_ledger ORDER BY key")
-    return [decode_ledger(r[0]) for r in rows]
+    return [Codec.ledger.decode(r[0]) for r in rows]
 
 
 def record_config_generation(cx: Cx, digest: str, now_ms: int) -> ConfigGeneration:

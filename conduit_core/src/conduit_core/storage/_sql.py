@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 
@@ -26,6 +26,7 @@ from conduit_core.model import (
     WorkStatus,
 )
 from conduit_core.storage._schema import META_DDL, MIGRATIONS, SCHEMA_VERSION, STORE_KIND
+from conduit_core.validation import AMOUNT_CEILING
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
@@ -57,6 +58,36 @@ def dump(record: msgspec.Struct) -> str:
     return _encoder.encode(record).decode()
 
 
+R = TypeVar("R", bound=msgspec.Struct)
+
+
+class _Repairing(Generic[R]):
+    """A record decoder that reads a float an older release stored as ``null`` (``nan`` and
+    ``inf`` encode so) as a safe value, instead of failing every read of the table."""
+
+    def __init__(self, typ: type[R], repairs: dict[str, dict[str, Any]]) -> None:
+        self._type = typ
+        self._strict = msgspec.json.Decoder(typ)
+        self._repairs = repairs
+
+    def decode(self, data: str | bytes) -> R:
+        try:
+            return self._strict.decode(data)
+        except msgspec.ValidationError:
+            raw = msgspec.json.decode(data)
+            if not isinstance(raw, dict):
+                raise
+            fixes = {
+                key: value
+                for name, patch in self._repairs.items()
+                if name in raw and raw[name] is None
+                for key, value in patch.items()
+            }
+            if not fixes:
+                raise
+            return msgspec.convert({**raw, **fixes}, self._type)
+
+
 class Codec:
     """One reusable decoder per record type."""
 
@@ -67,9 +98,11 @@ class Codec:
     hold = msgspec.json.Decoder(Hold)
     wait = msgspec.json.Decoder(Wait)
     control = msgspec.json.Decoder(ControlIntent)
-    ledger = msgspec.json.Decoder(BudgetLedger)
+    #: An overflowed ledger reads as exhausted: it refuses its own budget's Work, nothing else.
+    ledger = _Repairing(BudgetLedger, {"used": {"used": AMOUNT_CEILING, "exceeded": True}})
     generation = msgspec.json.Decoder(ConfigGeneration)
-    routine = msgspec.json.Decoder(Routine)
+    #: A stored non-finite grace (accepted before issue 17) reads as the default.
+    routine = _Repairing(Routine, {"grace_seconds": {"grace_seconds": 60.0}})
 
 
 def first(cx: Cx, sql: str, params: tuple[Any, ...] = ()) -> Row | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -48,7 +49,17 @@ async def event_types(store: Store, work_id: str) -> list[str]:
     return [e.type for e in await store.work_events(work_id) if e.type.startswith("core.")]
 
 
+_turns = itertools.count(100)
+
+
+async def feed(sched: Scheduler, work_id: str) -> None:
+    """One more turn for standing Work, which idles without pending input."""
+    if not (await sched.store.get_work(work_id)).pending_inputs:
+        await sched.accept_input(input_event(work_id, next(_turns)))
+
+
 async def run_one(sched: Scheduler, work_id: str) -> Claim:
+    await feed(sched, work_id)
     claim = await sched.claim(work_id)
     await sched.run_attempt(claim)
     return claim
@@ -77,6 +88,7 @@ async def test_budget_warns_holds_with_its_reason_and_releases_one_turn(
     assert exceeded.payload["work"] == work.id
     assert exceeded.payload["used"] == 2
 
+    await feed(sched, work.id)
     with pytest.raises(NotEligibleError) as refused:
         await sched.claim(work.id)
     assert refused.value.code == "over_budget"
@@ -94,7 +106,7 @@ async def test_budget_warns_holds_with_its_reason_and_releases_one_turn(
 
     # Input keeps queueing while held; a held Work is never claimed.
     await sched.accept_input(input_event(work.id, 2))
-    assert (await store.get_work(work.id)).pending_inputs == 1
+    assert (await store.get_work(work.id)).pending_inputs == 2  # the refused turn's and this
     claims, refusals = await sched.claim_ready(10)
     assert claims == []
     assert refusals == []
@@ -107,6 +119,7 @@ async def test_budget_warns_holds_with_its_reason_and_releases_one_turn(
     assert [c.work.id for c in claims] == [work.id]
     assert not claims[0].work.budget_pass
     await sched.run_attempt(claims[0])
+    await feed(sched, work.id)
     with pytest.raises(NotEligibleError) as again:
         await sched.claim(work.id)
     assert again.value.code == "over_budget"
@@ -159,6 +172,7 @@ async def test_executor_usage_is_staged_once_and_charged_at_the_next_start_or_se
 
     await sched.accept_input(input_event(work.id, 2, {"units": {"minutes": 3}}))
     await run_one(sched, work.id)  # 6 of 5 minutes, charged at the next start
+    await feed(sched, work.id)
     with pytest.raises(NotEligibleError) as refused:
         await sched.claim(work.id)
     assert refused.value.code == "over_budget"
@@ -177,6 +191,7 @@ async def test_a_day_budget_starts_a_new_ledger_and_new_notices_each_utc_day(
     sched = make_scheduler(budgets=(daily,))
     work = await submit(sched, kind=WorkKind.STANDING)
     await run_one(sched, work.id)
+    await feed(sched, work.id)
     with pytest.raises(NotEligibleError):
         await sched.claim(work.id)
     clock.advance(DAY_MS)

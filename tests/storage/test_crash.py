@@ -24,11 +24,13 @@ import sys, threading
 from pathlib import Path
 from conduit_core.storage import ClaimRequest, open_store_sync
 from conduit_core.storage import _ops_work as ops
-from conduit_core.storage.conformance import make_work, snapshot
+from conduit_core.storage.conformance import make_input, make_work, snapshot
 
 url, signal_file = sys.argv[1], Path(sys.argv[2])
 store = open_store_sync(url)
-store.transaction(lambda cx: ops.create_work(cx, make_work("committed"), None))
+store.transaction(
+    lambda cx: ops.create_work(cx, make_work("committed"), make_input("committed"))
+)
 
 def half_done(cx):
     ops.create_work(cx, make_work("torn"), None)

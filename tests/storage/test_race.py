@@ -12,7 +12,7 @@ import pytest
 
 from conduit_core.storage import open_store
 from conduit_core.storage._race import HeldWindow, check_no_overlap, max_overlap, run_race
-from conduit_core.storage.conformance import make_work
+from conduit_core.storage.conformance import make_input, make_work
 
 pytestmark = pytest.mark.anyio
 
@@ -24,7 +24,7 @@ async def _capacity_race(url: str, *, create: bool = True) -> list[HeldWindow]:
         store = await open_store(url)
         try:
             for i in range(6):
-                await store.create_work(make_work(f"w{i}"))
+                await store.create_work(make_work(f"w{i}"), first_input=make_input(f"w{i}"))
         finally:
             await store.aclose()
     return await anyio.to_thread.run_sync(
@@ -37,7 +37,7 @@ async def test_processes_never_hold_two_live_attempts_of_one_work(store_url: str
     work_ids = [f"w{i}" for i in range(3)]
     try:
         for work_id in work_ids:
-            await store.create_work(make_work(work_id))
+            await store.create_work(make_work(work_id), first_input=make_input(work_id))
         windows = await anyio.to_thread.run_sync(
             lambda: run_race(store_url, work_ids, mode="pick", processes=RACERS, rounds=20)
         )

@@ -17,7 +17,6 @@ from conduit_core.model import (
     ExecutionStatus,
     Lease,
     Work,
-    WorkKind,
     WorkStatus,
 )
 from conduit_core.storage._contract import (
@@ -39,6 +38,7 @@ from conduit_core.storage._sql import (
     first_segment,
     insert_execution,
     insert_work,
+    is_claimable,
     load_work,
     next_counter,
     put_lease,
@@ -272,7 +272,8 @@ def ineligibility(work: Work) -> str | None:
         return f"work {work.id!r} is backing off (retry timer {work.retry_timer_id!r})"
     if work.blocked_reason is not None:
         return f"work {work.id!r} is blocked ({work.blocked_reason})"
-    if work.pending_inputs <= 0 and work.kind is not WorkKind.STANDING:
+    if work.pending_inputs <= 0:
+        # Standing Work too: it idles until its next input (see is_claimable).
         return f"work {work.id!r} has no pending input"
     return None
 
@@ -437,7 +438,15 @@ def claim_ready(
     lease_ms: int,
     capacity: CapacityLimits | None,
 ) -> list[Claim | ClaimRefusal]:
-    pinned = [(work, snapshot_for(work)) for work in ready_work(cx, limit, None, lock=True)]
+    ready: list[Work] = []
+    for work in ready_work(cx, limit, None, lock=True):
+        if is_claimable(work):
+            ready.append(work)
+        else:
+            # A row whose column was written under an older rule (idle standing Work counted
+            # as claimable): rewrite it, which recomputes the column, and pass it by.
+            save_work(cx, work)
+    pinned = [(work, snapshot_for(work)) for work in ready]
     requests = [(w, ClaimRequest(work_id=w.id, snapshot=s)) for w, s in pinned if s is not None]
     slots = Slots(cx, capacity) if capacity is not None else None
     if slots is not None:  # every limit this batch may need, locked at once in one order

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from conduit_core.model import AttemptSnapshot, ExecutionStatus, Work, WorkStatus
+from conduit_core.model import AttemptSnapshot, Event, ExecutionStatus, Work, WorkStatus
 from conduit_core.storage._contract import (
     AttemptEnd,
     CapacityLimits,
@@ -53,6 +53,14 @@ def _ready(work: Work) -> Work:
     from msgspec.structs import replace
 
     return replace(work, status=WorkStatus.READY)
+
+
+def _next_input(claim: Claim) -> Event:
+    ident = f"race/{claim.execution.work_id}/{claim.execution.attempt}"
+    return Event(
+        id=ident, delivery_id=ident, type="race", work_id=claim.execution.work_id, pending=True,
+        accepted_at_ms=_now_ms(),
+    )  # fmt: skip
 
 
 async def _claim(
@@ -97,6 +105,8 @@ def race_worker(
                 held_until = time.monotonic_ns()
                 end = AttemptEnd(status=ExecutionStatus.COMPLETED, exclusion_confirmed=True)
                 await handle.finish_attempt(claim.lease, end, now_ms=_now_ms(), work=_ready)
+                # The next round needs input: standing Work idles without it.
+                await handle.accept_event(_next_input(claim))
                 windows.append(
                     (claim.execution.work_id, claim.execution.attempt, held_from, held_until)
                 )

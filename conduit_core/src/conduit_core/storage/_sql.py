@@ -22,7 +22,6 @@ from conduit_core.model import (
     Timer,
     Wait,
     Work,
-    WorkKind,
     WorkStatus,
 )
 from conduit_core.storage._schema import META_DDL, MIGRATIONS, SCHEMA_VERSION, STORE_KIND
@@ -114,12 +113,16 @@ def first(cx: Cx, sql: str, params: tuple[Any, ...] = ()) -> Row | None:
 
 
 def is_claimable(work: Work) -> bool:
-    """Whether Work may start by itself now; kept in a column with a partial index."""
+    """Whether Work may start by itself now; kept in a column with a partial index.
+
+    Every kind needs pending input, standing Work too: a standing Work is idle (ready, not
+    claimable) after an attempt until its next input or a Routine's fire arrives. (It was
+    claimable without input and re-ran without pause.)"""
     return (
         work.status is WorkStatus.READY
         and work.retry_timer_id is None
         and work.blocked_reason is None
-        and (work.pending_inputs > 0 or work.kind is WorkKind.STANDING)
+        and work.pending_inputs > 0
     )
 
 

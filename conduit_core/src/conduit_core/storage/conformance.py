@@ -56,6 +56,7 @@ from conduit_core.storage._race import check_no_overlap, max_overlap, run_race
 
 __all__ = [
     "StoreFactory",
+    "make_input",
     "make_work",
     "pytestmark",
     "snapshot",
@@ -124,6 +125,12 @@ def make_work(work_id: str, *, scope: str = "root", kind: WorkKind = WorkKind.ST
     return Work(id=work_id, scope=scope, binding="b", kind=kind, created_at_ms=T0, updated_at_ms=T0)
 
 
+def make_input(n: str, work_id: str | None = None) -> Event:
+    """A pending input ``ev-<n>`` (a Work's first input when ``work_id`` is None): Work of every
+    kind, standing included, is claimable only with pending input."""
+    return _event(n, work_id)
+
+
 def _event(n: str, work_id: str | None = None) -> Event:
     return Event(
         id=f"ev-{n}", delivery_id=f"d-{n}", type="t", work_id=work_id, pending=True,
@@ -135,7 +142,19 @@ def _ready(w: Work) -> Work:
     return msgspec.structs.replace(w, status=WorkStatus.READY)
 
 
+async def _feed(store: Store, work_id: str) -> None:
+    """Give ``work_id`` one pending input unless it has one: a standing Work idles without input
+    (it is claimable only with pending input, like every kind)."""
+    if not await store.pending_inputs(work_id):
+        _FED[work_id] = _FED.get(work_id, 0) + 1
+        await store.accept_event(_event(f"feed-{work_id}-{_FED[work_id]}", work_id))
+
+
+_FED: dict[str, int] = {}
+
+
 async def _claim(store: Store, work_id: str, now: int = T0, pool: str | None = None) -> Claim:
+    await _feed(store, work_id)
     return await store.claim_attempt(
         ClaimRequest(work_id=work_id, snapshot=snapshot(pool)),
         owner="test",
@@ -422,8 +441,8 @@ async def test_config_generation_is_monotonic_and_idempotent(store: Store) -> No
 
 async def test_capacity_limits_count_pools_scopes_and_unconfirmed_exclusion(store: Store) -> None:
     for i in range(4):
-        await store.create_work(make_work(f"j{i}", scope="team/a"))
-        await store.create_work(make_work(f"g{i}", scope="team/b"))
+        await store.create_work(make_work(f"j{i}", scope="team/a"), first_input=_event(f"j{i}"))
+        await store.create_work(make_work(f"g{i}", scope="team/b"), first_input=_event(f"g{i}"))
     limits = CapacityLimits(
         global_limit=2,
         pool_limits={"jobs": 1},
@@ -465,7 +484,7 @@ async def test_capacity_limits_count_pools_scopes_and_unconfirmed_exclusion(stor
 async def test_capacity_never_exceeded_by_two_racing_claimers(store_factory: StoreFactory) -> None:
     a, b = await store_factory.open(), await store_factory.open()
     for i in range(12):
-        await a.create_work(make_work(f"w{i:02}"))
+        await a.create_work(make_work(f"w{i:02}"), first_input=_event(f"w{i:02}"))
     limits = CapacityLimits(global_limit=3)
     claimed: list[Claim] = []
 
@@ -557,7 +576,7 @@ async def test_one_live_attempt_per_work_across_processes(store_factory: StoreFa
     work_ids = [f"w{i}" for i in range(3)]
     try:
         for work_id in work_ids:
-            await handle.create_work(make_work(work_id))
+            await handle.create_work(make_work(work_id), first_input=_event(work_id))
         windows = await anyio.to_thread.run_sync(
             lambda: run_race(store_factory.url or "", work_ids, mode="pick", processes=4, rounds=8)
         )
@@ -579,7 +598,7 @@ async def test_capacity_never_exceeded_across_processes(store_factory: StoreFact
     handle = await store_factory.open()
     try:
         for i in range(6):
-            await handle.create_work(make_work(f"w{i}"))
+            await handle.create_work(make_work(f"w{i}"), first_input=_event(f"w{i}"))
         rounds = 8
         windows = await anyio.to_thread.run_sync(
             lambda: run_race(

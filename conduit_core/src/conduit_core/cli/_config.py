@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from conduit_core.config import ROOT_SCOPE, check_against_plugins, load_config
-from conduit_core.daemon import DaemonPaths
+from conduit_core.daemon import DaemonPaths, check_routine_specs
 from conduit_core.plugins import Plugins
 
 
@@ -24,6 +24,7 @@ def check(file: Path, as_json: bool) -> None:
     """Validate FILE against the schema and the installed plugins (exit 0 when usable)."""
     config = load_config(file)
     check_against_plugins(config, Plugins.load())
+    check_routine_specs(config)
     summary = {
         "file": str(file),
         "digest": config.digest,

@@ -4,6 +4,7 @@ from conduit_core.daemon._host import HostLoop, PassStep
 from conduit_core.daemon._logging import LogFormat, configure_logging
 from conduit_core.daemon._netfs import check_local_filesystem, filesystem_type
 from conduit_core.daemon._paths import DaemonPaths, is_postgres
+from conduit_core.daemon._routines import check_routine_specs
 from conduit_core.daemon._run import Daemon
 from conduit_core.daemon._wake import WAKE_CHANNEL, PgWakeChannel, Waker, notify_sync
 
@@ -17,6 +18,7 @@ __all__ = [
     "PgWakeChannel",
     "Waker",
     "check_local_filesystem",
+    "check_routine_specs",
     "configure_logging",
     "filesystem_type",
     "is_postgres",

@@ -11,18 +11,32 @@ from anyio.abc import TaskStatus
 
 from conduit_core.config import Config
 from conduit_core.daemon._host import HostLoop
+from conduit_core.errors import ConduitError, ConfigError
 from conduit_core.routines import (
     ConduitRoutineSource,
     CrontabSource,
     ScheduleMultiplexer,
     Ticker,
     is_fired_by_routine,
+    parse_spec,
     reconcile_routines,
 )
 from conduit_core.runtime import Clock, Scheduler
 from conduit_core.storage import Claim, Store
 
-__all__ = ["RoutinesHost"]
+__all__ = ["RoutinesHost", "check_routine_specs"]
+
+
+def check_routine_specs(config: Config) -> None:
+    """Every ``[[routines]]`` cron spec parses in its timezone: checked by ``config check``, at
+    start and before a reload swaps anything in, so a bad spec never lands half-applied."""
+    for i, routine in enumerate(config.routines):
+        try:
+            parse_spec(routine.cron, routine.timezone)
+        except ConduitError as exc:
+            raise ConfigError(
+                f"{config.source}: $.routines[{i}].cron: {exc.message}", code=exc.code
+            ) from exc
 
 
 class RoutinesHost:

@@ -20,7 +20,7 @@ from conduit_core.config import Config, check_against_plugins, load_config
 from conduit_core.daemon._host import HostLoop
 from conduit_core.daemon._netfs import check_local_filesystem
 from conduit_core.daemon._paths import DaemonPaths, is_postgres
-from conduit_core.daemon._routines import RoutinesHost
+from conduit_core.daemon._routines import RoutinesHost, check_routine_specs
 from conduit_core.daemon._wake import PgWakeChannel, Waker
 from conduit_core.errors import ConduitError
 from conduit_core.http import ApiService, create_app, ensure_token, split_listen
@@ -112,6 +112,7 @@ class Daemon:
     def _load(self, plugins: Plugins) -> Config:
         config = load_config(self.config_path)
         check_against_plugins(config, plugins)
+        check_routine_specs(config)
         return config
 
     async def _scheduler(
@@ -263,6 +264,9 @@ class Daemon:
         except ConduitError as exc:
             log.error("reload refused, the running config stays: [%s] %s", exc.code, exc.message)
             return
+        except Exception as exc:  # a reload never takes a running daemon down
+            log.error("reload refused, the running config stays: %s: %s", type(exc).__name__, exc)
+            return
         if (new_paths.store, new_paths.listen, new_paths.unix_socket, new_paths.token_file) != (
             paths.store,
             paths.listen,
@@ -274,7 +278,10 @@ class Daemon:
         self.service.config = config
         self.service.scheduler = scheduler
         if self.routines is not None:
-            await self.routines.reload(config, scheduler)
+            try:
+                await self.routines.reload(config, scheduler)
+            except Exception as exc:  # the ledger follows on the next reload or restart
+                log.error("reload: routines not reconciled: %s: %s", type(exc).__name__, exc)
         log.info("config reloaded config_generation=%s", scheduler.options.config_generation)
 
 

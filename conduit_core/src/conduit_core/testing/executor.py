@@ -103,7 +103,7 @@ class ExecutorSubject:
     invalid_config: Mapping[str, Any]
     #: What still exists for an execution id (processes, containers): empty once it is settled.
     live_resources: Callable[[str], Sequence[str]]
-    #: A historical generation to check pinning with (None: the pinning case is skipped).
+    #: A historical generation to check pinning with (None: the current one is pinned).
     historical_generation: int | None = None
     #: The job's pids are host pids (a process executor), so the suite checks them itself too.
     host_pids: bool = True
@@ -387,12 +387,13 @@ class _SpyPlugins(Plugins):
 async def test_generation_pinning_recovers_with_the_pinned_generation(
     executor_world: _World,
 ) -> None:
-    historical = executor_world.subject.historical_generation
-    if historical is None:
-        pytest.skip("the subject names no historical generation")
+    # Without a historical generation this still checks the rule: recovery asks the plugins for
+    # exactly the pinned generation, never "whatever is current".
+    info = Plugins.load().executor_info(executor_world.subject.executor)
+    pinned = executor_world.subject.historical_generation or info.generation
     script = executor_world.jobs.until_go()
-    attempt = await _launch(executor_world, script, generation=historical)
-    assert attempt.execution.snapshot.executor_generation == historical
+    attempt = await _launch(executor_world, script, generation=pinned)
+    assert attempt.execution.snapshot.executor_generation == pinned
     await wait_for(executor_world.jobs.ready, "the job to start", WAIT_SECONDS)
     spy = cast(_SpyPlugins, _SpyPlugins.load())
     spy.asked = []
@@ -409,8 +410,8 @@ async def test_generation_pinning_recovers_with_the_pinned_generation(
     [ex] = results
     assert ex.status is ExecutionStatus.COMPLETED, _explain(ex)
     asked = {gen for name, gen in spy.asked if name == executor_world.subject.executor}
-    assert asked == {historical}
-    assert ex.snapshot.executor_generation == historical
+    assert asked == {pinned}
+    assert ex.snapshot.executor_generation == pinned
     assert executor_world.jobs.side_effects() == 1
 
 
@@ -480,9 +481,22 @@ async def crash_and_recover(
 
 @pytest.mark.parametrize("point", LAUNCH_POINTS)
 async def test_crash_at_each_launch_point_runs_the_job_once(
-    point: CrashPoint, executor_subject: ExecutorSubject, tmp_path: Path
+    point: CrashPoint, executor_world: _World
 ) -> None:
-    out = await crash_and_recover(executor_subject, point, tmp_path)
+    killed: list[str] = []
+    try:
+        out = await crash_and_recover(
+            executor_world.subject, point, executor_world.root, after_kill=killed.append
+        )
+        _check_crash_outcome(point, out, executor_world.subject)
+    finally:
+        # Whatever the outcome, the teardown stops what the hosts started.
+        for work_id in killed:
+            for ex in await executor_world.store.list_executions(work_id):
+                executor_world.track(ex)
+
+
+def _check_crash_outcome(point: CrashPoint, out: CrashOutcome, subject: ExecutorSubject) -> None:
     explained = "; ".join(_explain(ex) for ex in out.executions)
     if point in (CrashPoint.BEFORE_INTENT, CrashPoint.AFTER_INTENT):
         # The intent is written before anything starts: at these points nothing has.
@@ -499,4 +513,4 @@ async def test_crash_at_each_launch_point_runs_the_job_once(
         assert relaunched, "nothing had started, so recovery should have relaunched"
     else:
         assert not relaunched, "the job had started, so recovery should have adopted it"
-    assert executor_subject.live_resources(ex.id) == []
+    assert subject.live_resources(ex.id) == []

@@ -5,7 +5,11 @@ from __future__ import annotations
 import itertools
 import json
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
+
+import pytest
 
 from .conftest import Daemon, wait_for
 
@@ -89,3 +93,50 @@ def test_an_every_second_routine_with_a_short_job_fires_every_second(
     assert all(gap % 1000 == 0 for gap in gaps), gaps
     assert gaps.count(1000) >= len(gaps) - 1, gaps
     assert max(gaps) <= 3000, gaps
+
+
+BAD_ROUTINES = {
+    # (what the file declares, the coded error, the key path named)
+    "one-value-range-with-L": ('cron = "0 9 L * *"', "invalid_cron_spec", "$.routines[0].cron"),
+    "backwards-range": ('cron = "0 22-2 * * *"', "invalid_cron_spec", "$.routines[0].cron"),
+    "once-year-10000": (
+        'cron = "once@9999-12-31T23:59:59-23:59"',
+        "invalid_cron_spec",
+        "$.routines[0].cron",
+    ),
+    "unknown-zone": (
+        'cron = "0 9 * * *"\ntimezone = "Mars/Olympus"',
+        "invalid_timezone",
+        "$.routines[0]",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ROUTINES))
+def test_a_bad_routine_fails_config_check_and_daemon_start_with_one_coded_error(
+    make_daemon: Callable[..., Daemon], case: str
+) -> None:
+    """issue 16 rough edge 1: ``config check`` said ok and the daemon dropped the Routine with
+    only a warning. Now both refuse the file, with the same code, naming the key."""
+    declared, code, key = BAD_ROUTINES[case]
+    daemon = make_daemon(extra=f'[[routines]]\nid = "r"\nbinding = "ok"\n{declared}\n')
+    checked = subprocess.run(
+        [sys.executable, "-m", "conduit_core.cli", "config", "check", str(daemon.config)],
+        capture_output=True, text=True, timeout=60, cwd=daemon.root,
+    )  # fmt: skip
+    assert checked.returncode != 0, checked.stdout
+    assert f"[{code}]" in checked.stderr
+    assert key in checked.stderr
+    daemon.start(wait=False)
+    assert daemon.wait_exit(timeout=60) != 0
+    assert f"[{code}]" in daemon.log()
+    assert key in daemon.log()
+    # Negative control: the same file with a good Routine passes and the daemon serves.
+    daemon.write_config(extra='[[routines]]\nid = "r"\nbinding = "ok"\ncron = "0 9 * * *"\n')
+    ok = subprocess.run(
+        [sys.executable, "-m", "conduit_core.cli", "config", "check", str(daemon.config)],
+        capture_output=True, text=True, timeout=60, cwd=daemon.root,
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    daemon.start()
+    assert daemon.show(daemon.submit("ok")).work.binding == "ok"

@@ -518,3 +518,39 @@ async def test_delete_and_edit(
         await source.delete("hourly")
     assert caught.value.code == "not_found"
     assert ms("2026-03-02T10:00:00Z") == T0
+
+
+async def test_a_stored_spec_this_version_no_longer_reads_halts_the_routine(
+    source: ConduitRoutineSource, store: Store, clock: ManualClock
+) -> None:
+    """A row stored by an older conduit (croniter read ``L``; once@ had no bound) neither
+    crashes the ticker nor fires: its fire halts it in ``error`` saying why; a running one is
+    healed to ``error`` at boot. Before, the parse error escaped the fire (and boot-resume)."""
+    await source.create(create(rid="old-l"))
+    await source.create(create("*/5 * * * *", rid="old-running"))
+    await source.create(create("*/5 * * * *", rid="fine"))
+    await store.apply_routine(
+        "old-l", lambda r: msgspec.structs.replace(r, cron_spec="0 0 L * *", next_run_at_ms=T0)
+    )
+    tick = ticker(store, clock)
+    clock.set(T0 + 5 * MINUTE)
+    await tick.tick()
+    halted = await store.get_routine("old-l")
+    assert (halted.status, halted.next_run_at_ms) == (S.ERROR, None)
+    assert halted.last_error is not None
+    assert "stored spec cannot be read" in halted.last_error
+    assert "invalid_cron_spec" in halted.last_error
+    assert await works_of(store, "old-l") == []
+    assert (await store.get_routine("fine")).status is S.RUNNING  # the others fired
+    # A running fire whose spec became unreadable, left by a dead ticker: healed, not crashed.
+    running = await store.get_routine("old-running")
+    assert running.status is S.RUNNING
+    await store.apply_routine(
+        "old-running",
+        lambda r: msgspec.structs.replace(
+            r, cron_spec="once@9999-12-31T23:59:59-23:59", claim_expires_at_ms=T0
+        ),
+    )
+    healed = {r.id: r for r in await ticker(store, clock, owner="heir").boot_resume()}
+    assert healed["old-running"].status is S.ERROR
+    assert "cannot be read" in (healed["old-running"].last_error or "")

@@ -73,18 +73,24 @@ async def test_ended_attempt_holds_its_slot_until_exclusion_is_confirmed(
     await sched.claim(waiting.id)
 
 
+# A lease of 2 s renewed every 667 ms tolerates a renewal delayed by more than a second (a loaded
+# CI machine); the launch still takes two and a half lease durations.
+HELD_LEASE_MS = 2000
+SLOW_LAUNCH_S = 5.0
+
+
 async def test_held_launch_outlasts_its_lease(make_scheduler) -> None:  # type: ignore[no-untyped-def]
-    sched: Scheduler = make_scheduler(clock_=SystemClock(), lease_ms=600)
-    work = await submit(sched, "job", {"launch_seconds": 1.8, "outcome": "completed"})
+    sched: Scheduler = make_scheduler(clock_=SystemClock(), lease_ms=HELD_LEASE_MS)
+    work = await submit(sched, "job", {"launch_seconds": SLOW_LAUNCH_S, "outcome": "completed"})
     claim = await sched.claim(work.id)
-    execution = await sched.run_attempt(claim)  # three lease durations, renewed every 200 ms
+    execution = await sched.run_attempt(claim)  # 2.5 lease durations, renewed every third
     assert execution.status is ExecutionStatus.COMPLETED
 
 
 async def test_launch_without_a_holder_loses_its_lease(make_scheduler) -> None:  # type: ignore[no-untyped-def]
     # Negative control: the same slow launch with nobody renewing loses the lease at its pin.
-    sched: Scheduler = make_scheduler(clock_=SystemClock(), lease_ms=600)
-    work = await submit(sched, "job", {"launch_seconds": 1.8, "outcome": "completed"})
+    sched: Scheduler = make_scheduler(clock_=SystemClock(), lease_ms=HELD_LEASE_MS)
+    work = await submit(sched, "job", {"launch_seconds": SLOW_LAUNCH_S, "outcome": "completed"})
     with pytest.raises(LeaseLostError):
         await sched.launch(await sched.claim(work.id))
 

@@ -202,6 +202,14 @@ class HostLoop:
                 await sched.store.release_lease(lease, now_ms=sched.clock.now_ms())
             except LeaseLostError:
                 pass  # expired and recovered elsewhere meanwhile: nothing to hand over
+            except ConduitError as exc:
+                if is_outage(exc):
+                    raise  # still down: keep it for the next pass
+                # Anything else is final for this lease: recovery takes it at its expiry.
+                log.warning(
+                    "lease release after a store outage failed execution=%s epoch=%s: [%s] %s",
+                    execution_id, lease.epoch, exc.code, exc.message,
+                )  # fmt: skip
             else:
                 log.info("lease released after a store outage execution=%s epoch=%s",
                          execution_id, lease.epoch)  # fmt: skip

@@ -54,7 +54,7 @@ _BEGIN_SHARED = (
     f"BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock_shared({_WRITE_LOCK})"
 )
 # Far above any transaction of ours (milliseconds between statements), far below a lease.
-_IDLE_IN_TRANSACTION_MS = 5_000
+_IDLE_IN_TRANSACTION_MS = 10_000
 _BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 # Contention the database resolves by aborting one transaction; the whole transaction is rerun.
 # With writers serialized these no longer arise between conduit's own transactions; they are

@@ -7,9 +7,18 @@ privilege must never turn into a green run that tested nothing.
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import settings
 
 from tests._ci import in_ci, skip_allowed
+
+# Property-based tests: bounded in CI ("default"); HYPOTHESIS_PROFILE=long for a manual run.
+# A test's own @settings(max_examples=…) still wins. No deadline: the machine is shared.
+settings.register_profile("default", max_examples=60, deadline=None)
+settings.register_profile("long", max_examples=5000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 _skipped: dict[str, str] = {}
 

@@ -208,6 +208,9 @@ class _PooledPlugins:
     def executors(self) -> list[ExecutorInfo]:
         return self._infos
 
+    def check_binding_config(self, name: str, generation: int, config: object) -> None:
+        pass
+
 
 def test_a_binding_on_an_executor_whose_pool_has_no_limit_is_refused() -> None:
     plugins = cast(Plugins, _PooledPlugins())
@@ -227,3 +230,34 @@ def test_pool_limits_reach_the_scheduler_options() -> None:
     config = parse_config("[pools.agents]\nconcurrency = 3\n")
     options = SchedulerOptions.from_config(config, config_generation=1, owner="t")
     assert options.capacity().pool_limits == {"agents": 3, "jobs": 4}
+
+
+@pytest.mark.parametrize(
+    ("binding", "field"),
+    [
+        ('executor = "shell"\nconfig = { comand = "typo" }', "comand"),
+        ('executor = "shell"\nconfig = { command = "true", stop_grace_seconds = "soon" }',
+         "stop_grace_seconds"),
+        ('executor = "container"\nconfig = { command = "true" }', "image"),
+        ('executor = "container"\nconfig = { image = "x", mounts = [{ source = "/a", '
+         'target = "//conduit" }] }', "$.mounts[0].target"),
+    ],
+)  # fmt: skip
+def test_executors_declare_their_binding_config_and_config_check_applies_it(
+    binding: str, field: str
+) -> None:
+    # Issue 13: a bad binding config was first met when an attempt ran.
+    config = parse_config(f"[bindings.b]\n{binding}\n")
+    with pytest.raises(ConfigError) as info:
+        check_against_plugins(config, Plugins.load())
+    assert info.value.code == "invalid_config"
+    assert "$.bindings.b.config: " in str(info.value)
+    assert field in str(info.value)
+
+
+def test_good_binding_configs_pass_the_declared_checks() -> None:
+    config = parse_config(
+        '[bindings.s]\nexecutor = "shell"\nconfig = { command = "echo hi" }\n'
+        '[bindings.c]\nexecutor = "container"\nconfig = { image = "busybox", command = "true" }\n'
+    )
+    check_against_plugins(config, Plugins.load())  # negative control: nothing raised

@@ -77,7 +77,10 @@ def test_json_schema_in_manifests_folder_is_in_sync() -> None:
         'schema = 1\npackage = "x"\nextra = ' + "[" * 3000 + "]" * 3000,
         ".".join(["a"] * 3000) + " = 1",
         'schema = 1\npackage = "x"\n[[executors]]\nname = "e"\ndescription = { a = '
-        + "{ b = " * 70 + "1" + " }" * 70 + " }\n",
+        + "{ b = " * 70
+        + "1"
+        + " }" * 70
+        + " }\n",
     ],
     ids=["arrays", "dotted-key", "inline-tables"],
 )

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
-from conduit_core.errors import ConfigError, UnsupportedGenerationError
+from conduit_core.errors import ConduitError, ConfigError, UnsupportedGenerationError
 from conduit_core.plugins import Plugins
 from conduit_core.validation import (
     MAX_AMOUNT,
@@ -252,6 +252,14 @@ def check_against_plugins(config: Config, plugins: Plugins) -> None:
                 f"{info.pool!r}, which has no limit: add [pools.{info.pool}] concurrency = N",
                 code="unknown_pool",
             )
+        try:
+            plugins.check_binding_config(
+                binding.executor, binding.generation or info.generation, binding.config
+            )
+        except ConduitError as exc:
+            raise ConfigError(
+                f"{config.source}: {field}.config: {exc.message}", code="invalid_config"
+            ) from exc
         if binding.generation is not None:
             gens = (info.generation, *info.historical_generations)
             if binding.generation not in gens:

@@ -9,7 +9,7 @@ Every plugin's manifest is cross-checked against what it registers; duplicates a
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import import_module, resources
 from types import ModuleType
@@ -102,6 +102,7 @@ class Plugins:
         self._pm = pm
         self._loaded = tuple(loaded)
         self._executors: dict[tuple[str, int], Executor] = {}
+        self._config_checks: dict[tuple[str, int], Callable[[Mapping[str, Any]], object]] = {}
         self._infos: dict[str, ExecutorInfo] = {}
         self._gates: dict[str, GateRegistration] = {}
         self._gate_infos: dict[str, GateInfo] = {}
@@ -215,6 +216,8 @@ class Plugins:
             )
         for reg in regs:
             self._executors[(reg.name, reg.generation)] = reg.executor
+            if reg.check_config is not None:
+                self._config_checks[(reg.name, reg.generation)] = reg.check_config
         self._register_gates(plugin, gates, where)
 
     def _register_gates(self, plugin: LoadedPlugin, gates: Sequence[Any], where: str) -> None:
@@ -270,6 +273,26 @@ class Plugins:
         except KeyError:
             installed = tuple(sorted(g for (n, g) in self._executors if n == name))
             raise UnsupportedGenerationError(name, generation, installed=installed) from None
+
+    def check_binding_config(self, name: str, generation: int, config: Mapping[str, Any]) -> None:
+        """Decode a binding config with the executor generation's declared check, if it has one.
+
+        Raises the executor's ``OperationError`` (``invalid_config``) for a bad config; any other
+        error of the check is reported as ``invalid_config`` too, never as a crash.
+        """
+        check = self._config_checks.get((name, generation))
+        if check is None:
+            return
+        try:
+            check(config)
+        except ConduitError:
+            raise
+        except Exception as exc:
+            raise ConduitError(
+                f"executor {name!r} generation {generation} refused the binding config: "
+                f"{type(exc).__name__}: {exc}",
+                code="invalid_config",
+            ) from exc
 
     def gates(self) -> list[GateInfo]:
         return [self._gate_infos[name] for name in sorted(self._gate_infos)]

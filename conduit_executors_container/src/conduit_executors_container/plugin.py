@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from conduit_core.extension import ExecutorRegistration, hookimpl
+from conduit_executors_container._config import decode_config
 from conduit_executors_container._executor import (
     CURRENT_GENERATION,
     EXECUTOR_NAME,
@@ -17,6 +18,9 @@ def conduit_executors() -> list[ExecutorRegistration]:
     """Generation 1, the only one so far; the engine comes from ``DOCKER_HOST``."""
     return [
         ExecutorRegistration(
-            name=EXECUTOR_NAME, generation=CURRENT_GENERATION, executor=ContainerExecutor()
+            name=EXECUTOR_NAME,
+            generation=CURRENT_GENERATION,
+            executor=ContainerExecutor(),
+            check_config=decode_config,
         )
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from conduit_core.extension import ExecutorRegistration, hookimpl
+from conduit_executors_shell._config import decode_config
 from conduit_executors_shell._executor import EXECUTOR_NAME, ShellExecutor
 
 __all__ = ["conduit_executors"]
@@ -16,7 +17,10 @@ def conduit_executors() -> list[ExecutorRegistration]:
     """The current generation (3: launch intent and discovery) and the historical 2 and 1."""
     return [
         ExecutorRegistration(
-            name=EXECUTOR_NAME, generation=generation, executor=ShellExecutor(generation)
+            name=EXECUTOR_NAME,
+            generation=generation,
+            executor=ShellExecutor(generation),
+            check_config=decode_config,
         )
         for generation in SUPPORTED_GENERATIONS
     ]

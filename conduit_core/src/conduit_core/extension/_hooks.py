@@ -8,8 +8,9 @@ need, so new arguments can be added later without breaking anyone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pluggy
 
@@ -40,6 +41,11 @@ class ExecutorRegistration:
     name: str
     generation: int
     executor: Executor
+    #: Optional: decodes a binding's ``config`` table the way ``run`` will, raising
+    #: ``OperationError("invalid_config", …)`` naming the ``$.path`` of a bad field. Given, it
+    #: lets ``conduit config check``, daemon start and reload refuse a bad binding config before
+    #: any attempt runs. ``None``: the config is first read when an attempt starts.
+    check_config: Callable[[Mapping[str, Any]], object] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -35,8 +35,8 @@ def _completed(daemon: Daemon, work_id: str) -> bool:
 def test_postgres_restart_under_load(
     tmp_path: Path, private_pg: PrivateServer, private_pg_url: str, daemons: list[Daemon]
 ) -> None:
-    d1 = Daemon(tmp_path, private_pg_url, name="d1", lease=6, sleep=1.0)
-    d2 = Daemon(tmp_path, private_pg_url, name="d2", lease=6, sleep=1.0)
+    d1 = Daemon(tmp_path, private_pg_url, name="d1", lease=10, sleep=1.0)
+    d2 = Daemon(tmp_path, private_pg_url, name="d2", lease=10, sleep=1.0)
     daemons += [d1, d2]
     d1.start()
     d2.start()
@@ -81,6 +81,10 @@ def test_postgres_restart_under_load(
         assert len(OUTAGE_LINE.findall(log)) == 1, log
         assert len(BACK_LINE.findall(log)) == 1, log
         assert "Traceback" not in log, log
+        # The outage and its end are the only warnings: no line per failed step, renewal,
+        # reconnection or 503 answered meanwhile.
+        warnings = [line for line in log.splitlines() if " WARNING " in line or " ERROR " in line]
+        assert len(warnings) == 2, warnings
         # No flood: a handful of lines for a multi-second outage, not one per pass or per lease.
         grown = len(log.splitlines()) - lines_during[daemon.name]
         assert grown < 60, log

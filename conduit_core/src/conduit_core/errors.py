@@ -8,6 +8,7 @@ by id also subclass :class:`LookupError` and build their message from the id.
 from __future__ import annotations
 
 __all__ = [
+    "STORE_OUTAGE_CODES",
     "CapacityError",
     "ConduitError",
     "ConfigError",
@@ -108,3 +109,8 @@ class StoreError(ConduitError):
     """The store cannot be opened or used (unreachable, corrupt, foreign, newer schema)."""
 
     code = "store_unavailable"
+
+
+#: Codes that mean "the store cannot take this now" (it did not answer, or its disk is full), not
+#: "the store refused this request": a daemon waits them out with backoff and logs them once.
+STORE_OUTAGE_CODES = frozenset({"store_unavailable", "store_unreachable", "store_full"})

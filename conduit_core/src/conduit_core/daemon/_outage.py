@@ -15,15 +15,13 @@ import random
 import time
 from collections.abc import Callable
 
-from conduit_core.errors import ConduitError
+from conduit_core.errors import STORE_OUTAGE_CODES, ConduitError
 
 __all__ = ["OUTAGE_CODES", "StoreOutage", "is_outage"]
 
 log = logging.getLogger("conduit.daemon")
 
-#: Error codes that mean "the store cannot take this now" (it did not answer, or its disk is
-#: full), not "the store refused this request".
-OUTAGE_CODES = frozenset({"store_unavailable", "store_unreachable", "store_full"})
+OUTAGE_CODES = STORE_OUTAGE_CODES
 
 
 def is_outage(exc: BaseException) -> bool:

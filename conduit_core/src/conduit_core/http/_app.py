@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
 
-from conduit_core.errors import ConduitError, LeaseLostError, StoreError
+from conduit_core.errors import STORE_OUTAGE_CODES, ConduitError, LeaseLostError, StoreError
 from conduit_core.http._approvals import APPROVAL_HANDLERS, APPROVAL_ROUTES
 from conduit_core.http._guard import RequestGuard, bearer_check
 from conduit_core.http._schemas import (
@@ -309,7 +309,10 @@ def create_app(
             except ConduitError as exc:
                 status = status_for(exc)
                 if status >= 500:
-                    log.warning("%s %s failed: [%s] %s", route.method, route.path, exc.code, exc)
+                    # A store outage answers every request 503 while it lasts; the host logs the
+                    # outage once, so the requests it fails stay at DEBUG (no line per request).
+                    level = logging.DEBUG if exc.code in STORE_OUTAGE_CODES else logging.WARNING
+                    log.log(level, "%s %s failed: [%s] %s", route.method, route.path, exc.code, exc)
                 return _error(exc.message, exc.code, status)
             return _json(result, route.status)
 

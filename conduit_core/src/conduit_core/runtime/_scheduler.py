@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 
-from conduit_core.errors import ConduitError, LeaseLostError, UnsupportedGenerationError
+from conduit_core.errors import ConduitError, LeaseLostError, StoreError, UnsupportedGenerationError
 from conduit_core.extension import (
     Capability,
     ExecutionContext,
@@ -322,7 +322,9 @@ class Scheduler:
         with anyio.move_on_after(remaining_s) as deadline:
             try:
                 result = await self._wait_quick_then_flush(attempt)
-            except LeaseLostError:
+            except (LeaseLostError, StoreError):
+                # A store that cannot take the observation's writes says nothing about the job:
+                # never fail the attempt for it. The host hands it to recovery (adopt, not rerun).
                 raise
             except OperationError as exc:
                 return await self._fail(

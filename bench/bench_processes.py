@@ -38,8 +38,9 @@ except ImportError:  # run as bench/bench_processes.py from the repository root
 SAMPLE_S = 0.01
 
 
-async def drain(url: str, owner: str, concurrency: int, start: Any) -> int:
-    """Claim and run attempts until no ready Work is left; returns how many ran here."""
+async def drain(url: str, owner: str, concurrency: int, start: Any) -> tuple[int, float]:
+    """Claim and run attempts until no ready Work is left; returns how many ran here and the
+    CPU seconds this process spent on them."""
     async with await open_store(url) as store:
         sched = Scheduler(
             store, SystemClock(), Plugins.load(disabled=()),
@@ -57,6 +58,7 @@ async def drain(url: str, owner: str, concurrency: int, start: Any) -> int:
             progress.set()
 
         await anyio.to_thread.run_sync(start.wait)
+        cpu0 = time.process_time()
         async with sched.keeping_leases(), anyio.create_task_group() as tg:
             while True:
                 free = concurrency - state["in_flight"]
@@ -73,7 +75,7 @@ async def drain(url: str, owner: str, concurrency: int, start: Any) -> int:
                     break  # nothing left (what others still run is theirs)
                 else:
                     await anyio.sleep(0.01)  # ready rows another process is claiming right now
-        return state["done"]
+        return state["done"], time.process_time() - cpu0
 
 
 def worker(url: str, owner: str, concurrency: int, start: Any, results: Any) -> None:
@@ -126,7 +128,7 @@ def bench(processes: int, n: int, concurrency: int) -> str:
         commits0 = sampler.commits()
         sampler.start()
         t0 = time.perf_counter()
-        done = [results.get(timeout=1800) for _ in procs]
+        done: list[tuple[int, float]] = [results.get(timeout=1800) for _ in procs]
         elapsed = time.perf_counter() - t0
         sampler.halt.set()
         sampler.join()
@@ -134,12 +136,15 @@ def bench(processes: int, n: int, concurrency: int) -> str:
         sampler.conn.close()
         for proc in procs:
             proc.join(30)
-        assert sum(done) == n, f"ran {sum(done)} of {n}"
+        cpu_ms = sum(cpu for _, cpu in done) * 1000 / n
+        ran = [count for count, _ in done]
+        assert sum(ran) == n, f"ran {sum(ran)} of {n}"
         wait_ms = sampler.waiting * SAMPLE_S * 1000 / commits
         advisory_ms = sampler.advisory * SAMPLE_S * 1000 / commits
         return (
             f"processes={processes} concurrency={concurrency} n={n} attempts/s={n / elapsed:,.0f} "
-            f"per-process={done} transactions={commits} lock-wait/transaction={wait_ms:.2f} ms "
+            f"per-process={ran} client-cpu/attempt={cpu_ms:.1f} ms transactions={commits} "
+            f"lock-wait/transaction={wait_ms:.2f} ms "
             f"(advisory {advisory_ms:.2f} ms)"
         )
     finally:

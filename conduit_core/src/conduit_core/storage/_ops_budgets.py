@@ -48,6 +48,8 @@ from conduit_core.storage._ops_work import (
     cancel_work,
     claim_one,
     claim_refusal,
+    ineligibility,
+    lock_work_rows,
     ready_work,
 )
 from conduit_core.storage._sql import Cx, dump, find_work, load_work, save_work
@@ -119,6 +121,7 @@ def charge(
     now_ms: int,
 ) -> BudgetLedger:  # fmt: skip
     """Add ``amount`` to one ledger and accept the notices the charge crosses."""
+    lock_ledgers(cx, [spec.key])
     ledger = _ledger(cx, spec)
     before = ledger.used
     # Saturates: two 1.7e308 charges once made inf, stored as null, and every pass then failed.
@@ -133,6 +136,20 @@ def charge(
     for event in policy.notices(spec, before, used, work_id, scope, now_ms):
         accept_event(cx, event)
     return ledger
+
+
+def lock_ledgers(cx: Cx, keys: Sequence[str]) -> None:
+    """Lock ledgers (a ``budget:<key>`` counter row each, in key order) until commit: a ledger
+    is judged or charged only under its lock, so concurrent admissions neither admit past a
+    limit nor lose a charge (a ledger not yet written has no row of its own to lock)."""
+    names = sorted({f"budget:{key}" for key in keys})
+    if names and cx.locks_rows:
+        cx.run(
+            "INSERT INTO conduit_counter (name, value) VALUES "
+            + ", ".join("(?, 0)" for _ in names)
+            + " ON CONFLICT (name) DO UPDATE SET value = conduit_counter.value",
+            tuple(names),
+        )
 
 
 def _ledger(cx: Cx, spec: LedgerSpec) -> BudgetLedger:
@@ -154,15 +171,25 @@ def _save_ledger(cx: Cx, ledger: BudgetLedger) -> None:
 
 
 def charge_pending(cx: Cx, policy: BudgetPolicy, now_ms: int) -> int:
-    """Charge every staged usage to its ledgers (dropped without budgets); returns how many."""
-    staged = list_pending_usage(cx)
+    """Charge every staged usage to its ledgers (dropped without budgets); returns how many.
+
+    Each staged row is taken by one charger (locked, ``SKIP LOCKED``: concurrent chargers take
+    different rows), charged, then deleted: charged once.
+    """
+    rows = cx.rows("SELECT data FROM conduit_budget_pending ORDER BY id FOR UPDATE SKIP LOCKED")
+    staged = [_pending_decoder.decode(r[0]) for r in rows]
     if not staged:
         return 0
     if policy.enabled:
-        for usage in staged:
-            for unit, amount in sorted(usage.units.items()):
-                for spec in policy.ledgers(usage.work_id, usage.scope, unit, usage.staged_at_ms):
-                    charge(cx, policy, spec, amount, usage.work_id, usage.scope, now_ms)
+        charges = [
+            (spec, amount, usage)
+            for usage in staged
+            for unit, amount in sorted(usage.units.items())
+            for spec in policy.ledgers(usage.work_id, usage.scope, unit, usage.staged_at_ms)
+        ]
+        lock_ledgers(cx, [spec.key for spec, _, _ in charges])  # all at once, in key order
+        for spec, amount, usage in charges:
+            charge(cx, policy, spec, amount, usage.work_id, usage.scope, now_ms)
     cx.many("DELETE FROM conduit_budget_pending WHERE id = ?", [(u.id,) for u in staged])
     return len(staged)
 
@@ -170,7 +197,9 @@ def charge_pending(cx: Cx, policy: BudgetPolicy, now_ms: int) -> int:
 def _over_budget(
     cx: Cx, policy: BudgetPolicy, work: Work, now_ms: int
 ) -> tuple[LedgerSpec, float] | None:
-    for spec in policy.ledgers(work.id, work.scope, None, now_ms):
+    specs = policy.ledgers(work.id, work.scope, None, now_ms)
+    lock_ledgers(cx, [spec.key for spec in specs])
+    for spec in specs:
         ledger = get_ledger(cx, spec.key)
         used = ledger.used if ledger is not None else 0.0
         if used >= spec.max:
@@ -229,18 +258,41 @@ def admit_attempts(
     policy: BudgetPolicy,
     gates_registered: bool,
 ) -> list[Claim | ClaimRefusal]:
-    """Claim attempts after capacity, a gate's hold and budgets, in one transaction."""
+    """Claim attempts after capacity, a gate's hold and budgets, in one transaction.
+
+    The Work rows are locked first (in id order), skipping rows another scheduler is claiming
+    right now: that one will start them, this one refuses them at once instead of queueing.
+    """
     charge_pending(cx, policy, now_ms)
+    locked = lock_work_rows(cx, [r.work_id for r in requests], skip_locked=True)
     slots = Slots(cx, capacity) if capacity is not None else None
+    if slots is not None:  # every limit this batch may need, locked at once in one order
+        slots.prepare(
+            (r.snapshot.pool, locked[r.work_id][0].scope) for r in requests if r.work_id in locked
+        )
     return [
-        _admit_one(cx, r, owner, now_ms, lease_ms, slots, policy, gates_registered)
+        _admit_one(cx, r, locked[r.work_id], owner, now_ms, lease_ms, slots, policy,
+                   gates_registered)
+        if r.work_id in locked
+        else _claimed_elsewhere(cx, r.work_id)
         for r in requests
-    ]
+    ]  # fmt: skip
+
+
+def _claimed_elsewhere(cx: Cx, work_id: str) -> ClaimRefusal:
+    if find_work(cx, work_id) is None:
+        return ClaimRefusal(work_id=work_id, code="not_found", message=f"unknown work {work_id!r}")
+    return ClaimRefusal(
+        work_id=work_id,
+        code="not_eligible",
+        message=f"work {work_id!r} is being claimed by another scheduler",
+    )
 
 
 def _admit_one(
     cx: Cx,
     request: AdmitRequest,
+    locked: tuple[Work, bool, bool],
     owner: str,
     now_ms: int,
     lease_ms: int,
@@ -248,11 +300,19 @@ def _admit_one(
     policy: BudgetPolicy,
     gates_registered: bool,
 ) -> Claim | ClaimRefusal:
-    work_id = request.work_id
-    work = find_work(cx, work_id)
-    refused = claim_refusal(cx, work, work_id, request.snapshot.pool, slots)
-    if refused is not None or work is None:
-        return refused or ClaimRefusal(work_id=work_id, code="not_found", message=work_id)
+    """``locked``: the Work (its row locked), whether it is held, whether it has a live attempt."""
+    work, held, live = locked
+    work_id = work.id
+    reason = ineligibility(work) or (
+        f"work {work_id!r} is held" if held
+        else f"work {work_id!r} has a live attempt" if live
+        else None
+    )  # fmt: skip
+    if reason is not None:
+        return ClaimRefusal(work_id=work_id, code="not_eligible", message=reason)
+    refused = claim_refusal(cx, work, work_id, request.snapshot.pool, slots, rows_checked=True)
+    if refused is not None:
+        return refused
     gated = needs_gates(work, gates_registered)
     if gated and request.gates is GateVerdict.SKIP:
         return ClaimRefusal(

@@ -393,16 +393,35 @@ def claim_attempts(
     capacity: CapacityLimits | None,
 ) -> list[Claim | ClaimRefusal]:
     slots = Slots(cx, capacity) if capacity is not None else None
-    ids = sorted({r.work_id for r in requests})
-    if len(ids) > 1 and cx.locks_rows:  # lock them in one order: no deadlock with another claim
-        marks = ", ".join("?" for _ in ids)
-        cx.rows(
-            f"SELECT id FROM conduit_work WHERE id IN ({marks}) ORDER BY id FOR UPDATE", (*ids,)
-        )
+    if len(requests) > 1 and cx.locks_rows:
+        lock_work_rows(cx, [r.work_id for r in requests])
     return [
         claim_one(cx, find_work(cx, r.work_id, lock=True), r, owner, now_ms, lease_ms, slots)
         for r in requests
     ]
+
+
+def lock_work_rows(
+    cx: Cx, work_ids: Sequence[str], *, skip_locked: bool = False
+) -> dict[str, tuple[Work, bool, bool]]:
+    """Lock the Work rows in id order (two claimers of the same Work never deadlock); returns
+    each row locked with whether it is held and whether it has a live attempt (one round trip).
+    ``skip_locked``: leave out rows another claim holds. (The two flags come from the
+    statement's snapshot; a row is never waited for with ``skip_locked``, and a claim that
+    committed first would show in the locked row itself: not ready any more.)"""
+    ids = sorted(set(work_ids))
+    if not ids:
+        return {}
+    marks = ", ".join("?" for _ in ids)
+    sql = (
+        "SELECT w.data, "
+        "EXISTS (SELECT 1 FROM conduit_hold h WHERE h.work_id = w.id), "
+        "EXISTS (SELECT 1 FROM conduit_execution e WHERE e.work_id = w.id AND e.live = 1) "
+        f"FROM conduit_work w WHERE w.id IN ({marks}) ORDER BY w.id FOR UPDATE OF w"
+    )
+    rows = cx.rows(sql + (" SKIP LOCKED" if skip_locked else ""), (*ids,))
+    locked = [(Codec.work.decode(data), bool(held), bool(live)) for data, held, live in rows]
+    return {entry[0].id: entry for entry in locked}
 
 
 def ready_work(cx: Cx, limit: int, after: str | None, *, lock: bool = False) -> list[Work]:

@@ -492,6 +492,8 @@ ROW_LOCKED: frozenset[Callable[..., Any]] = frozenset(
         misc.arm_timer,
         misc.disarm_timer,
         misc.fire_timer,
+        _budgets.admit_attempts,
+        _budgets.charge_pending,
     }
 )
 

@@ -129,18 +129,16 @@ def test_a_streamed_oversized_body_is_cut_off_while_reading(
         )
         # Offer up to 300 MB, one chunk at a time, stopping as soon as the daemon answers.
         deadline = time.monotonic() + 60
-        answered = False
         while sent < 300 * MIB and time.monotonic() < deadline:
             readable, _, _ = select.select([sock], [], [], 0)
             if readable:
-                answered = True
                 break
             try:
                 sock.sendall(frame)
-            except (BrokenPipeError, ConnectionResetError):
+            except (BrokenPipeError, ConnectionResetError, TimeoutError):
+                # Refused and closed, or no longer read: either way the answer is waiting.
                 break
             sent += len(chunk)
-        assert answered or sent < 300 * MIB
         status, body = read_response(sock)
     assert (status, body["code"]) == (413, "too_large")
     # The daemon stopped reading near the limit: what got through is socket buffers, not 300 MB.

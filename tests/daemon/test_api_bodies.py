@@ -3,12 +3,12 @@ coded 4xx refusal or a success, never a 5xx, and a refused request changes nothi
 
 The app is the daemon's own (``create_app`` + ``mount_schedules``) over a real SQLite store and
 scheduler, driven in-process through ASGI so hypothesis can send thousands of bodies quickly.
-Bounded for CI (60 bodies per route); ``CONDUIT_FUZZ_EXAMPLES=2000`` for a longer manual run.
+Bounded by the suite's hypothesis profile (``default``: 60 bodies per route in CI;
+``HYPOTHESIS_PROFILE=long`` for a longer manual run).
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -29,7 +29,6 @@ from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock
 from conduit_core.storage import Store, open_store
 
 TOKEN = "fuzz-token"
-EXAMPLES = int(os.environ.get("CONDUIT_FUZZ_EXAMPLES", "60"))
 CONFIG = """\
 [settings]
 store = "unused.db"
@@ -166,7 +165,6 @@ def test_any_body_is_answered_with_a_code_and_a_refusal_writes_nothing(
     api: Api, method: str, path: str, fields: tuple[str, ...]
 ) -> None:
     @settings(
-        max_examples=EXAMPLES,
         deadline=None,
         database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

@@ -3,8 +3,8 @@ the OpenAPI document the daemon serves: no 5xx, every answer documented and conf
 schema, unknown methods answered 405 with ``Allow``, schema-invalid data refused, the token
 required. So the document and the server cannot drift apart.
 
-Bounded for CI (``CONDUIT_FUZZ_EXAMPLES`` cases per operation and phase, default 5, and a time
-cap); a longer manual run: ``CONDUIT_FUZZ_EXAMPLES=200 pytest tests/daemon/test_api_fuzz.py``.
+Bounded for CI (5 cases per operation and phase, and a time cap); a longer manual run with the
+suite's long profile: ``HYPOTHESIS_PROFILE=long pytest tests/daemon/test_api_fuzz.py`` (200).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 from tests.daemon.conftest import Daemon
 
 SETTINGS = Path(__file__).with_name("schemathesis.toml")
-EXAMPLES = int(os.environ.get("CONDUIT_FUZZ_EXAMPLES", "5"))
+EXAMPLES = 200 if os.environ.get("HYPOTHESIS_PROFILE") == "long" else 5
 
 
 @pytest.fixture

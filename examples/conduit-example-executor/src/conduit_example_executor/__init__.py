@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,14 @@ _WRAPPER = 'cd "$0" && sh -c "$1" </dev/null >out 2>&1; echo $? >status.tmp; mv 
 
 class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     command: str
+
+
+def decode_config(raw: Mapping[str, Any]) -> Config:
+    """The binding config, or permanent ``invalid_config`` naming the bad field's ``$.path``."""
+    try:
+        return msgspec.convert(dict(raw), Config)
+    except msgspec.ValidationError as exc:
+        raise ext.OperationError("invalid_config", f"example: {exc}", permanent=True) from exc
 
 
 def marked_processes(prefix: str) -> list[int]:
@@ -70,12 +79,7 @@ class ExampleHandle(ext.Handle):
 
 class ExampleExecutor(ext.Executor):
     async def run(self, ctx: ext.ExecutionContext) -> ext.Handle:
-        try:
-            config = msgspec.convert(dict(ctx.config), Config)
-        except msgspec.ValidationError as exc:
-            raise ext.OperationError(
-                "invalid_config", f"example config: {exc}", permanent=True
-            ) from exc
+        config = decode_config(ctx.config)
         marker = f"{execution_key(ctx.execution_id)}/{ctx.epoch}"
         launch = Path(ctx.state_dir or tempfile.gettempdir(), "example", marker)
         intent = {"dir": str(launch), "marker": marker}
@@ -117,4 +121,9 @@ class ExampleExecutor(ext.Executor):
 
 @ext.hookimpl
 def conduit_executors() -> list[ext.ExecutorRegistration]:
-    return [ext.ExecutorRegistration(name="example", generation=1, executor=ExampleExecutor())]
+    # check_config lets `conduit config check` refuse a bad binding before any attempt runs.
+    return [
+        ext.ExecutorRegistration(
+            name="example", generation=1, executor=ExampleExecutor(), check_config=decode_config
+        )
+    ]

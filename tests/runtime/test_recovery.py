@@ -222,26 +222,6 @@ async def test_recovery_uses_the_pinned_historical_generation(
         assert done.result.summary == f"echo generation {expected} recovered"
 
 
-async def test_a_removed_generation_fails_closed_and_keeps_the_hold(
-    make_scheduler,
-    store: Store,
-    clock: ManualClock,
-    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
-) -> None:
-    sched: Scheduler = make_scheduler(bindings={"old": Binding(executor="echo", generation=1)})
-    work = await submit(sched, "old", {"x": 1})
-    await sched.launch(await sched.claim(work.id))
-    clock.advance(LEASE + 1)
-    # The package was upgraded to one that no longer declares generation 1.
-    monkeypatch.delitem(sched.plugins._executors, ("echo", 1))
-    done = await recover_one(sched)
-    assert done.status is ExecutionStatus.FAILED
-    assert done.failure_code == "unsupported_generation"
-    assert "'echo' generation 1 is not installed" in (done.failure_message or "")
-    assert not done.exclusion_confirmed
-    assert [e.id for e in await store.unconfirmed_exclusions()] == [done.id]
-
-
 async def test_old_host_stops_and_confirms_only_when_not_adoptable(
     scheduler: Scheduler, store: Store, clock: ManualClock
 ) -> None:

@@ -35,6 +35,7 @@ __all__ = [
     "MAX_LAUNCH_PHASES",
     "MAX_SEGMENTS",
     "MisfirePolicy",
+    "RecoveryHold",
     "RetryPolicy",
     "Routine",
     "RoutineStatus",
@@ -234,6 +235,26 @@ class Segment(Record, frozen=True, kw_only=True):
     launch: list[LaunchPhase] = []
 
 
+class RecoveryHold(Record, frozen=True, kw_only=True):
+    """Recovery could not tell whether the attempt's resources still run: it is held.
+
+    The attempt stays ``recovering`` (unfinished, holding its slot, no new attempt of its Work),
+    and recovery is tried again from ``retry_at_ms`` until the pinned generation settles it or a
+    person confirms the stop for ``epoch``.
+    """
+
+    code: str
+    message: str
+    #: The epoch a person's ``confirm-stopped`` must name (it stays the same while held).
+    epoch: int
+    since_ms: int
+    retry_at_ms: int
+    #: Recoveries tried and held so far.
+    tries: int = 1
+    #: How to settle it, for people (reinstall what, or which confirm-stopped command).
+    settle: str = ""
+
+
 class Execution(Record, frozen=True, kw_only=True):
     """One attempt of a Work, with its pinned snapshot, segments and outcome."""
 
@@ -253,6 +274,8 @@ class Execution(Record, frozen=True, kw_only=True):
     #: What the latest launch recorded before starting anything external (see
     #: ``ExecutionContext.record_launch_intent``); recovery discovers by it.
     launch_intent: dict[str, Any] | None = None
+    #: Set while recovery is held (see :class:`RecoveryHold`); cleared when it is settled.
+    recovery_hold: RecoveryHold | None = None
     remaining_budget_ms: int | None = None
     result: Result | None = None
     failure_code: str | None = None

@@ -73,6 +73,9 @@ class HostLoop:
         # Leases of attempts whose observation a store outage interrupted: released once the
         # store answers again, so recovery adopts them at once instead of after their expiry.
         self._interrupted: dict[str, Lease] = {}
+        # Held recoveries are tried at once after a start or reload (the pinned generation may
+        # be back), not only after their backoff.
+        self._retry_held = True
 
     # --- HostHooks (what the API sees) -------------------------------------------------------
 
@@ -157,6 +160,7 @@ class HostLoop:
         if self._keepers is not None:
             await self._keepers.start(self._keep_leases, sched)
         self.scheduler = sched
+        self._retry_held = True
         self.wake()
 
     async def run_pass(self) -> None:
@@ -221,6 +225,10 @@ class HostLoop:
             log.info("timers fired: %d", len(fired))
 
     async def _recover(self, sched: Scheduler) -> None:
+        if self._retry_held:
+            self._retry_held = False
+            for claim in await sched.retry_held_recoveries():
+                self._spawn(claim, "recover")
         for claim in await sched.recover_expired(self.claim_batch):
             self._spawn(claim, "recover")
 

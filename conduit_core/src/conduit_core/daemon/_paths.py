@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from conduit_core.config import Config
 
-__all__ = ["DaemonPaths", "default_data_dir", "is_postgres"]
+__all__ = ["DaemonPaths", "default_data_dir", "is_postgres", "process_identity"]
 
 
 def default_data_dir(config_file: Path) -> Path:
@@ -72,9 +72,15 @@ class DaemonPaths:
         )
 
     def running_pid(self) -> int | None:
-        """The pid in the pid file if that process is alive, else ``None``."""
+        """The pid in the pid file if that daemon still runs, else ``None``.
+
+        A dead pid never counts, a zombie (killed, not yet reaped) included; nor does a live
+        process that merely reuses the pid (after a reboot or wrap-around): the file records the
+        process's boot id and start time, and a process that does not match them is another one.
+        """
         try:
-            pid = int(self.pid_file.read_text().strip())
+            pid_text, _, identity = self.pid_file.read_text().strip().partition(" ")
+            pid = int(pid_text)
         except (OSError, ValueError):
             return None
         try:
@@ -82,5 +88,49 @@ class DaemonPaths:
         except ProcessLookupError:
             return None
         except PermissionError:
-            return pid
-        return pid
+            pass  # alive, another user's: the identity below still tells
+        current = process_identity(pid)
+        if current is None:
+            return pid  # no /proc (not Linux): liveness is all there is to go on
+        if current == _GONE:
+            return None
+        if identity:
+            return pid if identity == current else None
+        # A file without an identity (an older conduit wrote it): only a conduit process counts.
+        return pid if _looks_like_conduit(pid) else None
+
+    def write_pid_file(self) -> None:
+        """Record this process, with its identity (see :meth:`running_pid`)."""
+        pid = os.getpid()
+        identity = process_identity(pid)
+        suffix = f" {identity}" if identity not in (None, _GONE) else ""
+        self.pid_file.write_text(f"{pid}{suffix}\n")
+
+
+_GONE = "gone"
+
+
+def _looks_like_conduit(pid: int) -> bool:
+    try:
+        return b"conduit" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # cannot tell: keep refusing rather than risk two daemons
+
+
+def process_identity(pid: int) -> str | None:
+    """``<boot id>:<start time in clock ticks>`` of a running process, :data:`_GONE` for a dead
+    or zombie one, ``None`` where ``/proc`` cannot tell (not Linux)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except FileNotFoundError:
+        return _GONE if Path("/proc/self/stat").exists() else None
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    if len(fields) < 20:
+        return None
+    if fields[0] in ("Z", "X", "x"):  # zombie or dead: it holds nothing any more
+        return _GONE
+    return f"{boot}:{fields[19]}"

@@ -152,7 +152,7 @@ class Daemon:
                 stack.callback(_unlink, paths.unix_socket)
             for sock in sockets:
                 stack.callback(sock.close)
-            paths.pid_file.write_text(f"{os.getpid()}\n")
+            paths.write_pid_file()
             stack.callback(_unlink, paths.pid_file)
             scheduler = await self._scheduler(config, store, plugins, paths)
             waker = Waker()

@@ -28,7 +28,8 @@ class SchedulerOptions:
     #: Scope tree: scope → parent (root has none) and the scopes' own concurrency limits.
     scope_parents: Mapping[str, str] = field(default_factory=dict)
     scope_limits: Mapping[str, int] = field(default_factory=dict)
-    #: A directory executors may use (``ExecutionContext.state_dir``).
+    #: The host's state directory; each executor gets ``<state_dir>/<executor name>``
+    #: (``ExecutionContext.state_dir``).
     state_dir: str | None = None
     #: How many pending inputs one attempt takes (None: all of them).
     max_inputs: int | None = None
@@ -36,6 +37,8 @@ class SchedulerOptions:
     budgets: tuple[Budget, ...] = ()
     #: Limits of executor pools other than ``jobs`` (``[pools.NAME] concurrency``).
     pool_limits: Mapping[str, int] = field(default_factory=dict)
+    #: How long a held recovery waits before it is tried again (a start or reload tries at once).
+    recovery_retry_ms: int = 30_000
 
     def __post_init__(self) -> None:
         # Copy the mappings so a caller mutating theirs cannot change a running scheduler.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -296,7 +297,12 @@ class Scheduler:
             deadline_ms=snap.deadline_ms,
             recovery=execution.recovery,
             launch_intent=execution.launch_intent,
-            state_dir=self.options.state_dir,
+            # Each executor its own directory, so two executors' files never meet.
+            state_dir=(
+                os.path.join(self.options.state_dir, snap.executor)
+                if self.options.state_dir is not None
+                else None
+            ),
             callbacks=callbacks,
         )
 
@@ -421,10 +427,17 @@ class Scheduler:
         return await self._settle(attempt.held, decide, now, attempt.callbacks)
 
     async def fail_attempt(
-        self, execution: Execution, held: HeldLease, code: str, message: str
+        self,
+        execution: Execution,
+        held: HeldLease,
+        code: str,
+        message: str,
+        *,
+        confirmed: bool = False,
     ) -> Execution:
-        """Fail closed: record the failure and keep the resource hold (exclusion unconfirmed)."""
-        return await self._fail(execution, held, code, message)
+        """Record a counted failure; the resource hold stays unless ``confirmed`` (the
+        resources are proven gone)."""
+        return await self._fail(execution, held, code, message, confirmed=confirmed)
 
     # --- recovery and physical stops (see _recovery) ------------------------------------------
 
@@ -432,9 +445,26 @@ class Scheduler:
         """Claim recovery (epoch + 1) of attempts whose lease expired or was released."""
         return await _recovery.claim_expired(self, limit)
 
+    async def retry_held_recoveries(self) -> list[Claim]:
+        """Claim every held recovery now, before its backoff (after a start or a reload)."""
+        return await _recovery.claim_held(self)
+
     async def run_recovery(self, claim: Claim) -> Execution:
-        """Relaunch (nothing can be running) or adopt a recovery claim, and observe it."""
+        """Relaunch (nothing can be running), adopt, or hold a recovery claim, and observe it.
+
+        A held recovery returns the attempt unfinished (``recovery_hold`` says why)."""
         return await _recovery.run_recovery(self, claim)
+
+    async def confirm_stopped(
+        self, work_id: str, epoch: int, *, by: str, reason: str = ""
+    ) -> Execution:
+        """A person confirms that the Work's held (or ended, unconfirmed) attempt no longer
+        runs, for ``epoch``; audited as ``core.execution.stop_confirmed``.
+
+        A held attempt ends failed (``stop_confirmed``, counted per its retry policy) with its
+        exclusion confirmed, so the Work may start again.
+        """
+        return await _recovery.confirm_stopped_by(self, work_id, epoch, by=by, reason=reason)
 
     async def stop_and_confirm(self, execution_id: str) -> bool:
         """Stop the attempt's resources; confirm its exclusion when the stop is verified."""

@@ -34,6 +34,7 @@ from conduit_core.model import (
     Invoke,
     LaunchPhase,
     Lease,
+    RecoveryHold,
     Routine,
     Timer,
     Wait,
@@ -314,7 +315,8 @@ class Store(ABC):
 
         Ends the open segment and begins a ``recovered`` one at the same instant. The old holder's
         writes are refused from then on. ``NotEligibleError`` if its lease is still live or it
-        has finished.
+        has finished. A held attempt (``recovery_hold``) is claimed again at the same epoch,
+        in the same segment, with a new lease token.
         """
 
     @abstractmethod
@@ -460,11 +462,35 @@ class Store(ABC):
         """Ended attempts whose resource exclusion is not confirmed yet (they hold capacity)."""
 
     @abstractmethod
+    async def hold_recovery(self, lease: Lease, hold: RecoveryHold, *, now_ms: int) -> Execution:
+        """Hold a recovering attempt that could not be settled: it stays unfinished (slot kept,
+        no new attempt of its Work) with ``hold`` recorded, and the lease is released to expire
+        at ``hold.retry_at_ms``, when recovery is claimed again. Fenced by ``lease``."""
+
+    @abstractmethod
+    async def held_recoveries(self) -> list[Execution]:
+        """Unfinished attempts whose recovery is held."""
+
+    @abstractmethod
     async def confirm_stopped(
-        self, execution_id: str, expected_epoch: int, *, now_ms: int
+        self,
+        execution_id: str,
+        expected_epoch: int,
+        *,
+        now_ms: int,
+        by: str | None = None,
+        reason: str = "",
+        settle: Decision | None = None,
     ) -> Execution:
-        """Record that the attempt's resources stopped; ``LeaseLostError`` if it was adopted at
-        another epoch since."""
+        """Record that the attempt's resources stopped.
+
+        Without ``by`` it is the host's verified stop of an ended attempt: ``LeaseLostError`` if
+        it was adopted at another epoch since. With ``by`` it is a person's audited
+        confirmation (event ``core.execution.stop_confirmed``): refused with ``epoch_mismatch``
+        for another epoch and ``not_held`` for an attempt neither held nor ended unconfirmed;
+        a held attempt is ended as ``settle`` decides (required then); an ended one gets its
+        exclusion confirmed; an already confirmed one is returned unchanged.
+        """
 
     # --- Timers ------------------------------------------------------------------------------
 

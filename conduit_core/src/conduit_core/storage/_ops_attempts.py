@@ -6,15 +6,17 @@ from collections.abc import Sequence
 
 import msgspec
 
-from conduit_core.errors import LeaseLostError
+from conduit_core.errors import ConduitError, LeaseLostError
 from conduit_core.model import (
     Event,
     Execution,
     ExecutionStatus,
     Lease,
+    RecoveryHold,
     Segment,
     Timer,
     Wait,
+    Work,
     WorkStatus,
 )
 from conduit_core.storage._contract import (
@@ -142,6 +144,13 @@ def claim_recovery(cx: Cx, execution_id: str, owner: str, now_ms: int, lease_ms:
             f"attempt {execution_id} is held until {found[0].expires_at_ms} ms "
             f"(epoch {found[0].epoch})"
         )
+    if ex.recovery_hold is not None:
+        # Trying a held recovery again is the same recovery: nothing was adopted since, so the
+        # epoch (the one a person confirms the stop for) and the open segment stay; the new
+        # token alone fences whoever tried before.
+        lease = new_lease(ex, owner, now_ms, lease_ms)
+        put_lease(cx, lease)
+        return Claim(execution=ex, lease=lease, work=load_work(cx, ex.work_id))
     epoch = ex.epoch + 1
     previous = ex.segments[-1] if ex.segments else None
     segment = Segment(
@@ -250,6 +259,12 @@ def settle_attempt(
     if consumed:
         settle_consumed(cx, ex.id, consumed, now_ms)
         work = load_work(cx, ex.work_id)
+    return _settle(cx, ex, work, decide, now_ms)
+
+
+def _settle(cx: Cx, ex: Execution, work: Work, decide: Decision, now_ms: int) -> Execution:
+    """End ``ex`` as ``decide`` says (the caller has established its authority to and locked
+    the attempt, then its Work)."""
     settlement = decide(ex, work)
     end = settlement.end
     if end.status.live:
@@ -264,6 +279,7 @@ def settle_attempt(
         failure_code=end.failure_code,
         failure_message=end.failure_message,
         exclusion_confirmed=end.exclusion_confirmed,
+        recovery_hold=None,
         remaining_budget_ms=end.remaining_budget_ms,
         ended_at_ms=None if end.status is ExecutionStatus.PARKED else now_ms,
     )
@@ -304,13 +320,97 @@ def unconfirmed_exclusions(cx: Cx) -> list[Execution]:
     return [Codec.execution.decode(r[0]) for r in rows]
 
 
-def confirm_stopped(cx: Cx, execution_id: str, expected_epoch: int) -> Execution:
-    ex = load_execution(cx, execution_id, lock=True)
-    if ex.epoch != expected_epoch:
-        raise LeaseLostError(
-            f"attempt {execution_id}: stop confirmed for epoch {expected_epoch}, "
-            f"but it was adopted at epoch {ex.epoch} since"
-        )
-    ex = msgspec.structs.replace(ex, exclusion_confirmed=True)
+def hold_recovery(cx: Cx, lease: Lease, hold: RecoveryHold, now_ms: int) -> Execution:
+    """Keep the attempt unfinished and held; recovery may be claimed again from the hold's
+    ``retry_at_ms`` (the released lease reads as expired then)."""
+    ex = fenced(cx, lease, now_ms)
+    ex = msgspec.structs.replace(ex, status=ExecutionStatus.RECOVERING, recovery_hold=hold)
     save_execution(cx, ex)
+    cx.run(
+        "UPDATE conduit_lease SET released = 1, expires_at_ms = ? WHERE execution_id = ?",
+        (hold.retry_at_ms, ex.id),
+    )
+    return ex
+
+
+def held_recoveries(cx: Cx) -> list[Execution]:
+    return [ex for ex in live_executions(cx) if ex.recovery_hold is not None]
+
+
+STOP_CONFIRMED = "core.execution.stop_confirmed"
+
+
+def confirm_stopped(
+    cx: Cx,
+    execution_id: str,
+    expected_epoch: int,
+    now_ms: int,
+    by: str | None = None,
+    reason: str = "",
+    settle: Decision | None = None,
+) -> Execution:
+    ex = load_execution(cx, execution_id, lock=True)
+    if by is None:
+        # The host's own verified stop.
+        if ex.epoch != expected_epoch:
+            raise LeaseLostError(
+                f"attempt {execution_id}: stop confirmed for epoch {expected_epoch}, "
+                f"but it was adopted at epoch {ex.epoch} since"
+            )
+        ex = msgspec.structs.replace(ex, exclusion_confirmed=True)
+        save_execution(cx, ex)
+        return ex
+    return _confirmed_by_person(cx, ex, expected_epoch, now_ms, by, reason, settle)
+
+
+def _confirmed_by_person(
+    cx: Cx,
+    ex: Execution,
+    expected_epoch: int,
+    now_ms: int,
+    by: str,
+    reason: str,
+    settle: Decision | None,
+) -> Execution:
+    if ex.epoch != expected_epoch:
+        raise ConduitError(
+            f"attempt {ex.id!r} is at epoch {ex.epoch}, not {expected_epoch}: confirm the stop "
+            "for the epoch `conduit work show` reports (nothing was changed)",
+            code="epoch_mismatch",
+        )
+    held = ex.recovery_hold
+    if ex.status.terminal and ex.exclusion_confirmed:
+        return ex  # confirmed already (a repeated command): nothing to record
+    if ex.status.terminal:
+        ex = msgspec.structs.replace(ex, exclusion_confirmed=True)
+        save_execution(cx, ex)
+    elif held is not None and settle is not None:
+        ex = _settle(cx, ex, load_work(cx, ex.work_id, lock=True), settle, now_ms)
+    else:
+        raise ConduitError(
+            f"attempt {ex.id!r} is {ex.status} and not held: only a held attempt or an ended "
+            "one whose stop is unconfirmed can be confirmed stopped (nothing was changed)",
+            code="not_held",
+        )
+    delivery = f"{STOP_CONFIRMED}/{ex.id}/{ex.epoch}"
+    accept_event(
+        cx,
+        Event(
+            id=delivery,
+            delivery_id=delivery,
+            type=STOP_CONFIRMED,
+            payload={
+                "work": ex.work_id,
+                "execution": ex.id,
+                "epoch": ex.epoch,
+                "by": by,
+                "reason": reason,
+                "held": held.code if held is not None else None,
+            },
+            work_id=ex.work_id,
+            scope=ex.scope,
+            pending=False,
+            accepted_at_ms=now_ms,
+        ),
+    )
     return ex

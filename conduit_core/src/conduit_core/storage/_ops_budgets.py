@@ -300,12 +300,14 @@ def _admit_one(
     policy: BudgetPolicy,
     gates_registered: bool,
 ) -> Claim | ClaimRefusal:
-    """``locked``: the Work (its row locked), whether it is held, whether it has a live attempt."""
+    """``locked``: the Work (its row locked), whether it is held, whether an attempt of it holds
+    its slot (live, or ended with its stop unconfirmed)."""
     work, held, live = locked
     work_id = work.id
     reason = ineligibility(work) or (
         f"work {work_id!r} is held" if held
-        else f"work {work_id!r} has a live attempt" if live
+        else f"work {work_id!r} has an attempt that holds its slot (live, or its stop "
+        "unconfirmed)" if live
         else None
     )  # fmt: skip
     if reason is not None:

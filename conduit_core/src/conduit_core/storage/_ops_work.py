@@ -145,6 +145,7 @@ def cancel_work(cx: Cx, work_id: str, now_ms: int) -> Work:
                 ex,
                 status=ExecutionStatus.CANCELLED,
                 segments=close_open_segment(ex, now_ms),
+                recovery_hold=None,  # the stop/confirm pass (or a person) settles it now
                 ended_at_ms=now_ms,
             ),
         )
@@ -313,17 +314,36 @@ def claim_refusal(
         and first(cx, "SELECT 1 FROM conduit_hold WHERE work_id = ?", (work_id,))
     ):
         reason = f"work {work_id!r} is held"
-    if (
-        reason is None
-        and not rows_checked
-        and first(cx, "SELECT 1 FROM conduit_execution WHERE work_id = ? AND live = 1", (work_id,))
-    ):
-        reason = f"work {work_id!r} has a live attempt"
+    if reason is None and not rows_checked:
+        reason = _slot_holder(cx, work_id)
     if reason is not None:
         return ClaimRefusal(work_id=work_id, code="not_eligible", message=reason)
     if slots is not None:
         return slots.refusal(work_id, pool, work.scope)
     return None
+
+
+def _slot_holder(cx: Cx, work_id: str) -> str | None:
+    """Why an attempt of this Work still holding its slot forbids another one, or ``None``.
+
+    Not only a live attempt: one that ended with its exclusion unconfirmed (an unverified stop,
+    a failed launch) may still be running, so no replacement starts before its stop is
+    confirmed (invariant 6a).
+    """
+    row = first(
+        cx,
+        "SELECT id, live FROM conduit_execution WHERE work_id = ? AND holds_slot = 1 "
+        "ORDER BY live DESC LIMIT 1",
+        (work_id,),
+    )
+    if row is None:
+        return None
+    if row[1]:
+        return f"work {work_id!r} has a live attempt"
+    return (
+        f"work {work_id!r} waits for the stop of attempt {row[0]!r} to be confirmed "
+        "(its resources may still run)"
+    )
 
 
 def claim_one(
@@ -405,7 +425,8 @@ def lock_work_rows(
     cx: Cx, work_ids: Sequence[str], *, skip_locked: bool = False
 ) -> dict[str, tuple[Work, bool, bool]]:
     """Lock the Work rows in id order (two claimers of the same Work never deadlock); returns
-    each row locked with whether it is held and whether it has a live attempt (one round trip).
+    each row locked with whether it is held and whether an attempt of it still holds its slot
+    (live, or ended with its stop unconfirmed; one round trip).
     ``skip_locked``: leave out rows another claim holds. (The two flags come from the
     statement's snapshot; a row is never waited for with ``skip_locked``, and a claim that
     committed first would show in the locked row itself: not ready any more.)"""
@@ -416,12 +437,20 @@ def lock_work_rows(
     sql = (
         "SELECT w.data, "
         "EXISTS (SELECT 1 FROM conduit_hold h WHERE h.work_id = w.id), "
-        "EXISTS (SELECT 1 FROM conduit_execution e WHERE e.work_id = w.id AND e.live = 1) "
+        # Not only a live attempt: one ended with its stop unconfirmed blocks it too (6a).
+        "EXISTS (SELECT 1 FROM conduit_execution e WHERE e.work_id = w.id AND e.holds_slot = 1) "
         f"FROM conduit_work w WHERE w.id IN ({marks}) ORDER BY w.id FOR UPDATE OF w"
     )
     rows = cx.rows(sql + (" SKIP LOCKED" if skip_locked else ""), (*ids,))
     locked = [(Codec.work.decode(data), bool(held), bool(live)) for data, held, live in rows]
     return {entry[0].id: entry for entry in locked}
+
+
+# Work waiting for an unconfirmed stop is left out, so it never crowds the head of the queue.
+_UNBLOCKED = (
+    "NOT EXISTS (SELECT 1 FROM conduit_execution x "
+    "WHERE x.work_id = conduit_work.id AND x.holds_slot = 1)"
+)
 
 
 def ready_work(cx: Cx, limit: int, after: str | None, *, lock: bool = False) -> list[Work]:
@@ -430,18 +459,19 @@ def ready_work(cx: Cx, limit: int, after: str | None, *, lock: bool = False) -> 
     same; a row that stopped being claimable while locked is rechecked and left out)."""
     if lock:
         rows = cx.rows(
-            "SELECT data FROM conduit_work WHERE claimable = 1 ORDER BY ready_since, id LIMIT ? "
-            "FOR UPDATE SKIP LOCKED",
+            f"SELECT data FROM conduit_work WHERE claimable = 1 AND {_UNBLOCKED} "
+            "ORDER BY ready_since, id LIMIT ? FOR UPDATE SKIP LOCKED",
             (limit,),
         )
     elif after is None:
         rows = cx.rows(
-            "SELECT data FROM conduit_work WHERE claimable = 1 ORDER BY ready_since, id LIMIT ?",
+            f"SELECT data FROM conduit_work WHERE claimable = 1 AND {_UNBLOCKED} "
+            "ORDER BY ready_since, id LIMIT ?",
             (limit,),
         )
     else:
         rows = cx.rows(
-            "SELECT data FROM conduit_work WHERE claimable = 1 AND id > ? "
+            f"SELECT data FROM conduit_work WHERE claimable = 1 AND id > ? AND {_UNBLOCKED} "
             "ORDER BY ready_since, id LIMIT ?",
             (after, limit),
         )

@@ -21,6 +21,7 @@ from conduit_core.model import (
     Hold,
     HoldKind,
     Lease,
+    RecoveryHold,
     Routine,
     RoutineStatus,
     Timer,
@@ -274,10 +275,25 @@ class SqlStore(Store):
     async def unconfirmed_exclusions(self) -> list[Execution]:
         return await self._read_one(att.unconfirmed_exclusions)
 
+    async def hold_recovery(self, lease: Lease, hold: RecoveryHold, *, now_ms: int) -> Execution:
+        return await self._write(att.hold_recovery, lease, hold, now_ms)
+
+    async def held_recoveries(self) -> list[Execution]:
+        return await self._read_one(att.held_recoveries)
+
     async def confirm_stopped(
-        self, execution_id: str, expected_epoch: int, *, now_ms: int
+        self,
+        execution_id: str,
+        expected_epoch: int,
+        *,
+        now_ms: int,
+        by: str | None = None,
+        reason: str = "",
+        settle: Decision | None = None,
     ) -> Execution:
-        return await self._write(att.confirm_stopped, execution_id, expected_epoch)
+        return await self._write(
+            att.confirm_stopped, execution_id, expected_epoch, now_ms, by, reason, settle
+        )
 
     # --- Timers, holds, waits, controls ------------------------------------------------------
 

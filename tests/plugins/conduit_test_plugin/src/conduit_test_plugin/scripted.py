@@ -25,8 +25,10 @@ from conduit_core.extension import (
     Handle,
     InputEvent,
     NotAcceptingError,
+    NotStartedError,
     OperationError,
     OutcomeKind,
+    ResourcesGoneError,
     Result,
     RetryHint,
     StopEvidence,
@@ -44,6 +46,9 @@ CALLS: list[tuple[str, str, int, Any]] = []
 STOP_VERIFIED = {"value": True}
 #: How ``inject`` answers: "ok", "not_accepting" or "error".
 INJECT_ANSWER = {"value": "ok"}
+#: How ``recover`` answers: "adopt" (a handle), "not_started" (NotStartedError), "gone"
+#: (ResourcesGoneError), "crash" (a RuntimeError) or any other string (an OperationError code).
+RECOVER_ANSWER = {"value": "adopt"}
 
 
 def reset() -> None:
@@ -51,6 +56,7 @@ def reset() -> None:
     CALLS.clear()
     STOP_VERIFIED["value"] = True
     INJECT_ANSWER["value"] = "ok"
+    RECOVER_ANSWER["value"] = "adopt"
 
 
 def _script(inputs: Sequence[InputEvent]) -> dict[str, Any]:
@@ -127,6 +133,15 @@ class ScriptedExecutor(Executor):
 
     async def recover(self, ctx: ExecutionContext) -> Handle:
         CALLS.append(("recover", ctx.execution_id, ctx.epoch, ctx.recovery))
+        answer = RECOVER_ANSWER["value"]
+        if answer == "not_started":
+            raise NotStartedError()
+        if answer == "gone":
+            raise ResourcesGoneError("scripted: nothing left and no result")
+        if answer == "crash":
+            raise RuntimeError("scripted recovery crash")
+        if answer != "adopt":
+            raise OperationError(answer, "scripted: cannot tell")
         return ScriptedHandle(_script(ctx.inputs), ctx, "recovered")
 
     async def stop(self, target: StopTarget) -> StopEvidence:

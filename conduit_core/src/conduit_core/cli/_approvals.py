@@ -85,7 +85,8 @@ def release_command(work_id: str, reason: str, config_path: Path | None, as_json
 @config_option
 @json_option
 def needs_you_command(config_path: Path | None, as_json: bool) -> None:
-    """Every held Work (budget and gate holds), why, and how to settle it."""
+    """Every held Work (budget and gate holds, held recoveries, unverified stops), why, and
+    how to settle it."""
 
     async def go() -> NeedsYouView:
         async with open_api(config_path) as api:

@@ -150,6 +150,15 @@ def work_detail(detail: WorkDetail, *, with_status: bool = True) -> RenderableTy
     parts.extend(_outputs(detail))
     for hold in detail.holds:
         parts.append(Text(f"hold: {hold.kind} by {hold.holder}: {hold.reason}", style="magenta"))
+    for attempt in detail.attempts:
+        if (held := attempt.recovery_hold) is not None:
+            parts.append(
+                Text(
+                    f"recovery held: attempt {attempt.id} epoch {attempt.epoch} "
+                    f"[{held.code}] {held.message}\n  settle: {held.settle}",
+                    style="magenta",
+                )
+            )
     return Group(*parts)
 
 

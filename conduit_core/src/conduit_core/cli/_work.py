@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import sys
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from conduit_core.cli._render import capacity_table, console, status_line, work_
 from conduit_core.errors import ConduitError
 from conduit_core.http import (
     CancelRequest,
+    ConfirmStoppedRequest,
     InputRequest,
     InterruptRequest,
     RetryRequest,
@@ -238,6 +240,29 @@ def retry(work_id: str, reason: str, config_path: Path | None, as_json: bool) ->
             return await api.retry(work_id, RetryRequest(reason=reason))
 
     _print_detail(run(go), as_json, "retry requested for")
+
+
+@work_group.command("confirm-stopped")
+@click.argument("work_id")
+@click.option("--epoch", type=click.IntRange(min=1), required=True,
+              help="The held attempt's epoch, as `conduit work show` reports it.")  # fmt: skip
+@click.option("--reason", default="", help="Why you know it stopped (recorded in the audit).")
+@config_option
+@json_option
+def confirm_stopped(
+    work_id: str, epoch: int, reason: str, config_path: Path | None, as_json: bool
+) -> None:
+    """Confirm that the Work's held attempt no longer runs, so a new attempt may start.
+
+    Refused for any other epoch than the attempt's; recorded as core.execution.stop_confirmed.
+    """
+    req = ConfirmStoppedRequest(epoch=epoch, reason=reason, by=f"{getpass.getuser()} (cli)")
+
+    async def go() -> WorkDetail:
+        async with open_api(config_path) as api:
+            return await api.confirm_stopped(work_id, req)
+
+    _print_detail(run(go), as_json, "stop confirmed for")
 
 
 @work_group.command("inject")

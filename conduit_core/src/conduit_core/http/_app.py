@@ -24,6 +24,7 @@ from conduit_core.http._guard import RequestGuard, bearer_check
 from conduit_core.http._schemas import (
     CancelRequest,
     CapacityView,
+    ConfirmStoppedRequest,
     ErrorBody,
     EventView,
     Health,
@@ -135,6 +136,14 @@ ROUTES: tuple[ApiRoute, ...] = (
         WorkDetail,
         202,
         InterruptRequest,
+    ),
+    ApiRoute(
+        "POST",
+        "/v1/work/{id}/confirm-stopped",
+        "Confirm that the held attempt no longer runs (for its epoch; audited)",
+        WorkDetail,
+        200,
+        ConfirmStoppedRequest,
     ),
     ApiRoute("GET", "/v1/capacity", "Capacity per pool and scope", CapacityView),
     ApiRoute("GET", "/v1/health", "Daemon and store health", Health),
@@ -251,6 +260,10 @@ async def _interrupt(svc: ApiService, request: Request, body: Any) -> msgspec.St
     return await svc.interrupt(request.path_params["id"], body)
 
 
+async def _confirm_stopped(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
+    return await svc.confirm_stopped(request.path_params["id"], body)
+
+
 async def _capacity(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
     return await svc.capacity()
 
@@ -268,6 +281,7 @@ _HANDLERS: dict[tuple[str, str], Handler] = {
     ("POST", "/v1/work/{id}/cancel"): _cancel,
     ("POST", "/v1/work/{id}/retry"): _retry,
     ("POST", "/v1/work/{id}/interrupt"): _interrupt,
+    ("POST", "/v1/work/{id}/confirm-stopped"): _confirm_stopped,
     ("GET", "/v1/capacity"): _capacity,
     ("GET", "/v1/health"): _health,
     **APPROVAL_HANDLERS,

@@ -16,6 +16,7 @@ from conduit_core.errors import ConduitError
 from conduit_core.http._schemas import (
     CancelRequest,
     CapacityView,
+    ConfirmStoppedRequest,
     ErrorBody,
     EventView,
     Health,
@@ -146,6 +147,10 @@ class ApiClient:
 
     async def retry(self, work_id: str, req: RetryRequest) -> WorkDetail:
         return self.request("POST", f"/v1/work/{_quote(work_id)}/retry", req, WorkDetail)
+
+    async def confirm_stopped(self, work_id: str, req: ConfirmStoppedRequest) -> WorkDetail:
+        path = f"/v1/work/{_quote(work_id)}/confirm-stopped"
+        return self.request("POST", path, req, WorkDetail)
 
     async def interrupt(self, work_id: str, req: InterruptRequest) -> WorkDetail:
         return self.request("POST", f"/v1/work/{_quote(work_id)}/interrupt", req, WorkDetail)

@@ -15,6 +15,7 @@ from conduit_core.model import (
     Execution,
     ExecutionStatus,
     Hold,
+    RecoveryHold,
     Segment,
     Work,
     WorkKind,
@@ -26,6 +27,7 @@ __all__ = [
     "AttemptView",
     "CancelRequest",
     "CapacityView",
+    "ConfirmStoppedRequest",
     "ErrorBody",
     "EventView",
     "Health",
@@ -93,6 +95,15 @@ class InterruptRequest(_Request, frozen=True, kw_only=True):
     reason: Reason = ""
 
 
+class ConfirmStoppedRequest(_Request, frozen=True, kw_only=True):
+    """A person confirms that the Work's held attempt no longer runs, for ``epoch``."""
+
+    epoch: Annotated[int, msgspec.Meta(ge=1)]
+    reason: Reason = ""
+    #: Who confirms (recorded in the audit event); default ``api``.
+    by: Annotated[str, msgspec.Meta(max_length=128)] = ""
+
+
 # --- responses --------------------------------------------------------------------------------
 
 
@@ -141,6 +152,8 @@ class AttemptView(_Response, frozen=True, kw_only=True):
     failure_code: str | None = None
     failure_message: str | None = None
     exclusion_confirmed: bool = False
+    #: Set while recovery is held: why, since when, and how to settle it.
+    recovery_hold: RecoveryHold | None = None
     result: Result | None = None
     segments: list[Segment] = []
     dropped_segments: int = 0
@@ -242,6 +255,7 @@ def attempt_view(ex: Execution) -> AttemptView:
         failure_code=ex.failure_code,
         failure_message=ex.failure_message,
         exclusion_confirmed=ex.exclusion_confirmed,
+        recovery_hold=ex.recovery_hold,
         result=ex.result,
         segments=list(ex.segments),
         dropped_segments=ex.dropped_segments,

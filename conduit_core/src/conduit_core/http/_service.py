@@ -19,6 +19,7 @@ from conduit_core.errors import ConduitError
 from conduit_core.http._schemas import (
     CancelRequest,
     CapacityView,
+    ConfirmStoppedRequest,
     EventView,
     Health,
     InputRequest,
@@ -142,7 +143,7 @@ class ApiService:
             work=work_view(work),
             attempts=[attempt_view(a) for a in attempts],
             holds=holds,
-            waiting=self._waiting(work, holds),
+            waiting=blocked_by_attempt(attempts) or self._waiting(work, holds),
         )
 
     def _waiting(self, work: Work, holds: list[Any]) -> Waiting | None:
@@ -319,6 +320,17 @@ class ApiService:
         self.host.wake()
         return await self.show(work_id)
 
+    async def confirm_stopped(self, work_id: str, req: ConfirmStoppedRequest) -> WorkDetail:
+        """A person's audited confirmation that the held attempt no longer runs (its epoch)."""
+        by = req.by or "api"
+        done = await self.scheduler.confirm_stopped(work_id, req.epoch, by=by, reason=req.reason)
+        log.warning(
+            "stop confirmed work=%s execution=%s epoch=%s by=%r reason=%r",
+            work_id, done.id, req.epoch, by, req.reason,
+        )  # fmt: skip
+        self.host.wake()
+        return await self.show(work_id)
+
     async def interrupt(self, work_id: str, req: InterruptRequest) -> WorkDetail:
         work = await self.store.get_work(work_id)
         live = [a for a in await self.store.list_executions(work_id) if a.status.live]
@@ -330,6 +342,26 @@ class ApiService:
         log.info("interrupt requested work=%s execution=%s", work_id, live[-1].id)
         self.host.wake()
         return await self.show(work_id)
+
+
+def blocked_by_attempt(attempts: list[Execution]) -> Waiting | None:
+    """A held recovery, or an ended attempt whose stop is unconfirmed: no new attempt starts."""
+    for ex in reversed(attempts):
+        if ex.status.live and ex.recovery_hold is not None:
+            hold = ex.recovery_hold
+            return Waiting(
+                code="recovery_held",
+                message=f"attempt {ex.id} is held ({hold.code}): {hold.message}; "
+                f"settle: {hold.settle}",
+            )
+        if ex.status.terminal and not ex.exclusion_confirmed:
+            return Waiting(
+                code="stop_unconfirmed",
+                message=f"attempt {ex.id} ended but its stop is not verified, so no new "
+                "attempt starts; conduit retries the stop, or, once you know it no longer "
+                f"runs: conduit work confirm-stopped {ex.work_id} --epoch {ex.epoch}",
+            )
+    return None
 
 
 def _event_view(

@@ -210,16 +210,23 @@ def _request(
 
 
 class NeedsYou(msgspec.Struct, frozen=True, kw_only=True):
-    """A held Work, why, and how a person settles it."""
+    """Held Work, why, and how a person settles it.
+
+    ``kind``: ``budget`` or ``gate`` (a hold on the Work), ``recovery`` (its attempt's recovery
+    is held; ``holder`` is the code) or ``stop`` (an ended attempt whose stop is unverified;
+    ``holder`` is its execution id). The last two name the attempt and its ``epoch``.
+    """
 
     work_id: str
-    kind: HoldKind
+    kind: str
     holder: str
     reason: str
     held_since_ms: int
     binding: str
     scope: str
     settle: str
+    execution_id: str | None = None
+    epoch: int | None = None
 
 
 def how_to_settle(work_id: str, kind: HoldKind, holder: str) -> str:
@@ -235,11 +242,12 @@ def how_to_settle(work_id: str, kind: HoldKind, holder: str) -> str:
 
 
 async def needs_you(store: Store) -> list[NeedsYou]:
-    """Every held Work (budget and gate holds) with its reason and how to settle it."""
-    return [
+    """Every held Work (budget and gate holds), every held recovery and every ended attempt
+    whose stop is unverified, with the reason and how to settle it."""
+    items = [
         NeedsYou(
             work_id=hold.work_id,
-            kind=hold.kind,
+            kind=str(hold.kind),
             holder=hold.holder,
             reason=hold.reason,
             held_since_ms=hold.created_at_ms,
@@ -249,3 +257,29 @@ async def needs_you(store: Store) -> list[NeedsYou]:
         )
         for hold, work in await store.held_work()
     ]
+    for ex in await store.held_recoveries():
+        assert ex.recovery_hold is not None
+        held = ex.recovery_hold
+        items.append(
+            NeedsYou(
+                work_id=ex.work_id, kind="recovery", holder=held.code,
+                reason=f"recovery of attempt {ex.id} cannot tell whether it still runs "
+                f"(tried {held.tries}x): {held.message}",
+                held_since_ms=held.since_ms, binding=ex.snapshot.binding, scope=ex.scope,
+                settle=held.settle, execution_id=ex.id, epoch=ex.epoch,
+            )
+        )  # fmt: skip
+    for ex in await store.unconfirmed_exclusions():
+        items.append(
+            NeedsYou(
+                work_id=ex.work_id, kind="stop", holder=ex.id,
+                reason=f"attempt {ex.id} ended ({ex.failure_code or ex.status}) but its stop "
+                "is not verified: no new attempt of the Work starts",
+                held_since_ms=ex.ended_at_ms or ex.started_at_ms, binding=ex.snapshot.binding,
+                scope=ex.scope,
+                settle="conduit retries the stop on every pass; or, once you know it no longer "
+                f"runs: conduit work confirm-stopped {ex.work_id} --epoch {ex.epoch}",
+                execution_id=ex.id, epoch=ex.epoch,
+            )
+        )  # fmt: skip
+    return items

@@ -9,6 +9,9 @@ A third-party backend runs it by importing the cases into a test module and prov
     def store_factory(tmp_path):
         return StoreFactory(open=lambda: open_store(...), url=...)
 
+The held-recovery cases live in :mod:`conduit_core.storage.conformance_recovery`; import its
+cases the same way.
+
 ``StoreFactory.open`` opens a new, independent handle on the same store each time it is called.
 ``url`` (optional) lets the cases that use several processes open the store with ``open_store``.
 Async cases use anyio's pytest plugin.

@@ -1,0 +1,147 @@
+"""Storage conformance, continued: held recoveries and confirmed stops (invariant 6a).
+
+Run beside :mod:`conduit_core.storage.conformance` (it provides the ``store`` fixture)::
+
+    from conduit_core.storage.conformance import *  # noqa: F403
+    from conduit_core.storage.conformance_recovery import *  # noqa: F403
+"""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from conduit_core.errors import ConduitError, LeaseLostError
+from conduit_core.model import (
+    Execution,
+    ExecutionStatus,
+    RecoveryHold,
+    Work,
+    WorkStatus,
+)
+from conduit_core.storage._contract import (
+    AttemptEnd,
+    CapacityLimits,
+    ClaimRequest,
+    NotEligibleError,
+    Settlement,
+    Store,
+)
+from conduit_core.storage.conformance import LEASE_MS, T0, _claim, make_work, snapshot
+
+__all__ = [
+    "test_a_held_recovery_keeps_its_epoch_and_slot_and_blocks_its_work",
+    "test_a_person_confirms_a_held_attempt_for_its_epoch_only",
+    "test_an_unconfirmed_ended_attempt_blocks_the_next_claim",
+]
+
+pytestmark = pytest.mark.anyio
+
+
+def _hold(epoch: int, retry_at_ms: int) -> RecoveryHold:
+    return RecoveryHold(
+        code="cannot_tell", message="m", epoch=epoch, since_ms=T0, retry_at_ms=retry_at_ms
+    )
+
+
+async def _held(store: Store, retry_at_ms: int) -> Execution:
+    """Work ``w``'s attempt, lost, claimed for recovery (epoch 2) and held."""
+    await store.create_work(make_work("w"))
+    claim = await _claim(store, "w")
+    at = T0 + LEASE_MS
+    recovery = await store.claim_recovery(
+        claim.execution.id, owner="b", now_ms=at, lease_ms=LEASE_MS
+    )
+    return await store.hold_recovery(recovery.lease, _hold(2, retry_at_ms), now_ms=at)
+
+
+async def test_a_held_recovery_keeps_its_epoch_and_slot_and_blocks_its_work(
+    store: Store,
+) -> None:
+    at = T0 + LEASE_MS
+    held = await _held(store, retry_at_ms=at + 1000)
+    assert held.status is ExecutionStatus.RECOVERING
+    assert held.recovery_hold == _hold(2, at + 1000)
+    assert [e.id for e in await store.held_recoveries()] == [held.id]
+    # Its slot stays counted and its Work cannot start another attempt.
+    await store.create_work(make_work("other"))
+    with pytest.raises(ConduitError) as full:
+        await store.claim_attempt(
+            ClaimRequest(work_id="other", snapshot=snapshot()),
+            owner="t", now_ms=at, lease_ms=LEASE_MS, capacity=CapacityLimits(global_limit=1),
+        )  # fmt: skip
+    assert full.value.code == "capacity_concurrency"
+    # Tried again only from retry_at_ms, at the same epoch and segment, under a new token.
+    assert await store.expired_attempts(now_ms=at + 999) == []
+    assert [e.id for e in await store.expired_attempts(now_ms=at + 1000)] == [held.id]
+    again = await store.claim_recovery(held.id, owner="c", now_ms=at + 1000, lease_ms=LEASE_MS)
+    assert again.execution.epoch == again.lease.epoch == 2
+    assert len(again.execution.segments) == len(held.segments)
+    assert again.execution.recovery_hold is not None
+    with pytest.raises(NotEligibleError):  # being tried: its lease is live
+        await store.claim_recovery(held.id, owner="d", now_ms=at + 1001, lease_ms=LEASE_MS)
+    # Adopted: the hold clears and the attempt runs on.
+    adopted = await store.update_attempt(
+        again.lease,
+        lambda ex: msgspec.structs.replace(ex, status=ExecutionStatus.RUNNING, recovery_hold=None),
+        now_ms=at + 1002,
+    )
+    assert adopted.recovery_hold is None
+    assert await store.held_recoveries() == []
+
+
+def _failed(ex: Execution, work: Work) -> Settlement:
+    return Settlement(
+        end=AttemptEnd(
+            status=ExecutionStatus.FAILED, failure_code="stop_confirmed", exclusion_confirmed=True
+        ),
+        work=lambda w: msgspec.structs.replace(w, status=WorkStatus.READY),
+    )
+
+
+async def test_a_person_confirms_a_held_attempt_for_its_epoch_only(store: Store) -> None:
+    at = T0 + LEASE_MS
+    held = await _held(store, retry_at_ms=at + 1000)
+    with pytest.raises(ConduitError) as wrong:
+        await store.confirm_stopped(held.id, 1, now_ms=at + 1, by="me", settle=_failed)
+    assert wrong.value.code == "epoch_mismatch"
+    assert (await store.get_execution(held.id)).status is ExecutionStatus.RECOVERING
+    done = await store.confirm_stopped(
+        held.id, 2, now_ms=at + 2, by="me", reason="rebooted", settle=_failed
+    )
+    assert (done.status, done.failure_code) == (ExecutionStatus.FAILED, "stop_confirmed")
+    assert done.exclusion_confirmed
+    assert done.recovery_hold is None
+    assert await store.get_lease(held.id) is None
+    (audit,) = [
+        e for e in await store.work_events("w") if e.type == "core.execution.stop_confirmed"
+    ]
+    assert audit.payload["by"] == "me"
+    assert audit.payload["reason"] == "rebooted"
+    assert (audit.payload["epoch"], audit.payload["held"]) == (2, "cannot_tell")
+    assert not audit.pending  # history, never input
+    assert (await _claim(store, "w", at + 3)).execution.attempt == 2
+
+
+async def test_an_unconfirmed_ended_attempt_blocks_the_next_claim(store: Store) -> None:
+    await store.create_work(make_work("w"))
+    claim = await _claim(store, "w")
+    end = AttemptEnd(status=ExecutionStatus.TIMED_OUT, exclusion_confirmed=False)
+    await store.finish_attempt(
+        claim.lease, end, now_ms=T0 + 1,
+        work=lambda w: msgspec.structs.replace(w, status=WorkStatus.READY),
+    )  # fmt: skip
+    assert (await store.get_work("w")).status is WorkStatus.READY
+    assert await store.ready_work(limit=10) == []
+    with pytest.raises(NotEligibleError):
+        await _claim(store, "w", T0 + 2)
+    await store.create_work(make_work("x"))
+    running = await _claim(store, "x", T0 + 2)
+    with pytest.raises(ConduitError) as live:  # a person cannot confirm a running attempt
+        await store.confirm_stopped(running.execution.id, 1, now_ms=T0 + 3, by="me")
+    assert live.value.code == "not_held"
+    with pytest.raises(LeaseLostError):  # the host's own confirmation still names its epoch
+        await store.confirm_stopped(claim.execution.id, 2, now_ms=T0 + 3)
+    await store.confirm_stopped(claim.execution.id, 1, now_ms=T0 + 3)
+    assert [w.id for w in await store.ready_work(limit=10)] == ["w"]
+    assert (await _claim(store, "w", T0 + 4)).execution.attempt == 2

@@ -30,6 +30,19 @@ class HeldLease:
         self.lease = lease
         self.lost: BaseException | None = None
         self.renewals = 0
+        #: Set while the holder's own write ends the lease (settle, hold): a renewal refused
+        #: then raced that write and is no loss; the write's own fence says if it was.
+        self.ending = False
+
+    @asynccontextmanager
+    async def ending_write(self) -> AsyncIterator[None]:
+        """Mark the body's lease-ending write (cleared again if it fails)."""
+        self.ending = True
+        try:
+            yield
+        except BaseException:
+            self.ending = False
+            raise
 
 
 @asynccontextmanager
@@ -49,6 +62,8 @@ async def hold_lease(
                     held.lease = await store.renew_lease(held.lease, now_ms=clock.now_ms())
                     held.renewals += 1
                 except (LeaseLostError, ConduitError) as exc:
+                    if held.ending:
+                        return  # raced the body's own settle or hold: not a loss
                     log.warning(
                         "lease lost execution=%s epoch=%s: %s",
                         held.lease.execution_id,
@@ -109,8 +124,8 @@ class LeaseKeeper:
             held.lease = await self._store.renew_lease(held.lease, now_ms=self._clock.now_ms())
             held.renewals += 1
         except ConduitError as exc:
-            if key not in self._held:
-                return  # released meanwhile: the attempt settled, nothing was lost
+            if key not in self._held or held.ending:
+                return  # released or ending meanwhile: the attempt settled, nothing was lost
             if not isinstance(exc, LeaseLostError) and exc.code != "lease_lost":
                 # Debug only: a store outage fails every renewal of every lease each tick; the
                 # host reports the outage once, and a lease it costs is logged as lost.

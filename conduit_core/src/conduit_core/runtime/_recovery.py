@@ -231,7 +231,8 @@ async def hold(
         level, "recovery held execution=%s epoch=%s try=%d: [%s] %s",
         execution.id, execution.epoch, recovery_hold.tries, code, message,
     )  # fmt: skip
-    return await sched.store.hold_recovery(held.lease, recovery_hold, now_ms=now)
+    async with held.ending_write():
+        return await sched.store.hold_recovery(held.lease, recovery_hold, now_ms=now)
 
 
 async def stop_and_confirm(sched: Scheduler, execution_id: str) -> bool:

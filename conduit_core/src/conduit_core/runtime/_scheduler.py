@@ -500,7 +500,10 @@ class Scheduler:
             def decide(ex: Execution, work: Work) -> policy.Transition:
                 return dataclasses.replace(first(ex, work), also=also)
 
-        return await self.store.settle_attempt(held.lease, decide, now_ms=now, consumed=consumed)
+        async with held.ending_write():
+            return await self.store.settle_attempt(
+                held.lease, decide, now_ms=now, consumed=consumed
+            )
 
     # --- controls (see _controls) ---------------------------------------------------------------
 

@@ -66,9 +66,6 @@ def test_killed_after_spawn_before_the_record_the_job_runs_once(
     assert job_processes(attempt.id) == []
 
 
-# Until the core relaunches on NotStartedError at no cost (issue 13, core part), the kill is
-# counted as a failure and a retry is spent; the mark goes once that is on main.
-@pytest.mark.xfail(reason="issue 13: core NotStartedError handling not on main yet")
 @pytest.mark.parametrize("point", ["shell.before_intent", "shell.after_intent"])
 def test_killed_before_the_spawn_the_attempt_is_relaunched_at_no_cost(
     make_daemon: Callable[..., Daemon], point: str

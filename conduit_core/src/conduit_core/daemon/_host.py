@@ -226,8 +226,9 @@ class HostLoop:
 
     async def _recover(self, sched: Scheduler) -> None:
         if self._retry_held:
-            self._retry_held = False
-            for claim in await sched.retry_held_recoveries():
+            held = await sched.retry_held_recoveries()
+            self._retry_held = False  # only once that read and claim went through
+            for claim in held:
                 self._spawn(claim, "recover")
         for claim in await sched.recover_expired(self.claim_batch):
             self._spawn(claim, "recover")

@@ -27,7 +27,14 @@ from conduit_core.storage._contract import (
     Settlement,
     Store,
 )
-from conduit_core.storage.conformance import LEASE_MS, T0, _claim, make_work, snapshot
+from conduit_core.storage.conformance import (
+    LEASE_MS,
+    T0,
+    _claim,
+    make_input,
+    make_work,
+    snapshot,
+)
 
 __all__ = [
     "test_a_held_recovery_keeps_its_epoch_and_slot_and_blocks_its_work",
@@ -64,7 +71,7 @@ async def test_a_held_recovery_keeps_its_epoch_and_slot_and_blocks_its_work(
     assert held.recovery_hold == _hold(2, at + 1000)
     assert [e.id for e in await store.held_recoveries()] == [held.id]
     # Its slot stays counted and its Work cannot start another attempt.
-    await store.create_work(make_work("other"))
+    await store.create_work(make_work("other"), first_input=make_input("other"))
     with pytest.raises(ConduitError) as full:
         await store.claim_attempt(
             ClaimRequest(work_id="other", snapshot=snapshot()),

@@ -55,9 +55,6 @@ def test_the_checker_catches_a_duplicate_and_a_burnt_retry() -> None:
     assert len(burnt.violations) == 2
 
 
-# Until the core relaunches on NotStartedError at no cost (issue 13, core part), a kill between
-# the claim and the spawn fails attempt 1 (`not_started`) and spends a retry; the drill sees it.
-@pytest.mark.xfail(reason="issue 13: core NotStartedError handling not on main yet")
 @pytest.mark.parametrize("store", ["sqlite", "postgres"])
 def test_bounded_chaos_drill(store: str, request: pytest.FixtureRequest) -> None:
     url: str = request.getfixturevalue(f"{store}_url")

@@ -164,8 +164,9 @@ def _steady(moment_ms: int, zone: ZoneInfo) -> bool:
 
 def _cronsim(spec: str, start_ms: int, zone: ZoneInfo, reverse: bool) -> list[int]:
     start = datetime.fromtimestamp(start_ms / 1000, UTC).astimezone(zone)
-    if not reverse:
-        start += timedelta(milliseconds=1)  # strictly after, as conduit's iter_after
+    # Forwards strictly after (conduit's iter_after); backwards at or before (its
+    # prev_at_or_before): from 1 ms past the start, cronsim's reverse walk includes the start.
+    start += timedelta(milliseconds=1)
     found: list[int] = []
     for moment in itertools.islice(CronSim(spec, start, reverse=reverse), DEPTH):
         found.append(round(moment.timestamp() * 1000))

@@ -23,7 +23,7 @@ import psycopg
 
 from conduit_core.storage import open_store
 from conduit_core.storage._race import max_overlap, run_race
-from conduit_core.storage.conformance import make_work
+from conduit_core.storage.conformance import make_input, make_work
 
 PG_URL = os.environ.get(
     "CONDUIT_TEST_PG_URL", "postgresql://root@/postgres?host=/var/run/postgresql"
@@ -50,7 +50,7 @@ def _race(url: str, rounds: int) -> int:
         store = await open_store(url)
         try:
             for i in range(6):
-                await store.create_work(make_work(f"w{i}"))
+                await store.create_work(make_work(f"w{i}"), first_input=make_input(f"w{i}"))
         finally:
             await store.aclose()
 
@@ -65,11 +65,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10, help="rounds per race (as the test)")
     parser.add_argument("--backend", choices=["sqlite", "postgres"], nargs="*",
                         default=["sqlite", "postgres"])  # fmt: skip
+    parser.add_argument("--switch", nargs="*", default=None,
+                        help="only these configurations ('-' = every protection on)")  # fmt: skip
     args = parser.parse_args()
     configs = [("sqlite", ""), ("sqlite", "capacity_check")]
     configs += [("postgres", ""), ("postgres", "capacity_check"), ("postgres", "capacity_lock")]
     for backend, switch in configs:
         if backend not in args.backend:
+            continue
+        if args.switch is not None and (switch or "-") not in args.switch:
             continue
         os.environ["CONDUIT_TEST_UNSAFE"] = switch  # inherited by the spawned racers only
         started = time.monotonic()

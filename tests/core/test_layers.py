@@ -16,16 +16,28 @@ ALLOWED = {
     "validation": {"errors"},
     "extension": {"errors", "validation"},
     "model": {"errors", "validation", "extension"},
-    "plugins": {"errors", "validation", "extension"},
-    "config": {"errors", "validation", "extension", "plugins"},
+    # The daemon's side of out-of-process executors: processes and the wire, over the contract.
+    "remote": {"errors", "validation", "extension"},
+    "plugins": {"errors", "validation", "extension", "remote"},
+    "config": {"errors", "validation", "extension", "plugins", "remote"},
     "storage": {"errors", "validation", "extension", "model"},
-    "runtime": {"errors", "validation", "extension", "model", "plugins", "config", "storage"},
+    "runtime": {
+        "errors",
+        "validation",
+        "extension",
+        "model",
+        "plugins",
+        "remote",
+        "config",
+        "storage",
+    },
     "routines": {
         "errors",
         "validation",
         "extension",
         "model",
         "plugins",
+        "remote",
         "config",
         "storage",
         "runtime",
@@ -37,6 +49,7 @@ ALLOWED = {
         "extension",
         "model",
         "plugins",
+        "remote",
         "config",
         "storage",
         "runtime",
@@ -47,6 +60,7 @@ PLUGINS = [
     "conduit_executors_container",
     "conduit_gate_human",
     "examples/conduit-example-executor",
+    "examples/conduit-example-wire",
 ]
 
 

@@ -39,6 +39,7 @@ from conduit_core.extension import (
     ScheduleSource,
     decode_manifest,
 )
+from conduit_core.remote import ProgramSpec, ProgramSupervisor, load_remote
 
 __all__ = ["DISABLED_ENV", "ExecutorInfo", "GateInfo", "LoadedPlugin", "Plugins"]
 
@@ -98,7 +99,12 @@ def disabled_from_env(environ: Mapping[str, str] | None = None) -> frozenset[str
 class Plugins:
     """The loaded plugins, their manifests and the generation registry."""
 
-    def __init__(self, pm: pluggy.PluginManager, loaded: Sequence[LoadedPlugin]) -> None:
+    def __init__(
+        self,
+        pm: pluggy.PluginManager,
+        loaded: Sequence[LoadedPlugin],
+        programs: Mapping[str, ProgramSpec] | None = None,
+    ) -> None:
         self._pm = pm
         self._loaded = tuple(loaded)
         self._executors: dict[tuple[str, int], Executor] = {}
@@ -106,8 +112,11 @@ class Plugins:
         self._infos: dict[str, ExecutorInfo] = {}
         self._gates: dict[str, GateRegistration] = {}
         self._gate_infos: dict[str, GateInfo] = {}
+        self._programs: dict[str, ProgramSupervisor] = {}
         for plugin in self._loaded:
             self._register_plugin(plugin)
+        for name, spec in sorted((programs or {}).items()):
+            self._register_program(name, spec)
 
     # --- loading ------------------------------------------------------------------------------
 
@@ -117,11 +126,13 @@ class Plugins:
         *,
         disabled: Iterable[str] | None = None,
         builtins: Sequence[tuple[str, str, ModuleType]] = (),
+        programs: Mapping[str, ProgramSpec] | None = None,
     ) -> Plugins:
         """Load every installed plugin (entry point group ``conduit``) not blocked by name.
 
         ``builtins`` are (name, package, module) loaded through the same path, after the entry
-        points. ``disabled`` defaults to ``CONDUIT_DISABLED_PLUGINS``.
+        points. ``disabled`` defaults to ``CONDUIT_DISABLED_PLUGINS``. ``programs`` are the
+        out-of-process executors conduit.toml declares (``[executors.NAME]``), by name.
         """
         blocked = disabled_from_env() if disabled is None else frozenset(disabled)
         pm = pluggy.PluginManager(PROJECT_NAME)
@@ -154,13 +165,15 @@ class Plugins:
             pm.check_pending()
         except pluggy.PluginValidationError as exc:
             raise PluginLoadError(f"a plugin implements an unknown hook: {exc}") from exc
-        return cls(pm, loaded)
+        programs = {n: p for n, p in (programs or {}).items() if n not in blocked}
+        return cls(pm, loaded, programs)
 
     def _register_plugin(self, plugin: LoadedPlugin) -> None:
         regs = _call_registration_hook(self._pm, plugin, "conduit_executors")
         gates = _call_registration_hook(self._pm, plugin, "conduit_start_gates")
         where = f"package {plugin.package!r} (manifest {plugin.manifest_path})"
         declared = {ex.name: (i, ex) for i, ex in enumerate(plugin.manifest.executors)}
+        regs = regs + self._remote_registrations(plugin, regs, where)
         seen: set[tuple[str, int]] = set()
         for reg in regs:
             if not isinstance(reg, ExecutorRegistration):
@@ -219,6 +232,58 @@ class Plugins:
             if reg.check_config is not None:
                 self._config_checks[(reg.name, reg.generation)] = reg.check_config
         self._register_gates(plugin, gates, where)
+
+    def _remote_registrations(
+        self, plugin: LoadedPlugin, regs: Sequence[Any], where: str
+    ) -> list[ExecutorRegistration]:
+        """Proxies for the manifest's executors with a ``command`` (out-of-process programs)."""
+        registered = {getattr(reg, "name", None) for reg in regs}
+        out: list[ExecutorRegistration] = []
+        for idx, ex in enumerate(plugin.manifest.executors):
+            if ex.command is None:
+                continue
+            if ex.name in registered:
+                raise ManifestError(
+                    f"{where}: $.executors[{idx}].command: executor {ex.name!r} is also "
+                    "registered in process; declare a command only for an out-of-process program"
+                )
+            remote = load_remote(
+                ex.name, ProgramSpec(command=tuple(ex.command)),
+                where=f"{where}: $.executors[{idx}]", declared=ex,
+            )  # fmt: skip
+            self._programs[ex.name] = remote.supervisor
+            out.extend(remote.registrations)
+        return out
+
+    def _register_program(self, name: str, spec: ProgramSpec) -> None:
+        """An executor program conduit.toml declares: its manifest is its handshake."""
+        where = f"conduit.toml [executors.{name}]"
+        if name in self._infos:
+            raise DuplicateRegistrationError(
+                f"{where}: executor {name!r} is already registered by package "
+                f"{self._infos[name].package!r}"
+            )
+        remote = load_remote(name, spec, where=where, declared=None)
+        ex = remote.manifest
+        self._infos[name] = ExecutorInfo(
+            name=name, package="conduit.toml", plugin=f"executors.{name}", pool=ex.pool,
+            generation=ex.generation, historical_generations=tuple(ex.historical_generations),
+            capabilities=tuple(str(c) for c in ex.capabilities), manifest=ex,
+        )  # fmt: skip
+        self._programs[name] = remote.supervisor
+        for reg in remote.registrations:
+            self._executors[(reg.name, reg.generation)] = reg.executor
+            if reg.check_config is not None:
+                self._config_checks[(reg.name, reg.generation)] = reg.check_config
+
+    def programs(self) -> list[ProgramSupervisor]:
+        """The out-of-process executors' supervisors (``conduit doctor`` shows their state)."""
+        return [self._programs[name] for name in sorted(self._programs)]
+
+    async def close(self) -> None:
+        """Shut down the executor programs this registry started (their jobs keep running)."""
+        for supervisor in self._programs.values():
+            await supervisor.close()
 
     def _register_gates(self, plugin: LoadedPlugin, gates: Sequence[Any], where: str) -> None:
         declared = {g.name for g in plugin.manifest.gates}

@@ -4,6 +4,7 @@ Nothing here imports the runtime or the storage layers.
 """
 
 from conduit_core.errors import ConduitError, LeaseLostError
+from conduit_core.extension._detached import DetachedJobs
 from conduit_core.extension._executor import (
     MAX_LAUNCH_INTENT_BYTES,
     MAX_RECOVERY_METADATA_BYTES,
@@ -116,6 +117,7 @@ __all__ = [
     "AttemptCallbacks",
     "Capability",
     "ConduitError",
+    "DetachedJobs",
     "ExecutionContext",
     "Executor",
     "ExecutorManifest",

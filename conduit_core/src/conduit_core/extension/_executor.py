@@ -203,18 +203,26 @@ class ExecutionContext:
         """Pin the sandbox or container bound for this segment (fenced by the lease)."""
         await self._callbacks.pin(ref)
 
+    async def begin_phase(self, name: str) -> None:
+        """Record that a launch phase begins (prefer :meth:`phase`, which also ends it)."""
+        await self._callbacks.begin_phase(name)
+
+    async def end_phase(self, name: str, outcome: PhaseOutcome) -> None:
+        """Record how a launch phase ended (an out-of-process executor reports both halves)."""
+        await self._callbacks.end_phase(name, outcome)
+
     @contextlib.asynccontextmanager
     async def phase(self, name: str) -> AsyncIterator[None]:
         """Record a launch phase as it begins and as it ends, with its outcome."""
-        await self._callbacks.begin_phase(name)
+        await self.begin_phase(name)
         try:
             yield
         except BaseException as exc:
             outcome = PhaseOutcome.FAILED if isinstance(exc, Exception) else PhaseOutcome.CANCELLED
             with contextlib.suppress(Exception):
-                await self._callbacks.end_phase(name, outcome)
+                await self.end_phase(name, outcome)
             raise
-        await self._callbacks.end_phase(name, PhaseOutcome.OK)
+        await self.end_phase(name, PhaseOutcome.OK)
 
 
 class Handle(ABC):

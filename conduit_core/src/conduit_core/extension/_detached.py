@@ -1,0 +1,96 @@
+"""Detached jobs found again by a marker: the crash-safe launch pattern, shared.
+
+An executor whose jobs must outlive it (a daemon restart, or an out-of-process executor's own
+restart) starts each job detached, with a per-launch marker in every process's environment and a
+directory where the job's exit status appears atomically. Recovery then needs nothing but the
+launch intent: a marked process is a running job, a status file a finished one, neither a job
+that never started. Linux only (``/proc``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+
+from conduit_core.extension._executor import StopEvidence
+
+__all__ = ["DetachedJobs"]
+
+# The wrapper runs in the background of a shell that exits at once, so the job is never the
+# executor's child (nothing to reap) and outlives it; the status file appears atomically.
+_START = 'sh -c "$0" "$1" "$2" &'
+_WRAPPER = 'cd "$0" && sh -c "$1" </dev/null >out 2>&1; echo $? >status.tmp; mv status.tmp status'
+
+
+class DetachedJobs:
+    """Start, find and kill detached shell jobs marked through the variable ``marker_env``."""
+
+    def __init__(self, marker_env: str) -> None:
+        self.marker_env = marker_env
+
+    def processes(self, prefix: str) -> list[int]:
+        """Live (not zombie) processes whose marker starts with ``prefix``."""
+        needle = f"{self.marker_env}={prefix}".encode()
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                env = (proc / "environ").read_bytes().split(b"\0")
+                state = (proc / "stat").read_text().rpartition(")")[2].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state != "Z" and any(v.startswith(needle) for v in env):
+                found.append(int(proc.name))
+        return found
+
+    async def start(
+        self, directory: Path, command: str, marker: str, env: Mapping[str, str]
+    ) -> None:
+        """Start ``command`` (sh) detached in ``directory``; call after recording the intent."""
+        full = {**env, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), self.marker_env: marker}
+        argv = ["sh", "-c", _START, _WRAPPER, str(directory), command]
+
+        def spawn() -> None:
+            directory.mkdir(parents=True, exist_ok=True)
+            subprocess.run(argv, env=full, start_new_session=True, check=True)
+
+        await anyio.to_thread.run_sync(spawn)
+
+    @staticmethod
+    def exit_status(directory: Path) -> int | None:
+        """The finished job's exit status, ``None`` while there is none."""
+        try:
+            return int((directory / "status").read_text())
+        except FileNotFoundError:
+            return None
+
+    async def wait(self, directory: Path, marker: str) -> int | None:
+        """The exit status once the job ends; ``None`` when it vanished without one."""
+        while (status := self.exit_status(directory)) is None:
+            if not await anyio.to_thread.run_sync(self.processes, marker):
+                return self.exit_status(directory)  # it may have finished since the first look
+            await anyio.sleep(0.05)
+        return status
+
+    def exists(self, directory: Path, marker: str) -> bool:
+        """Anything of this launch: a marked process or its exit status."""
+        return bool(self.processes(marker)) or self.exit_status(directory) is not None
+
+    async def kill(self, prefix: str, within: float = 10.0) -> StopEvidence:
+        """SIGKILL every process marked ``prefix…`` and prove none is left."""
+        with anyio.move_on_after(within):
+            while pids := await anyio.to_thread.run_sync(self.processes, prefix):
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                await anyio.sleep(0.05)
+            return StopEvidence(verified=True, detail="no process carries the launch marker")
+        return StopEvidence(
+            verified=False, detail=f"marked processes survived SIGKILL for {within:g} s"
+        )

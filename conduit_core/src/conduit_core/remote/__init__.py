@@ -1,0 +1,25 @@
+"""Out-of-process executors: the daemon's side of the wire protocol (docs/wire-protocol.md)."""
+
+from conduit_core.remote._program import PROGRAM_ENV, ProgramConnection, ProgramGone, probe_program
+from conduit_core.remote._proxy import (
+    ProgramSettings,
+    ProgramSupervisor,
+    RemoteExecutor,
+    check_same_executor,
+)
+from conduit_core.remote._registry import ProgramSpec, RemoteExecutors, load_remote, resolve_command
+
+__all__ = [
+    "PROGRAM_ENV",
+    "ProgramConnection",
+    "ProgramGone",
+    "ProgramSettings",
+    "ProgramSpec",
+    "RemoteExecutors",
+    "ProgramSupervisor",
+    "RemoteExecutor",
+    "check_same_executor",
+    "load_remote",
+    "probe_program",
+    "resolve_command",
+]

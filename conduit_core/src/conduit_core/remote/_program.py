@@ -1,0 +1,395 @@
+"""One running executor program and the frames between it and the core.
+
+A :class:`ProgramConnection` owns the child process, a reader task that routes each reply to the
+request waiting for it (by id) and runs each callback against the attempt's
+:class:`ExecutionContext`, and the request-id counter. Anything wrong with the stream ends the
+connection (:class:`ProgramGone`) rather than the daemon: the supervisor restarts the program
+and the proxy sends the affected attempts through recovery.
+
+asyncio is used directly (not anyio task groups) because the executor contract gives the proxy
+no lifetime scope to own a task group in: the connection's reader lives as long as its program.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import select
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from conduit_core.errors import ConduitError, LeaseLostError
+from conduit_core.extension import ExecutionContext
+from conduit_core.extension.wire import (
+    HEADER,
+    PROTOCOL_VERSION,
+    CallbackOk,
+    CallbackRefused,
+    ExecutorMessage,
+    Handshake,
+    HandshakeOk,
+    LeaseLost,
+    PersistRecovery,
+    PhaseBegin,
+    PhaseEnd,
+    Pin,
+    RecordLaunchIntent,
+    RequestFailed,
+    Shutdown,
+    WireError,
+    WireManifest,
+    WireProtocolError,
+    decode_executor_message,
+    encode_frame,
+    frame_length,
+)
+
+__all__ = ["PROGRAM_ENV", "ProgramConnection", "ProgramGone", "probe_program"]
+
+#: Set in every executor program's environment to its executor name (lets a person, or a test,
+#: find the program among processes).
+PROGRAM_ENV = "CONDUIT_EXECUTOR_PROGRAM"
+_CALLBACKS = (RecordLaunchIntent, PersistRecovery, PhaseBegin, PhaseEnd, Pin)
+_CALLBACK_KINDS = ("launch_intent", "persist_recovery", "phase_begin", "phase_end", "pin")
+
+
+class ProgramGone(ConduitError):
+    """The program exited, hung or wrote something that ends trust in the stream."""
+
+    code = "executor_program_gone"
+
+
+def _refusal(code: str, message: str) -> WireError:
+    return WireError(code=code if code.islower() else "callback_failed", message=message[:4096])
+
+
+class ProgramConnection:
+    """The core's side of one live executor program."""
+
+    def __init__(
+        self,
+        name: str,
+        process: asyncio.subprocess.Process,
+        on_protocol_error: Callable[[str], None],
+    ) -> None:
+        self.name = name
+        self.process = process
+        self.loop = asyncio.get_running_loop()
+        self.manifest: WireManifest | None = None
+        self.gone: ProgramGone | None = None
+        self._on_protocol_error = on_protocol_error
+        self._next_id = 0
+        self._pending: dict[int, asyncio.Future[ExecutorMessage]] = {}
+        self._contexts: dict[int, ExecutionContext] = {}
+        self._callback_tasks: set[asyncio.Task[None]] = set()
+        self._reader = self.loop.create_task(self._read_loop())
+
+    @classmethod
+    async def start(
+        cls,
+        name: str,
+        command: Sequence[str],
+        *,
+        handshake_timeout: float,
+        on_protocol_error: Callable[[str], None],
+    ) -> ProgramConnection:
+        env = {**os.environ, PROGRAM_ENV: name}
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                start_new_session=True,
+            )  # fmt: skip
+        except OSError as exc:
+            raise ProgramGone(f"executor {name!r}: cannot start {command[0]!r}: {exc}") from exc
+        conn = cls(name, process, on_protocol_error)
+        try:
+            reply = await conn.request(
+                lambda rid: Handshake(id=rid, min_version=PROTOCOL_VERSION,
+                                      max_version=PROTOCOL_VERSION),
+                within=handshake_timeout,
+            )  # fmt: skip
+            conn.manifest = check_handshake(name, command, reply)
+        except BaseException:
+            conn.kill()
+            raise
+        return conn
+
+    @property
+    def alive(self) -> bool:
+        return self.gone is None
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    async def request(
+        self,
+        build: Callable[[int], msgspec.Struct],
+        *,
+        within: float | None,
+        context: ExecutionContext | None = None,
+    ) -> ExecutorMessage:
+        """Send one request and wait for its reply; a timeout means the program hangs."""
+        if self.gone is not None:
+            raise self.gone
+        self._next_id += 1
+        rid = self._next_id
+        future: asyncio.Future[ExecutorMessage] = self.loop.create_future()
+        self._pending[rid] = future
+        if context is not None:
+            self._contexts[rid] = context
+        try:
+            self._write(build(rid))
+            if within is None:
+                return await future
+            try:
+                return await asyncio.wait_for(asyncio.shield(future), within)
+            except TimeoutError:
+                self._end(ProgramGone(f"executor {self.name!r} did not answer within {within:g} s"))
+                raise self.gone from None  # type: ignore[misc]
+        finally:
+            self._pending.pop(rid, None)
+
+    def last_request_id(self) -> int:
+        return self._next_id
+
+    def forget(self, request: int) -> None:
+        """The attempt of ``request`` makes no more callbacks through this connection."""
+        self._contexts.pop(request, None)
+
+    def send_nowait(self, build: Callable[[int], msgspec.Struct]) -> None:
+        """Fire and forget (a cancel): its reply is read and dropped."""
+        if self.gone is None:
+            self._next_id += 1
+            self._write(build(self._next_id))
+
+    def _write(self, message: msgspec.Struct) -> None:
+        frame = encode_frame(message)
+        stdin = self.process.stdin
+        if stdin is None or stdin.is_closing():
+            self._end(ProgramGone(f"executor {self.name!r}: its stdin is closed"))
+            raise self.gone  # type: ignore[misc]
+        stdin.write(frame)
+
+    async def _read_loop(self) -> None:
+        stdout = self.process.stdout
+        assert stdout is not None
+        reason = f"executor {self.name!r} exited"
+        try:
+            while True:
+                header = await stdout.readexactly(HEADER.size)
+                body = await stdout.readexactly(frame_length(header))
+                try:
+                    message = decode_executor_message(body)
+                except WireProtocolError as exc:
+                    self._refused(exc)
+                    continue
+                self._route(message)
+        except asyncio.IncompleteReadError:
+            pass
+        except WireProtocolError as exc:  # a bad length: nothing after it can be framed
+            reason = f"executor {self.name!r} wrote garbage ({exc.code}: {exc.message})"
+            self._on_protocol_error(reason)
+        except Exception as exc:  # never let a reader failure escape unseen
+            reason = f"executor {self.name!r}: reading its output failed: {type(exc).__name__}"
+        self._end(ProgramGone(reason))
+
+    def _refused(self, exc: WireProtocolError) -> None:
+        """A well-framed but invalid message: fail what it answered, keep the stream."""
+        text = f"executor {self.name!r} sent an invalid message ({exc.code}): {exc.message}"
+        self._on_protocol_error(text)
+        if exc.request_id is None:
+            return
+        if exc.kind in _CALLBACK_KINDS:
+            self._write_quietly(CallbackRefused(id=exc.request_id, error=_refusal(exc.code, text)))
+            return
+        future = self._pending.get(exc.request_id)
+        if future is not None and not future.done():
+            future.set_exception(WireProtocolError(exc.code, text, request_id=exc.request_id))
+
+    def _route(self, message: ExecutorMessage) -> None:
+        if isinstance(message, _CALLBACKS):
+            task = self.loop.create_task(self._callback(message))
+            self._callback_tasks.add(task)
+            task.add_done_callback(self._callback_tasks.discard)
+            return
+        future = self._pending.get(message.id)
+        if future is not None and not future.done():
+            future.set_result(message)
+        # A reply nobody waits for (a cancelled wait, a late answer) is dropped.
+
+    async def _callback(self, message: Any) -> None:
+        ctx = self._contexts.get(message.request)
+        if ctx is None:
+            error = _refusal(
+                "unknown_request",
+                f"callback {message.id}: $.request: {message.request} is no run, resume or recover "
+                "of this program still in progress",
+            )
+            self._write_quietly(CallbackRefused(id=message.id, error=error))
+            return
+        try:
+            if isinstance(message, RecordLaunchIntent):
+                await ctx.record_launch_intent(message.intent)
+            elif isinstance(message, PersistRecovery):
+                await ctx.persist_recovery(message.metadata)
+            elif isinstance(message, PhaseBegin):
+                await ctx.begin_phase(message.name)
+            elif isinstance(message, PhaseEnd):
+                await ctx.end_phase(message.name, message.outcome)
+            else:
+                await ctx.pin(message.ref)
+        except LeaseLostError as exc:
+            self._write_quietly(LeaseLost(id=message.id, message=exc.message[:4096]))
+            return
+        except ConduitError as exc:
+            self._write_quietly(
+                CallbackRefused(id=message.id, error=_refusal(exc.code, exc.message))
+            )
+            return
+        except Exception as exc:
+            error = _refusal(
+                "callback_failed", f"the core could not record it: {type(exc).__name__}"
+            )
+            self._write_quietly(CallbackRefused(id=message.id, error=error))
+            return
+        self._write_quietly(CallbackOk(id=message.id))
+
+    def _write_quietly(self, message: msgspec.Struct) -> None:
+        with contextlib.suppress(ConduitError, OSError, RuntimeError):
+            self._write(message)
+
+    def _end(self, gone: ProgramGone) -> None:
+        if self.gone is not None:
+            return
+        self.gone = gone
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(gone)
+        self.kill()
+
+    def kill(self) -> None:
+        # The program started its jobs detached: killing it never touches a job.
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+        if self.gone is None:
+            self.gone = ProgramGone(f"executor {self.name!r} was stopped")
+        with contextlib.suppress(Exception):
+            if self.process.stdin is not None:
+                self.process.stdin.close()
+
+    async def shutdown(self, grace: float = 5.0) -> None:
+        """Ask the program to exit; kill it if it does not."""
+        if self.gone is None:
+            with contextlib.suppress(ConduitError, TimeoutError, OSError):
+                await self.request(lambda rid: Shutdown(id=rid), within=grace)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.process.wait(), grace)
+        self.kill()
+        with contextlib.suppress(Exception):
+            await self.process.wait()
+
+
+def check_handshake(name: str, command: Sequence[str], reply: ExecutorMessage) -> WireManifest:
+    """The program's manifest from its handshake reply; a version mismatch names both sides."""
+    if isinstance(reply, RequestFailed):
+        raise ProgramGone(
+            f"executor {name!r} ({' '.join(command)}) refused the handshake for protocol version "
+            f"{PROTOCOL_VERSION}..{PROTOCOL_VERSION}: {reply.error.code}: {reply.error.message}",
+            code="wire_version_mismatch" if reply.error.code == "unsupported_protocol" else None,
+        )
+    if not isinstance(reply, HandshakeOk):
+        raise ProgramGone(
+            f"executor {name!r}: answered the handshake with {type(reply).__name__}",
+            code="wire_invalid_message",
+        )
+    if reply.version != PROTOCOL_VERSION:
+        raise ProgramGone(
+            f"executor {name!r} ({' '.join(command)}) speaks protocol version {reply.version}; "
+            f"this conduit speaks {PROTOCOL_VERSION}..{PROTOCOL_VERSION}",
+            code="wire_version_mismatch",
+        )
+    return reply.manifest
+
+
+def probe_program(
+    name: str, command: Sequence[str], *, timeout: float, environ: Mapping[str, str] | None = None
+) -> WireManifest:
+    """Start the program, shake hands, shut it down: its manifest (blocking; used at load)."""
+    env = {**(environ if environ is not None else os.environ), PROGRAM_ENV: name}
+    with tempfile.TemporaryFile() as errors:
+        try:
+            proc = subprocess.Popen(
+                list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
+                env=env, start_new_session=True,
+            )  # fmt: skip
+        except OSError as exc:
+            raise ProgramGone(f"executor {name!r}: cannot start {command[0]!r}: {exc}") from exc
+        try:
+            assert proc.stdin is not None
+            assert proc.stdout is not None
+            try:
+                proc.stdin.write(
+                    encode_frame(
+                        Handshake(id=1, min_version=PROTOCOL_VERSION, max_version=PROTOCOL_VERSION)
+                    )
+                )
+                proc.stdin.flush()
+            except OSError:
+                pass  # it exited at once: reading says so
+            reply = _read_reply(name, proc.stdout.fileno(), time.monotonic() + timeout)
+            if reply is None:
+                errors.seek(0)
+                tail = errors.read()[-2000:].decode("utf-8", "replace").strip()
+                raise ProgramGone(
+                    f"executor {name!r} ({' '.join(command)}) gave no handshake within "
+                    f"{timeout:g} s" + (f"; it wrote: {tail}" if tail else "")
+                )
+            manifest = check_handshake(name, command, reply)
+            with contextlib.suppress(OSError):
+                proc.stdin.write(encode_frame(Shutdown(id=2)))
+                proc.stdin.close()
+            return manifest
+        finally:
+            for pipe in (proc.stdin, proc.stdout):
+                with contextlib.suppress(OSError):
+                    pipe.close()  # type: ignore[union-attr]
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _read_reply(name: str, fd: int, deadline: float) -> ExecutorMessage | None:
+    buffer = b""
+    need = HEADER.size
+    header_done = False
+    while True:
+        while len(buffer) < need:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None
+            buffer += chunk
+        if not header_done:
+            try:
+                need = HEADER.size + frame_length(buffer[: HEADER.size])
+            except WireProtocolError as exc:
+                raise ProgramGone(f"executor {name!r}: {exc.message}", code=exc.code) from exc
+            header_done = True
+            continue
+        try:
+            return decode_executor_message(buffer[HEADER.size : need])
+        except WireProtocolError as exc:
+            raise ProgramGone(
+                f"executor {name!r}: bad handshake reply: {exc.message}", code=exc.code
+            ) from exc

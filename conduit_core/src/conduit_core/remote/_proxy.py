@@ -1,0 +1,408 @@
+"""The in-process proxy of an out-of-process executor: the contract calls mapped onto the wire.
+
+A :class:`ProgramSupervisor` keeps one program running per executor name and restarts it with
+exponential backoff when it exits, hangs (a request or the handshake times out) or writes
+garbage. A :class:`RemoteExecutor` per declared generation sends ``run`` / ``recover`` / …
+through it. When the program dies under an attempt, the attempt is never rerun blindly: its
+handle sends ``recover`` (with the launch intent and recovery metadata its callbacks recorded)
+to the restarted program and keeps waiting on what that adopts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import msgspec
+
+from conduit_core.errors import LeaseLostError
+from conduit_core.extension import (
+    ExecutionContext,
+    Executor,
+    ExecutorManifest,
+    Handle,
+    InputEvent,
+    NotAcceptingError,
+    NotStartedError,
+    OperationError,
+    ResourcesGoneError,
+    Result,
+    StopEvidence,
+    StopTarget,
+)
+from conduit_core.extension.wire import (
+    AttemptContext,
+    Cancel,
+    ExecutorMessage,
+    Finished,
+    Inject,
+    Interrupt,
+    Launched,
+    Recover,
+    Replied,
+    RequestFailed,
+    Resume,
+    Run,
+    Stop,
+    Stopped,
+    Target,
+    Wait,
+    WireError,
+    WireManifest,
+    WireProtocolError,
+)
+from conduit_core.remote._datacheck import check_data
+from conduit_core.remote._program import ProgramConnection, ProgramGone
+
+__all__ = ["ProgramSettings", "ProgramSupervisor", "RemoteExecutor"]
+
+#: How many program restarts one call rides out before it gives up.
+_MAX_REATTACH = 5
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProgramSettings:
+    handshake_timeout: float = 10.0
+    #: run / recover / stop / inject must be answered within this (``wait`` has no limit).
+    request_timeout: float = 120.0
+    backoff_initial: float = 0.1
+    backoff_max: float = 10.0
+    #: A program that lived this long before it died restarts at once (its failures reset).
+    stable_after: float = 30.0
+
+
+class ProgramSupervisor:
+    """Starts, watches and restarts one executor program; what ``conduit doctor`` reports."""
+
+    def __init__(
+        self,
+        name: str,
+        command: Sequence[str],
+        *,
+        expected: ExecutorManifest | None,
+        settings: ProgramSettings,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self.command = tuple(command)
+        self.expected = expected
+        self.settings = settings
+        self._clock = clock
+        self._conn: ProgramConnection | None = None
+        self._locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+        self._failures = 0
+        self._started_at = 0.0
+        self.status = "not started"
+        self.restarts = 0
+        self.protocol_errors = 0
+        self.last_error = ""
+
+    def state(self) -> dict[str, Any]:
+        conn = self._conn
+        return {
+            "executor": self.name,
+            "command": list(self.command),
+            "status": "running" if conn is not None and conn.alive else self.status,
+            "pid": conn.pid if conn is not None and conn.alive else None,
+            "restarts": self.restarts,
+            "protocol_errors": self.protocol_errors,
+            "last_error": self.last_error,
+        }
+
+    def _protocol_error(self, text: str) -> None:
+        self.protocol_errors += 1
+        self.last_error = text
+
+    async def connection(self) -> ProgramConnection:
+        loop = asyncio.get_running_loop()
+        conn = self._conn
+        if conn is not None and conn.alive and conn.loop is loop:
+            return conn
+        lock = self._locks.setdefault(loop, asyncio.Lock())
+        async with lock:
+            conn = self._conn
+            if conn is not None and conn.alive and conn.loop is loop:
+                return conn
+            if conn is not None and conn.loop is loop and conn.gone is not None:
+                lived = self._clock() - self._started_at
+                self._failures = 0 if lived >= self.settings.stable_after else self._failures + 1
+                self.restarts += 1
+                self.last_error = conn.gone.message
+                self.status = "restarting"
+            elif conn is not None:
+                conn.kill()  # made under another event loop (a test's): it cannot serve this one
+            if self._failures:
+                delay = self.settings.backoff_initial * 2 ** (self._failures - 1)
+                await asyncio.sleep(min(delay, self.settings.backoff_max))
+            self._started_at = self._clock()
+            try:
+                conn = await ProgramConnection.start(
+                    self.name, self.command, handshake_timeout=self.settings.handshake_timeout,
+                    on_protocol_error=self._protocol_error,
+                )  # fmt: skip
+                assert conn.manifest is not None
+                check_same_executor(self.name, self.expected, conn.manifest)
+            except ProgramGone as exc:
+                self._failures += 1
+                self.status = "failed"
+                self.last_error = exc.message
+                raise OperationError("executor_unavailable", exc.message) from exc
+            self._conn = conn
+            self.status = "running"
+            return conn
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and conn.loop is asyncio.get_running_loop():
+            await conn.shutdown()
+        elif conn is not None:
+            conn.kill()
+        self.status = "stopped"
+
+
+def check_same_executor(name: str, expected: ExecutorManifest | None, got: WireManifest) -> None:
+    """The running program must still be the executor the plugin was loaded as."""
+    if got.name != name:
+        raise ProgramGone(f"executor {name!r}: the program's handshake names {got.name!r}")
+    if expected is None:
+        return
+    for field in ("generation", "pool", "historical_generations", "capabilities"):
+        want, have = getattr(expected, field), getattr(got, field)
+        if want != have:
+            raise ProgramGone(
+                f"executor {name!r}: the program's handshake says manifest.{field} = {have!r} "
+                f"but it was loaded with {want!r}"
+            )
+
+
+def attempt_context(ctx: ExecutionContext, *, with_env: bool) -> AttemptContext:
+    return AttemptContext(
+        execution_id=ctx.execution_id, work_id=ctx.work_id, attempt=ctx.attempt, epoch=ctx.epoch,
+        scope=ctx.scope, binding=ctx.binding, executor=ctx.executor, generation=ctx.generation,
+        config=dict(ctx.config), inputs=list(ctx.inputs),
+        env=dict(ctx.env) if with_env else {}, deadline_ms=ctx.deadline_ms,
+        recovery=ctx.recovery, launch_intent=ctx.launch_intent, state_dir=ctx.state_dir,
+    )  # fmt: skip
+
+
+def raise_wire_error(error: WireError) -> None:
+    """The contract's exception for a coded ``failed`` reply."""
+    if error.code == "not_started":
+        raise NotStartedError(error.message)
+    if error.code == "resources_gone":
+        raise ResourcesGoneError(error.message)
+    if error.code == "not_accepting":
+        raise NotAcceptingError(error.message)
+    if error.code == "lease_lost":
+        raise LeaseLostError(error.message)
+    raise OperationError(
+        error.code, error.message, permanent=error.permanent, retry_hint=error.retry_hint
+    )
+
+
+def _unexpected(reply: ExecutorMessage, wanted: str) -> OperationError:
+    return OperationError(
+        "wire_invalid_message", f"expected {wanted} in reply, got {type(reply).__name__}"
+    )
+
+
+class RemoteExecutor(Executor):
+    """One generation of an out-of-process executor."""
+
+    def __init__(
+        self, supervisor: ProgramSupervisor, generation: int, data_schema: dict[str, Any] | None
+    ) -> None:
+        self.supervisor = supervisor
+        self.generation = generation
+        self.data_schema = data_schema
+
+    @property
+    def _timeout(self) -> float:
+        return self.supervisor.settings.request_timeout
+
+    async def run(self, ctx: ExecutionContext) -> Handle:
+        return await self._launch(
+            ctx, lambda rid: Run(id=rid, context=attempt_context(ctx, with_env=True))
+        )
+
+    async def resume(self, ctx: ExecutionContext, wake: InputEvent) -> Handle:
+        return await self._launch(
+            ctx, lambda rid: Resume(id=rid, context=attempt_context(ctx, with_env=True), wake=wake)
+        )
+
+    async def recover(self, ctx: ExecutionContext) -> Handle:
+        return await self.reattach(ctx, relaunch=None)
+
+    async def _launch(
+        self, ctx: ExecutionContext, build: Callable[[int], msgspec.Struct]
+    ) -> RemoteHandle:
+        conn = await self.supervisor.connection()
+        try:
+            return await self._handle_from(conn, ctx, build)
+        except ProgramGone:
+            # Died mid-launch: what it may have started is found through recovery, never
+            # started again blindly; only a proven "nothing started" runs it again.
+            return await self.reattach(ctx, relaunch=build)
+
+    async def _handle_from(
+        self, conn: ProgramConnection, ctx: ExecutionContext, build: Callable[[int], msgspec.Struct]
+    ) -> RemoteHandle:
+        sent: list[int] = []
+
+        def numbered(rid: int) -> msgspec.Struct:
+            sent.append(rid)
+            return build(rid)
+
+        try:
+            reply = await conn.request(numbered, within=self._timeout, context=ctx)
+        except WireProtocolError as exc:
+            conn.forget(sent[0])
+            raise OperationError(exc.code, exc.message) from exc
+        except BaseException:
+            if sent:
+                conn.forget(sent[0])
+            raise
+        if isinstance(reply, Launched):
+            return RemoteHandle(self, ctx, conn, reply.handle, sent[0])
+        conn.forget(sent[0])
+        if isinstance(reply, RequestFailed):
+            raise_wire_error(reply.error)
+        raise _unexpected(reply, "launched")
+
+    async def reattach(
+        self, ctx: ExecutionContext, *, relaunch: Callable[[int], msgspec.Struct] | None
+    ) -> RemoteHandle:
+        """Recover ``ctx``'s attempt through the (restarted) program; with ``relaunch``, a
+        recovery that proves nothing started launches it again instead of raising."""
+        last: ProgramGone | None = None
+        for _ in range(_MAX_REATTACH):
+            conn = await self.supervisor.connection()
+            try:
+                return await self._handle_from(
+                    conn,
+                    ctx,
+                    lambda rid: Recover(id=rid, context=attempt_context(ctx, with_env=False)),
+                )
+            except NotStartedError:
+                if relaunch is None:
+                    raise
+                try:
+                    return await self._handle_from(conn, ctx, relaunch)
+                except ProgramGone as exc:
+                    last = exc
+            except ProgramGone as exc:
+                last = exc
+        raise OperationError(
+            "executor_unavailable",
+            f"executor {self.supervisor.name!r} kept dying ({last.message if last else ''}); the "
+            "attempt goes through recovery",
+        )
+
+    async def _control(self, build: Callable[[int], msgspec.Struct]) -> ExecutorMessage:
+        last: ProgramGone | None = None
+        for _ in range(_MAX_REATTACH):
+            conn = await self.supervisor.connection()
+            try:
+                reply = await conn.request(build, within=self._timeout)
+            except ProgramGone as exc:
+                last = exc  # stop and inject are idempotent: ask the restarted program
+                continue
+            except WireProtocolError as exc:
+                raise OperationError(exc.code, exc.message) from exc
+            if isinstance(reply, RequestFailed):
+                raise_wire_error(reply.error)
+            return reply
+        raise OperationError(
+            "executor_unavailable",
+            f"executor {self.supervisor.name!r} kept dying: {last.message if last else ''}",
+        )
+
+    def _target(self, target: StopTarget) -> Target:
+        return Target(
+            execution_id=target.execution_id, epoch=target.epoch, work_id=target.work_id,
+            generation=self.generation, config=dict(target.config), recovery=target.recovery,
+        )  # fmt: skip
+
+    async def stop(self, target: StopTarget) -> StopEvidence:
+        reply = await self._control(lambda rid: Stop(id=rid, target=self._target(target)))
+        if not isinstance(reply, Stopped):
+            raise _unexpected(reply, "stopped")
+        return StopEvidence(verified=reply.verified, detail=reply.detail)
+
+    async def interrupt(self, target: StopTarget) -> StopEvidence:
+        reply = await self._control(lambda rid: Interrupt(id=rid, target=self._target(target)))
+        if not isinstance(reply, Stopped):
+            raise _unexpected(reply, "stopped")
+        return StopEvidence(verified=reply.verified, detail=reply.detail)
+
+    async def inject(self, target: StopTarget, inputs: Sequence[InputEvent]) -> None:
+        reply = await self._control(
+            lambda rid: Inject(id=rid, target=self._target(target), inputs=list(inputs))
+        )
+        if not isinstance(reply, Replied):
+            raise _unexpected(reply, "replied")
+
+
+def _cancel(rid: int, *, request: int) -> Cancel:
+    return Cancel(id=rid, request=request)
+
+
+class RemoteHandle(Handle):
+    """A segment the program runs; ``wait`` follows it across program restarts."""
+
+    def __init__(
+        self,
+        executor: RemoteExecutor,
+        ctx: ExecutionContext,
+        conn: ProgramConnection,
+        handle: str,
+        request: int,
+    ) -> None:
+        self._executor = executor
+        self._ctx = ctx
+        self._conn = conn
+        self._handle = handle
+        self._request = request
+
+    async def wait(self) -> Result:
+        while True:
+            conn, handle = self._conn, self._handle
+            sent: list[int] = []
+
+            def build(rid: int, handle: str = handle, sent: list[int] = sent) -> Wait:
+                sent.append(rid)
+                return Wait(id=rid, handle=handle)
+
+            try:
+                reply = await conn.request(build, within=None)
+            except ProgramGone:
+                conn.forget(self._request)
+                try:
+                    fresh = await self._executor.reattach(self._ctx, relaunch=None)
+                except NotStartedError as exc:
+                    raise OperationError(
+                        "executor_lost",
+                        f"the restarted executor program found nothing of this attempt: {exc}",
+                    ) from exc
+                self._conn, self._handle, self._request = fresh._conn, fresh._handle, fresh._request
+                continue
+            except WireProtocolError as exc:
+                conn.forget(self._request)
+                raise OperationError(exc.code, exc.message) from exc
+            except asyncio.CancelledError:
+                # Stop observing only: the program keeps the job (and the handle) running.
+                if sent:
+                    conn.send_nowait(partial(_cancel, request=sent[0]))
+                raise
+            conn.forget(self._request)
+            if isinstance(reply, RequestFailed):
+                raise_wire_error(reply.error)
+            if not isinstance(reply, Finished):
+                raise _unexpected(reply, "finished")
+            if self._executor.data_schema is not None:
+                check_data(self._executor.data_schema, reply.result.data)
+            return reply.result

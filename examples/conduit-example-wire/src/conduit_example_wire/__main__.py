@@ -1,0 +1,3 @@
+from conduit_example_wire import main
+
+main()

@@ -63,6 +63,9 @@ def test_names_are_deterministic_safe_and_distinct() -> None:
     assert odd.startswith("conduit-a_b_c_")
     assert odd != container_name("a_b_c", 1)
     assert len(container_name("x" * 500, 1)) < 130
+    # An id that spells another id's digested name keeps a name of its own.
+    mimic = odd.removeprefix("conduit-").removesuffix("-1")
+    assert container_name(mimic, 1) != odd
 
 
 def test_a_mount_target_beside_the_result_directory_is_accepted() -> None:

@@ -59,7 +59,8 @@ async def test_timeout_stops_and_removes_the_container(
     # Verified through the engine: the container no longer exists, under any state.
     assert inspect_or_none(docker_api, callbacks.pins[0]) is None
     assert labelled(docker_api, execution_id) == []
-    assert (state_dir / "container").exists()
+    kept = [p.name for p in state_dir.iterdir()]  # noqa: ASYNC240 - a test's own tmp dir
+    assert kept, "the result directory lives in the host's state directory"
 
 
 async def test_stop_is_verified_and_interrupt_takes_the_same_path(

@@ -60,7 +60,7 @@ class FileCallbacks:
 
     @property
     def intent_path(self) -> Path:
-        return self.metadata_path.with_name("intent.json")
+        return self.metadata_path.with_name(f"{self.metadata_path.stem}.intent.json")
 
     def recorded_intent(self) -> dict[str, Any] | None:
         if not self.intent_path.exists():

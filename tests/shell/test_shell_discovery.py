@@ -216,7 +216,7 @@ def test_workspace_paths_are_injective_in_execution_and_epoch(
 ) -> None:
     paths = {workspace_path(str(tmp_path), i, epoch) for i in ids for epoch in (1, 2)}
     assert len(paths) == 2 * len(ids)
-    root = tmp_path / "shell"
+    root = tmp_path  # the host gives each executor a state directory of its own
     for path in paths:
         assert path.parent.parent == root, "an id must never name a path outside the root"
         assert path.parent.name.isascii()
@@ -265,3 +265,32 @@ async def test_a_stop_never_reaches_another_installations_job_of_the_same_id(
     assert not is_running(second_pid)
     assert (await second_executor.stop(second.stop_target())).verified  # reaps its wrapper
     assert tagged_processes("w1#1") == []
+
+
+async def test_a_stop_with_only_the_launch_intent_reaches_only_that_launch(
+    tmp_path: Path,
+) -> None:
+    # A crash between the intent and the metadata leaves a stop only the intent to go by.
+    execution_id = new_execution_id()
+    launched = []
+    for name in ("one", "two"):
+        ctx, callbacks = make_context(
+            tmp_path, {"command": "sleep 60", "stop_grace_seconds": 1}, execution_id=execution_id,
+            state_dir=tmp_path / name, callbacks=FileCallbacks(tmp_path / f"{name}.json"),
+        )  # fmt: skip
+        executor = ShellExecutor()
+        launched.append((ctx, callbacks, executor, await executor.run(ctx)))
+    (_, first_calls, first_executor, _), (second, second_calls, second_executor, _) = launched
+    first_pid = first_calls.recorded()["process"]["pid"]  # type: ignore[index]
+    second_pid = second_calls.recorded()["process"]["pid"]  # type: ignore[index]
+
+    intent_only = StopTarget(
+        execution_id=execution_id, epoch=1, work_id="work-1",
+        launch_intent=first_calls.recorded_intent(),
+    )  # fmt: skip
+    evidence = await first_executor.stop(intent_only)
+    assert evidence.verified, evidence.detail
+    assert not is_running(first_pid), evidence.detail
+    assert is_running(second_pid), "a stop by the launch marker must spare the other job"
+    assert (await second_executor.stop(second.stop_target())).verified
+    assert tagged_processes(execution_id) == []

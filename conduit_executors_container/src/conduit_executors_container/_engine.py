@@ -47,6 +47,7 @@ _T = TypeVar("_T")
 _PROBE_API_VERSION = "1.24"
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 _MAX_NAME_ID = 100
+_DIGESTED_NAME = re.compile(r"_[0-9a-f]{12}$")
 
 
 def labels_for(execution_id: str, epoch: int, work_id: str) -> dict[str, str]:
@@ -74,8 +75,14 @@ def safe_id(execution_id: str) -> str:
     A cleaned or shortened id gets a digest of the real one, so two ids never share a name.
     """
     cleaned = _UNSAFE_NAME.sub("_", execution_id)[:_MAX_NAME_ID]
-    if cleaned != execution_id or not cleaned or cleaned.startswith("."):
-        digest = hashlib.sha256(execution_id.encode()).hexdigest()[:12]
+    # An id kept as it is never ends in ``_<12 hex>``, so it cannot equal a digested name.
+    if (
+        cleaned != execution_id
+        or not cleaned
+        or cleaned.startswith(".")
+        or _DIGESTED_NAME.search(cleaned)
+    ):
+        digest = hashlib.sha256(execution_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
         cleaned = f"{cleaned}_{digest}"
     return cleaned
 

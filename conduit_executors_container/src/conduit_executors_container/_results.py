@@ -22,11 +22,11 @@ from conduit_core.extension import (
     InputEvent,
     OperationError,
     Result,
+    execution_dir_name,
     job_result,
     job_timeout_result,
 )
 from conduit_executors_container._config import RESULT_MOUNT
-from conduit_executors_container._engine import safe_id
 
 __all__ = [
     "MAX_RESULT_FILE_BYTES",
@@ -44,7 +44,7 @@ _event_encoder = msgspec.json.Encoder()
 
 def result_root(state_dir: str | None) -> Path:
     if state_dir is not None:
-        return Path(state_dir) / "container"
+        return Path(state_dir)  # the host's directory for this executor alone
     # Without a host-given directory the results live under the temp root, per user.
     return Path(os.environ.get("TMPDIR", "/tmp")) / f"conduit-container-{os.getuid()}"
 
@@ -53,7 +53,7 @@ def create_result_dir(
     state_dir: str | None, execution_id: str, epoch: int, inputs: Sequence[InputEvent]
 ) -> Path:
     """Create the (execution, epoch) result directory, empty but for the input batch."""
-    path = result_root(state_dir) / safe_id(execution_id) / f"epoch-{epoch}"
+    path = result_root(state_dir) / execution_dir_name(execution_id) / f"epoch-{epoch}"
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         path.mkdir(exist_ok=True)

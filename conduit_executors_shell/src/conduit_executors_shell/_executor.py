@@ -13,8 +13,9 @@ import secrets
 import signal
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -134,7 +135,9 @@ class ShellExecutor(Executor):
             config = decode_config(target.config)
         except OperationError:
             config = None  # A stop must still work for a binding that has since become invalid.
-        return await self._stop_job(record, target.execution_id, config)
+        return await self._stop_job(
+            record, target.execution_id, config, marker=_intent_marker(target.launch_intent)
+        )
 
     async def interrupt(self, target: StopTarget) -> StopEvidence:
         return await self.stop(target)
@@ -156,15 +159,31 @@ class ShellExecutor(Executor):
         return ShellHandle(config, record, self._children, stop=stop, deadline=deadline)
 
     async def _stop_job(
-        self, record: JobRecord | None, execution_id: str, config: ShellConfig | None
+        self,
+        record: JobRecord | None,
+        execution_id: str,
+        config: ShellConfig | None,
+        *,
+        marker: str | None = None,
     ) -> StopEvidence:
         return await stop_job(
             record,
             execution_id=execution_id,
+            marker=record.marker if record is not None else marker,
             stop_signal=config.signal() if config else signal.SIGTERM,
             grace_seconds=config.stop_grace_seconds if config else 10.0,
             reap=self._children.reap_all,
         )
+
+
+def _intent_marker(intent: Mapping[str, Any] | None) -> str | None:
+    """The launch marker a generation 3 intent names (an unreadable intent names none)."""
+    if intent is None:
+        return None
+    try:
+        return decode_intent(intent).marker
+    except OperationError:
+        return None
 
 
 class _Children:

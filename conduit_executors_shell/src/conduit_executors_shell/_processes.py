@@ -122,6 +122,7 @@ async def stop_job(
     record: JobRecord | None,
     *,
     execution_id: str,
+    marker: str | None = None,
     stop_signal: signal.Signals,
     grace_seconds: float,
     reap: Callable[[], object],
@@ -131,12 +132,13 @@ async def stop_job(
     A job's processes are the members of its process group and session while its wrapper is
     verified to be ours (a group id cannot be reused while the group lives), and every process
     tagged with the execution id (or carrying a launch marker of the execution), which finds a job
-    that left its group, or whose metadata was never recorded.
+    that left its group, or whose metadata was never recorded. With ``marker`` (the launch's own,
+    from its metadata or its launch intent) only processes carrying exactly that marker are tagged.
     """
     trust_group = False
     if record is not None:
         trust_group = await anyio.to_thread.run_sync(find_wrapper, record) is not None
-    scan = _Scanner(record, execution_id, trust_group=trust_group)
+    scan = _Scanner(record, execution_id, marker=marker, trust_group=trust_group)
     found = await anyio.to_thread.run_sync(scan.processes)
     if not found:
         reap()
@@ -167,9 +169,17 @@ async def stop_job(
 
 
 class _Scanner:
-    def __init__(self, record: JobRecord | None, execution_id: str, *, trust_group: bool) -> None:
+    def __init__(
+        self,
+        record: JobRecord | None,
+        execution_id: str,
+        *,
+        marker: str | None,
+        trust_group: bool,
+    ) -> None:
         self._record = record
         self._execution_id = execution_id
+        self._marker = marker
         self._trust_group = trust_group
         # Nothing created before the wrapper can belong to the job.
         self._created_after = record.create_time - _CREATE_TIME_TOLERANCE if record else 0.0
@@ -216,12 +226,12 @@ class _Scanner:
         except psutil.Error:
             return False
         marker: str | None = environ.get(LAUNCH_MARKER)
-        if self._record is not None and self._record.marker is not None:
+        if self._marker is not None:
             # The launch's own marker is unique; an execution id is not across installations
             # (another daemon's store may run a Work of the same id on this machine).
-            return marker == self._record.marker
-        # No marker known (no metadata, or generation 1/2): the tag or a marker naming the
-        # execution finds a job whose metadata was never recorded.
+            return marker == self._marker
+        # No marker known (generation 1/2, or no metadata and no intent): the tag or a marker
+        # naming the execution finds a job whose metadata was never recorded.
         if environ.get(EXECUTION_TAG) == self._execution_id:
             return True
         return marker is not None and marker_execution(marker) == self._execution_id

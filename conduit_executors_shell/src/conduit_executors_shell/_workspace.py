@@ -9,9 +9,9 @@ Layout (every name relative to the workspace)::
     wrapper.pid          written by the wrapper (its pid) before it starts the job (generation 3)
     exit-status.<N>      created, empty, by the wrapper when the job ends with status N
 
-The directory is ``<root>/<readable prefix>-<digest>/epoch-<N>``: the digest (sha256 of the
-execution id) makes the path injective, so two ids that sanitize alike (``k:0`` and ``k_0``)
-never share a workspace; the prefix only helps a person find it.
+The directory is ``<root>/<readable prefix>-<digest>/epoch-<N>`` (``execution_dir_name``): the
+digest (sha256 of the execution id) makes the path injective, so two ids that sanitize alike
+(``k:0`` and ``k_0``) never share a workspace; the prefix only helps a person find it.
 
 The exit status lives in the *name* of an empty file because creating a name is atomic, and the
 ``/bin/sh`` wrapper has no rename built in; an external ``mv`` would cost a second process start
@@ -20,13 +20,12 @@ on every job.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from conduit_core.extension import OperationError
+from conduit_core.extension import OperationError, execution_dir_name
 
 __all__ = [
     "EXIT_STATUS_PREFIX",
@@ -38,10 +37,6 @@ __all__ = [
 
 EXIT_STATUS_PREFIX = "exit-status."
 _EXIT_STATUS_NAME = re.compile(r"^exit-status\.(\d{1,3})$")
-# 128 bits of sha256: a collision between two execution ids is out of reach, and the name stays
-# short enough for any file system.
-_DIGEST_HEX_CHARS = 32
-_PREFIX_CHARS = 40
 
 
 @dataclass(frozen=True)
@@ -96,14 +91,14 @@ class Workspace:
 
 def workspace_root(state_dir: str | None) -> Path:
     if state_dir is not None:
-        return Path(state_dir) / "shell"
+        return Path(state_dir)  # the host's directory for this executor alone
     # Without a host-given directory the jobs live under the temp root, per user.
     return Path(os.environ.get("TMPDIR", "/tmp")) / f"conduit-shell-{os.getuid()}"
 
 
 def workspace_path(state_dir: str | None, execution_id: str, epoch: int) -> Path:
     """The (execution, epoch) workspace directory: deterministic and injective in both."""
-    return workspace_root(state_dir) / _execution_dir_name(execution_id) / f"epoch-{epoch}"
+    return workspace_root(state_dir) / execution_dir_name(execution_id) / f"epoch-{epoch}"
 
 
 def create_workspace(path: Path) -> Workspace:
@@ -122,14 +117,6 @@ def create_workspace(path: Path) -> Workspace:
             permanent=True,
         ) from exc
     return Workspace(path)
-
-
-def _execution_dir_name(execution_id: str) -> str:
-    # The prefix is for people only (sanitizing alone collides: `k:0` and `k_0`); the digest of
-    # the exact id makes the name injective, and the prefix cannot name a path outside the root.
-    digest = hashlib.sha256(execution_id.encode("utf-8", "surrogatepass")).hexdigest()
-    prefix = re.sub(r"[^A-Za-z0-9_-]", "_", execution_id)[:_PREFIX_CHARS]
-    return f"{prefix}-{digest[:_DIGEST_HEX_CHARS]}"
 
 
 def _keep_tail(path: Path, limit: int) -> bool:

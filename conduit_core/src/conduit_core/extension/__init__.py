@@ -45,6 +45,7 @@ from conduit_core.extension._manifest import (
     load_manifest,
     manifest_json_schema,
 )
+from conduit_core.extension._names import execution_dir_name
 from conduit_core.extension._results import (
     RESERVED_UNITS,
     TURN_STATUS_PATTERN,
@@ -147,6 +148,7 @@ __all__ = [
     "Usage",
     "WaitFor",
     "decode_manifest",
+    "execution_dir_name",
     "hookimpl",
     "hookspec",
     "load_manifest",

@@ -107,13 +107,18 @@ class AttemptCallbacks(Protocol):
 
 
 class StopTarget(msgspec.Struct, frozen=True, kw_only=True):
-    """Which attempt to stop: its execution id and epoch, its binding config and recovery data."""
+    """Which attempt to stop: its execution id and epoch, its binding config and recovery data.
+
+    ``launch_intent`` is what the launch recorded before it started anything: with no recovery
+    metadata (a crash between the two), it is how a stop finds exactly this launch's resources.
+    """
 
     execution_id: str
     epoch: int
     work_id: str
     config: dict[str, Any] = {}
     recovery: dict[str, Any] | None = None
+    launch_intent: dict[str, Any] | None = None
 
 
 class ExecutionContext:
@@ -176,6 +181,7 @@ class ExecutionContext:
             work_id=self.work_id,
             config=dict(self.config),
             recovery=self.recovery,
+            launch_intent=self.launch_intent,
         )
 
     async def persist_recovery(self, metadata: Mapping[str, Any]) -> None:

@@ -176,4 +176,5 @@ def _target(ex: Execution, *, epoch: int | None = None) -> StopTarget:
         work_id=ex.work_id,
         config=dict(ex.snapshot.binding_config),
         recovery=ex.recovery,
+        launch_intent=ex.launch_intent,
     )

@@ -252,6 +252,7 @@ async def stop_and_confirm(sched: Scheduler, execution_id: str) -> bool:
         work_id=execution.work_id,
         config=dict(snap.binding_config),
         recovery=execution.recovery,
+        launch_intent=execution.launch_intent,
     )
     try:
         evidence = await executor.stop(target)

@@ -13,12 +13,13 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 import pytest
 
 from conduit_core.extension import (
+    ExecutionContext,
     NotStartedError,
     OperationError,
     OutcomeKind,
@@ -239,31 +240,43 @@ async def test_ids_that_sanitize_alike_keep_their_own_output_and_status(tmp_path
         assert artifact_text(result, "stdout") == f"{execution_id}\n"
 
 
-async def test_a_stop_never_reaches_another_installations_job_of_the_same_id(
-    tmp_path: Path,
-) -> None:
-    # Two stores on one machine may both run `w1#1`; each launch's marker is its own.
+class _Installation(NamedTuple):
+    ctx: ExecutionContext
+    callbacks: FileCallbacks
+    executor: ShellExecutor
+    pid: int
+
+
+async def _two_installations(tmp_path: Path, execution_id: str) -> list[_Installation]:
+    """Two stores on one machine, each running a Work of the same id: each marker is its own."""
     launched = []
     for name in ("one", "two"):
         ctx, callbacks = make_context(
-            tmp_path, {"command": "sleep 60", "stop_grace_seconds": 1}, execution_id="w1#1",
+            tmp_path, {"command": "sleep 60", "stop_grace_seconds": 1}, execution_id=execution_id,
             state_dir=tmp_path / name, callbacks=FileCallbacks(tmp_path / f"{name}.json"),
         )  # fmt: skip
         executor = ShellExecutor()
-        launched.append((ctx, callbacks, executor, await executor.run(ctx)))
-    (first, first_calls, first_executor, _), (second, second_calls, second_executor, _) = launched
-    second_pid = second_calls.recorded()["process"]["pid"]  # type: ignore[index]
+        await executor.run(ctx)
+        pid = callbacks.recorded()["process"]["pid"]  # type: ignore[index]
+        launched.append(_Installation(ctx, callbacks, executor, pid))
+    return launched
 
-    evidence = await first_executor.stop(first.stop_target())
+
+async def test_a_stop_never_reaches_another_installations_job_of_the_same_id(
+    tmp_path: Path,
+) -> None:
+    first, second = await _two_installations(tmp_path, "w1#1")
+
+    evidence = await first.executor.stop(first.ctx.stop_target())
     assert evidence.verified, evidence.detail
-    assert is_running(second_pid), "the other installation's job must survive"
-    assert not is_running(first_calls.recorded()["process"]["pid"])  # type: ignore[index]
+    assert is_running(second.pid), "the other installation's job must survive"
+    assert not is_running(first.pid)
 
     # Negative control: by the execution id alone (no metadata) the other job is reached too.
     blind = StopTarget(execution_id="w1#1", epoch=1, work_id="work-1")
-    assert (await first_executor.stop(blind)).verified
-    assert not is_running(second_pid)
-    assert (await second_executor.stop(second.stop_target())).verified  # reaps its wrapper
+    assert (await first.executor.stop(blind)).verified
+    assert not is_running(second.pid)
+    assert (await second.executor.stop(second.ctx.stop_target())).verified  # reaps its wrapper
     assert tagged_processes("w1#1") == []
 
 
@@ -272,25 +285,15 @@ async def test_a_stop_with_only_the_launch_intent_reaches_only_that_launch(
 ) -> None:
     # A crash between the intent and the metadata leaves a stop only the intent to go by.
     execution_id = new_execution_id()
-    launched = []
-    for name in ("one", "two"):
-        ctx, callbacks = make_context(
-            tmp_path, {"command": "sleep 60", "stop_grace_seconds": 1}, execution_id=execution_id,
-            state_dir=tmp_path / name, callbacks=FileCallbacks(tmp_path / f"{name}.json"),
-        )  # fmt: skip
-        executor = ShellExecutor()
-        launched.append((ctx, callbacks, executor, await executor.run(ctx)))
-    (_, first_calls, first_executor, _), (second, second_calls, second_executor, _) = launched
-    first_pid = first_calls.recorded()["process"]["pid"]  # type: ignore[index]
-    second_pid = second_calls.recorded()["process"]["pid"]  # type: ignore[index]
+    first, second = await _two_installations(tmp_path, execution_id)
 
     intent_only = StopTarget(
         execution_id=execution_id, epoch=1, work_id="work-1",
-        launch_intent=first_calls.recorded_intent(),
+        launch_intent=first.callbacks.recorded_intent(),
     )  # fmt: skip
-    evidence = await first_executor.stop(intent_only)
+    evidence = await first.executor.stop(intent_only)
     assert evidence.verified, evidence.detail
-    assert not is_running(first_pid), evidence.detail
-    assert is_running(second_pid), "a stop by the launch marker must spare the other job"
-    assert (await second_executor.stop(second.stop_target())).verified
+    assert not is_running(first.pid), evidence.detail
+    assert is_running(second.pid), "a stop by the launch marker must spare the other job"
+    assert (await second.executor.stop(second.ctx.stop_target())).verified
     assert tagged_processes(execution_id) == []

@@ -5,10 +5,16 @@
 instant the claim transaction that claimed it committed (the store call returned) minus its
 scheduled time; with ``--claim-batch`` below 1,000 each batch has its own instant. ``--rounds``
 re-arms the same 1,000 at a later second and measures again (percentiles over all rounds).
-Each fired Work is completed at once, so every Routine re-arms a year ahead; then the process
-CPU is measured while the ticker sleeps.
+With ``--attempts`` the fired Work go to a real ``Scheduler`` instead, whose attempts run the test
+plugin's in-process ``echo`` executor (installed by ``CONDUIT_TEST_PLUGINS=1 scripts/setup.sh``)
+``--concurrency`` at a time, woken by each fire as the daemon is; the bench then also prints each
+fired Work's *attempt start* lateness (the instant the scheduler began the attempt, after its
+claim committed, minus the scheduled time). Otherwise each fired Work is completed at once. Either
+way every Routine then re-arms a year ahead, and the process CPU is measured while the ticker
+sleeps.
 
     .venv/bin/python bench/bench_routines.py [--store URL] [--idle-seconds 20] [--rounds 1]
+    .venv/bin/python bench/bench_routines.py --attempts [--concurrency 64]
 
 ``--store`` should name a scratch database: the benchmark writes 100,000 rows into it.
 """
@@ -24,10 +30,12 @@ from pathlib import Path
 import anyio
 import msgspec
 
-from conduit_core.model import Event, Routine, RoutineStatus, WorkStatus, WorkTemplate
+from conduit_core.config import Binding
+from conduit_core.model import Event, Routine, RoutineStatus, Work, WorkStatus, WorkTemplate
+from conduit_core.plugins import Plugins
 from conduit_core.routines import Ticker
 from conduit_core.routines.ticker import CLAIM_BATCH
-from conduit_core.runtime import SystemClock
+from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock
 from conduit_core.storage import Claim, Store, open_store
 
 TOTAL = 100_000
@@ -54,6 +62,71 @@ class CompletingTarget:
 
     async def accept_input(self, event: Event) -> tuple[Event, list[Claim]]:
         return await self.store.accept_event(event), []
+
+
+class AttemptRunner:
+    """The daemon's part for fired Work: a real Scheduler claims and runs their attempts.
+
+    Each fire wakes the claim loop (the daemon's ``on_fired``); each attempt's end pokes the
+    ticker so its Routine re-arms at once. ``started`` keeps, per Work, the wall-clock instant
+    the scheduler began its attempt (its claim had committed).
+    """
+
+    def __init__(self, store: Store, concurrency: int) -> None:
+        self.store = store
+        self.concurrency = concurrency
+        self.clock = SystemClock()
+        self.sched = Scheduler(
+            store,
+            self.clock,
+            Plugins.load(disabled=()),
+            SchedulerOptions(
+                owner="bench-routines",
+                concurrency=concurrency,
+                bindings={"echo": Binding(executor="echo")},
+            ),
+        )
+        self.started: dict[str, int] = {}
+        self.completed = 0
+        self.ticker: Ticker | None = None
+        self._wake = anyio.Event()
+        self._in_flight = 0
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def submit(self, work: Work, first_input: Event | None = None) -> Work:
+        created = await self.sched.submit(work, first_input)
+        self.wake()
+        return created
+
+    async def accept_input(self, event: Event) -> tuple[Event, list[Claim]]:
+        return await self.sched.accept_input(event)
+
+    async def run(self, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:  # type: ignore[no-untyped-def]
+        async with self.sched.keeping_leases(), anyio.create_task_group() as tg:
+            task_status.started()
+            while True:
+                await self._wake.wait()
+                self._wake = anyio.Event()
+                while (free := self.concurrency - self._in_flight) > 0:
+                    claims, _ = await self.sched.claim_ready(free)
+                    if not claims:
+                        break
+                    for claim in claims:
+                        self._in_flight += 1
+                        tg.start_soon(self._attempt, claim)
+
+    async def _attempt(self, claim: Claim) -> None:
+        self.started[claim.work.id] = self.clock.now_ms()
+        try:
+            await self.sched.run_attempt(claim)
+        finally:
+            self._in_flight -= 1
+            self.completed += 1
+            self.wake()
+            if self.ticker is not None:
+                self.ticker.poke()
 
 
 def routines(now: int, due_at: int) -> list[Routine]:
@@ -93,7 +166,13 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def main(
-    url: str, idle_seconds: float, lead_seconds: float, rounds: int, claim_batch: int
+    url: str,
+    idle_seconds: float,
+    lead_seconds: float,
+    rounds: int,
+    claim_batch: int,
+    attempts: bool,
+    concurrency: int,
 ) -> None:
     async with await open_store(url) as store:
         clock = SystemClock()
@@ -131,11 +210,19 @@ async def main(
             return won
 
         store.claim_queued = timed_claim  # type: ignore[method-assign]
-        target = CompletingTarget(store)
-        ticker = Ticker(store, target, clock, running_recheck_ms=200, claim_batch=claim_batch)
+        runner = AttemptRunner(store, concurrency) if attempts else None
+        target = runner or CompletingTarget(store)
+        ticker = Ticker(
+            store, target, clock, running_recheck_ms=200, claim_batch=claim_batch,
+            on_fired=runner.wake if runner else None,
+        )  # fmt: skip
         due_ids = [r.id for r in batch if not r.next_run_at_ms]
         late: list[int] = []
+        start_late: list[int] = []
         async with anyio.create_task_group() as tg:
+            if runner is not None:
+                runner.ticker = ticker
+                await tg.start(runner.run)
             await tg.start(ticker.run)
             for n in range(rounds):
                 if n:  # re-arm the same 1,000 at the next whole second (lead time ahead)
@@ -144,6 +231,8 @@ async def main(
                     ticker.poke()
                 claimed_at.clear()
                 spans.clear()
+                if runner is not None:
+                    runner.started.clear()
                 with anyio.fail_after(lead_seconds + 60):
                     while len(claimed_at) < DUE or await store.running_routines():  # noqa: ASYNC110
                         await anyio.sleep(0.05)
@@ -156,12 +245,28 @@ async def main(
                     "due second"
                 )
                 print("  claim passes (began after due ms, took ms, claimed):", spans)
+                if runner is not None:
+                    slate = [at - round_due for at in runner.started.values()]
+                    assert len(slate) == DUE, len(slate)
+                    start_late += slate
+                    print(
+                        f"  attempt start lateness p50 {statistics.median(slate):.0f} ms, p99 "
+                        f"{pct(slate, 0.99):.0f} ms, max {max(slate):.0f} ms: all {DUE:,} fired "
+                        f"Work started {max(slate) / 1000:.2f} s after the due second "
+                        f"(echo executor, concurrency {concurrency})"
+                    )
             print(
                 f"fire lateness over {len(late):,} fires ({rounds} rounds of {DUE:,} due "
                 f"routines; that Routine's claim committed - scheduled; claim batch "
                 f"{claim_batch}): p50 {statistics.median(late):.0f} ms, p99 {pct(late, 0.99):.0f} "
-                f"ms, max {max(late):.0f} ms; {target.fired:,} fired Work"
+                f"ms, max {max(late):.0f} ms; {len(late):,} fired Work"
             )
+            if start_late:
+                print(
+                    f"attempt start lateness over {len(start_late):,} fired Work (the scheduler "
+                    f"began the attempt - scheduled): p50 {statistics.median(start_late):.0f} ms, "
+                    f"p99 {pct(start_late, 0.99):.0f} ms, max {max(start_late):.0f} ms"
+                )
             armed = await store.next_due_at()
             assert armed is not None
             assert armed > clock.now_ms() + 86_400_000, armed
@@ -184,6 +289,10 @@ if __name__ == "__main__":
     parser.add_argument("--lead-seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=1, help="due seconds to measure")
     parser.add_argument("--claim-batch", type=int, default=CLAIM_BATCH, help="rows per claim")
+    parser.add_argument(
+        "--attempts", action="store_true", help="run fired Work through a real Scheduler (echo)"
+    )
+    parser.add_argument("--concurrency", type=int, default=64, help="attempts at once")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         store_url = args.store or f"sqlite://{Path(tmp) / 'bench.db'}"
@@ -194,4 +303,6 @@ if __name__ == "__main__":
             args.lead_seconds,
             args.rounds,
             args.claim_batch,
+            args.attempts,
+            args.concurrency,
         )

@@ -4,6 +4,7 @@
 #   - the PostgreSQL "main" cluster on /var/run/postgresql, with a superuser
 #     role for the current user (tests use postgresql://root@/postgres?host=/var/run/postgresql)
 #   - the local image conduit-test-busybox:latest (busybox-static, no network needed)
+#   - Debian's chromium and chromium-driver, for the web console's browser tests (tests/console)
 #
 # Idempotent: on a machine where everything is already up it only checks and
 # returns in about a second. Under CI=true any service that fails to come up is
@@ -103,6 +104,10 @@ packages_missing() {
   if ! command -v pg_ctlcluster >/dev/null 2>&1 || { [[ -z $(pg_server_versions) ]] && ! pg_have_cluster; }; then
     MISSING_PKGS+=(postgresql)
   fi
+  # The console's browser tests drive Debian's Chromium through its chromedriver (no browser is
+  # ever downloaded).
+  command -v chromium >/dev/null 2>&1 || MISSING_PKGS+=(chromium)
+  command -v chromedriver >/dev/null 2>&1 || MISSING_PKGS+=(chromium-driver)
 }
 
 packages_missing
@@ -115,14 +120,14 @@ if ((${#MISSING_PKGS[@]} > 0)); then
   export DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=l
   t0=$(date +%s)
   if apt-get -o DPkg::Lock::Timeout=600 update -q \
-    && apt-get -o DPkg::Lock::Timeout=600 install -y -q docker.io busybox-static postgresql; then
+    && apt-get -o DPkg::Lock::Timeout=600 install -y -q "${MISSING_PKGS[@]}"; then
     log "packages installed in $(($(date +%s) - t0)) s"
   else
     # Keep going: whatever did get installed is still started below.
-    service_failed "apt" "apt-get install docker.io busybox-static postgresql failed"
+    service_failed "apt" "apt-get install ${MISSING_PKGS[*]} failed"
   fi
 else
-  log "Debian packages present (docker.io, busybox-static, postgresql)"
+  log "Debian packages present (docker.io, busybox-static, postgresql, chromium, chromium-driver)"
 fi
 
 # ------------------------------------------------------------------ docker --

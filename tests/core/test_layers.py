@@ -55,6 +55,9 @@ ALLOWED = {
         "runtime",
     },
 }
+# The web console: an operators' surface over the HTTP API's service layer, never the daemon's or
+# the CLI's internals (the daemon mounts it, not the other way round).
+ALLOWED["console"] = ALLOWED["routines"] | {"routines", "http"}
 PLUGINS = [
     "conduit_executors_shell",
     "conduit_executors_container",

@@ -170,6 +170,10 @@ def _drive(
     api = ApiClient(read_token(token_file), listen=f"127.0.0.1:{port}")
     _wait_ready(api, proc, log)
     out.print(f"[bold]3.[/] daemon ready on 127.0.0.1:{port}; submitting Work over HTTP")
+    out.print(
+        f"   web console: http://127.0.0.1:{port}/ui/ (log in with the token in "
+        f"{escape(str(token_file))})"
+    )
     ids = []
     for binding, payload in SUBMISSIONS:
         req = SubmitRequest(binding=binding, input=payload)

@@ -9,7 +9,14 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from conduit_core.http import AttemptView, CapacityView, WorkDetail, WorkView
+from conduit_core.http import CapacityView, WorkDetail, WorkView
+from conduit_core.http.describe import (
+    attempt_outcome,
+    latest_artifacts,
+    launch_trail,
+    segment_marks,
+    work_note,
+)
 
 __all__ = [
     "STATUS_STYLE",
@@ -62,14 +69,6 @@ def _status(value: str) -> Text:
     return Text(value, style=STATUS_STYLE.get(value, ""))
 
 
-def _note(work: WorkView) -> str:
-    if work.retry_pending:
-        return "retry pending"
-    if work.blocked_reason:
-        return work.blocked_reason
-    return ""
-
-
 def work_table(items: list[WorkView]) -> Table:
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in ("ID", "STATUS", "BINDING", "SCOPE", "ATTEMPTS", "UPDATED", "NOTE"):
@@ -82,17 +81,9 @@ def work_table(items: list[WorkView]) -> Table:
             work.scope,
             str(work.last_attempt),
             clock(work.updated_at_ms),
-            _note(work),
+            work_note(work),
         )
     return table
-
-
-def _outcome(attempt: AttemptView) -> str:
-    if attempt.failure_code:
-        return f"{attempt.failure_code}: {attempt.failure_message or ''}".strip()
-    if attempt.result is not None:
-        return attempt.result.summary
-    return ""
 
 
 def _attempts(detail: WorkDetail) -> Table:
@@ -107,21 +98,15 @@ def _attempts(detail: WorkDetail) -> Table:
             f"{attempt.executor}@{attempt.executor_generation}",
             clock(attempt.started_at_ms),
             _duration(attempt.started_at_ms, attempt.ended_at_ms),
-            _outcome(attempt),
+            attempt_outcome(attempt),
         )
         for n, segment in enumerate(attempt.segments, start=1):
-            marks = [m for m, on in (("recovered", segment.recovered),
-                                     ("relaunched", segment.relaunched)) if on]  # fmt: skip
-            phases = ", ".join(
-                f"{p.name}{'' if p.ended_at_ms is not None else '…'}"
-                + (f" ({p.outcome})" if p.outcome not in (None, "ok") else "")
-                for p in segment.launch
-            )
+            phases = launch_trail(segment)
             table.add_row(
                 "",
                 str(segment.epoch),
                 Text(f"segment {n}", style="dim"),
-                " ".join(marks),
+                " ".join(segment_marks(segment)),
                 clock(segment.started_at_ms),
                 _duration(segment.started_at_ms, segment.ended_at_ms),
                 Text(phases, style="dim"),
@@ -135,8 +120,8 @@ def status_line(detail: WorkDetail) -> Text:
         (work.id, "bold"), "  ", _status(str(work.status)),
         f"  binding={work.binding} scope={work.scope} attempts={work.last_attempt}",
     )  # fmt: skip
-    if _note(work):
-        line.append(f"  ({_note(work)})", style="dim")
+    if work_note(work):
+        line.append(f"  ({work_note(work)})", style="dim")
     if detail.waiting is not None:
         line.append(f"  waiting: {detail.waiting.message}", style="magenta")
     return line
@@ -164,13 +149,14 @@ def work_detail(detail: WorkDetail, *, with_status: bool = True) -> RenderableTy
 
 def _outputs(detail: WorkDetail) -> list[Text]:
     """Where the latest finished attempt's artifacts are (a shell job's stdout and stderr)."""
-    for attempt in reversed(detail.attempts):
-        if attempt.result is not None and attempt.result.artifacts:
-            return [
-                Text(f"{artifact.name}: {artifact.ref}  (attempt {attempt.attempt})", style="dim")
-                for artifact in attempt.result.artifacts
-            ]
-    return []
+    found = latest_artifacts(detail)
+    if found is None:
+        return []
+    attempt, artifacts = found
+    return [
+        Text(f"{artifact.name}: {artifact.ref}  (attempt {attempt.attempt})", style="dim")
+        for artifact in artifacts
+    ]
 
 
 def capacity_table(view: CapacityView) -> Table:

@@ -17,6 +17,7 @@ import anyio
 import uvicorn
 
 from conduit_core.config import Config, check_against_plugins, load_config
+from conduit_core.console import with_console
 from conduit_core.daemon._host import HostLoop
 from conduit_core.daemon._netfs import check_local_filesystem
 from conduit_core.daemon._paths import DaemonPaths, is_postgres
@@ -171,7 +172,9 @@ class Daemon:
             routines = self.routines
             app = create_app(self.service, token)
             app = mount_schedules(app, lambda: routines.schedules, token)
-            await self._serve(host, sockets, channel, app, plugins, store, paths)
+            # The web console shares the listener under /ui/ (its own session login).
+            served = with_console(app, self.service, lambda: routines.schedules, token)
+            await self._serve(host, sockets, channel, served, plugins, store, paths)
         log.info("daemon stopped owner=%s", self.owner)
 
     async def _serve(

@@ -5,7 +5,17 @@
 """
 
 from conduit_core.http._app import ROUTES, create_app, status_for
+from conduit_core.http._approvals import (
+    NeedsYouView,
+    SettledView,
+    SettleRequest,
+    approve,
+    list_needs_you,
+    refuse,
+    release,
+)
 from conduit_core.http._client import ApiClient, split_listen
+from conduit_core.http._guard import RequestGuard
 from conduit_core.http._openapi import openapi_document
 from conduit_core.http._schemas import (
     AttemptView,
@@ -16,6 +26,7 @@ from conduit_core.http._schemas import (
     EventView,
     Health,
     InputRequest,
+    InputView,
     InterruptRequest,
     PoolCapacity,
     RetryRequest,
@@ -30,8 +41,6 @@ from conduit_core.http._service import GLOBAL_POOL, ApiService, HostHooks, NoHos
 from conduit_core.http._token import ensure_token, read_token
 
 __all__ = [
-    "GLOBAL_POOL",
-    "ROUTES",
     "ApiClient",
     "ApiService",
     "AttemptView",
@@ -40,24 +49,35 @@ __all__ = [
     "ConfirmStoppedRequest",
     "ErrorBody",
     "EventView",
+    "GLOBAL_POOL",
     "Health",
     "HostHooks",
     "InputRequest",
+    "InputView",
     "InterruptRequest",
+    "NeedsYouView",
     "NoHost",
     "PoolCapacity",
+    "ROUTES",
+    "RequestGuard",
     "RetryRequest",
     "ScopeCapacity",
+    "SettleRequest",
+    "SettledView",
     "SubmitRequest",
     "Waiting",
     "WorkDetail",
     "WorkPage",
     "WorkView",
+    "approve",
     "create_app",
     "ensure_token",
+    "list_needs_you",
     "new_work_id",
     "openapi_document",
     "read_token",
+    "refuse",
+    "release",
     "split_listen",
     "status_for",
 ]

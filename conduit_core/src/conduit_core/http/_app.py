@@ -113,6 +113,7 @@ ROUTES: tuple[ApiRoute, ...] = (
         query=(
             ("status", WorkStatus, "only Work in this status"),
             ("scope", str, "only Work in this scope"),
+            ("binding", str, "only Work of this binding"),
             ("limit", int, "page size (1-500, default 100)"),
             ("after", str, "the previous page's `next`"),
         ),
@@ -203,7 +204,7 @@ def page_limit(raw: str) -> int:
 
 def _query(request: Request) -> dict[str, Any]:
     params = request.query_params
-    unknown = sorted(set(params) - {"status", "scope", "limit", "after"})
+    unknown = sorted(set(params) - {"status", "scope", "binding", "limit", "after"})
     if unknown:
         raise ConduitError(f"unknown query parameter {unknown[0]!r}", code="invalid_query")
     out: dict[str, Any] = {}
@@ -216,8 +217,9 @@ def _query(request: Request) -> dict[str, Any]:
                 f"query parameter 'status': {params['status']!r} is not one of {allowed}",
                 code="invalid_query",
             ) from exc
-    if "scope" in params:
-        out["scope"] = params["scope"]
+    for name in ("scope", "binding"):
+        if name in params:
+            out[name] = params[name]
     if "after" in params:
         out["after"] = params["after"]
     if "limit" in params:

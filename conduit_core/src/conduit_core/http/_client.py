@@ -121,6 +121,7 @@ class ApiClient:
         *,
         status: WorkStatus | None = None,
         scope: str | None = None,
+        binding: str | None = None,
         limit: int = 100,
         after: str | None = None,
     ) -> WorkPage:
@@ -129,6 +130,8 @@ class ApiClient:
             query["status"] = str(status)
         if scope is not None:
             query["scope"] = scope
+        if binding is not None:
+            query["binding"] = binding
         if after is not None:
             query["after"] = after
         return self.request("GET", f"/v1/work?{urlencode(query)}", None, WorkPage)

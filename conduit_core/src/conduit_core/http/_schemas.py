@@ -32,6 +32,7 @@ __all__ = [
     "EventView",
     "Health",
     "InputRequest",
+    "InputView",
     "InterruptRequest",
     "PoolCapacity",
     "RetryRequest",
@@ -182,6 +183,19 @@ class EventView(_Response, frozen=True, kw_only=True):
     resumed: list[str] = []
     #: For an inject: the control intent that delivers it to the running attempt.
     control_id: str | None = None
+
+
+class InputView(_Response, frozen=True, kw_only=True):
+    """An input of a Work: presented to ``attempt``, or still ``pending`` (not yet presented)."""
+
+    id: str
+    type: str
+    seq: int
+    accepted_at_ms: int
+    payload: Any = None
+    correlation_key: str | None = None
+    attempt: int | None = None
+    pending: bool = False
 
 
 class PoolCapacity(_Response, frozen=True, kw_only=True):

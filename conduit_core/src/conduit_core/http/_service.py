@@ -23,6 +23,7 @@ from conduit_core.http._schemas import (
     EventView,
     Health,
     InputRequest,
+    InputView,
     InterruptRequest,
     PoolCapacity,
     RetryRequest,
@@ -45,6 +46,8 @@ log = logging.getLogger("conduit.api")
 #: The name capacity reports for executors without a pool (``settings.concurrency``).
 GLOBAL_POOL = "global"
 MAX_PAGE = 500
+#: Rows one binding-filtered page reads at most (see ``ApiService._list_by_binding``).
+BINDING_SCAN = 5000
 
 
 class HostHooks(Protocol):
@@ -124,16 +127,46 @@ class ApiService:
         *,
         status: WorkStatus | None = None,
         scope: str | None = None,
+        binding: str | None = None,
         limit: int = 100,
         after: str | None = None,
     ) -> WorkPage:
         limit = max(1, min(limit, MAX_PAGE))
+        if binding is not None:
+            return await self._list_by_binding(status, scope, binding, limit, after)
         items = await self.store.list_work(status=status, scope=scope, limit=limit + 1, after=after)
         more = len(items) > limit
         items = items[:limit]
         return WorkPage(
             items=[work_view(w) for w in items], next=items[-1].id if more and items else None
         )
+
+    async def _list_by_binding(
+        self, status: WorkStatus | None, scope: str | None, binding: str, limit: int,
+        after: str | None,
+    ) -> WorkPage:  # fmt: skip
+        """Filter by binding while paging the store by id (the store keeps no binding index).
+
+        A page reads at most :data:`BINDING_SCAN` rows: past that it ends early with ``next`` at
+        the last row read, so a rare binding among many rows costs bounded pages, never one
+        unbounded read. Keyset paging stays exact either way.
+        """
+        found: list[Work] = []
+        cursor, scanned = after, 0
+        while scanned < BINDING_SCAN:
+            want = min(MAX_PAGE, BINDING_SCAN - scanned)
+            batch = await self.store.list_work(status=status, scope=scope, limit=want, after=cursor)
+            for work in batch:
+                cursor, scanned = work.id, scanned + 1
+                if work.binding == binding:
+                    found.append(work)
+                    if len(found) > limit:
+                        return WorkPage(
+                            items=[work_view(w) for w in found[:limit]], next=found[limit - 1].id
+                        )
+            if len(batch) < want:  # the store has no more rows
+                return WorkPage(items=[work_view(w) for w in found], next=None)
+        return WorkPage(items=[work_view(w) for w in found], next=cursor)
 
     async def show(self, work_id: str) -> WorkDetail:
         work = await self.store.get_work(work_id)
@@ -145,6 +178,25 @@ class ApiService:
             holds=holds,
             waiting=blocked_by_attempt(attempts) or self._waiting(work, holds),
         )
+
+    async def inputs(self, work_id: str, *, limit: int = 20) -> list[InputView]:
+        """The Work's latest ``limit`` inputs: those its attempts consumed, then the pending."""
+        await self.store.get_work(work_id)  # an unknown id is a coded 404, not an empty list
+        consumed = [
+            (ex.attempt, event_id)
+            for ex in await self.store.list_executions(work_id)
+            for event_id in ex.inputs
+        ]
+        views: list[InputView] = []
+        for attempt, event_id in consumed[-limit:]:
+            try:
+                event = await self.store.get_event(event_id)
+            except LookupError:
+                continue  # dropped after it was consumed: nothing left to show
+            views.append(_input_view(event, attempt=attempt))
+        pending = await self.store.pending_inputs(work_id)
+        views.extend(_input_view(event, pending=True) for event in pending[:limit])
+        return views
 
     def _waiting(self, work: Work, holds: list[Any]) -> Waiting | None:
         if work.status is WorkStatus.HELD and holds:
@@ -362,6 +414,14 @@ def blocked_by_attempt(attempts: list[Execution]) -> Waiting | None:
                 f"runs: conduit work confirm-stopped {ex.work_id} --epoch {ex.epoch}",
             )
     return None
+
+
+def _input_view(event: Event, *, attempt: int | None = None, pending: bool = False) -> InputView:
+    return InputView(
+        id=event.id, type=event.type, seq=event.seq, accepted_at_ms=event.accepted_at_ms,
+        payload=event.payload, correlation_key=event.correlation_key, attempt=attempt,
+        pending=pending,
+    )  # fmt: skip
 
 
 def _event_view(

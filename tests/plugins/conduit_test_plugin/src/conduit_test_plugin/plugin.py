@@ -5,6 +5,7 @@ Everything here is deterministic and quick so the core's tests can drive real pl
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 
 from conduit_core.extension import (
@@ -131,6 +132,9 @@ class RemoteSource:
     manageability = "observe-only"
 
     async def read(self) -> SourceRead:
+        # A daemon started with this variable sees the other system down (the console shows it).
+        if os.environ.get("CONDUIT_TEST_REMOTE_DOWN"):
+            return SourceRead(status="degraded", detail="test-remote: connection refused")
         return SourceRead(
             records=[
                 ScheduleRecord(

@@ -1,0 +1,217 @@
+"""The console's pages (reads only): each asks the API's service layer, as the HTTP API does.
+
+Fragments (``…/rows``, ``…/live``, ``needs-you/count``) are what htmx polls to keep a page live
+without a reload; each is the same template block the full page renders first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response
+
+from conduit_core.console._render import page
+from conduit_core.console._session import Session
+from conduit_core.errors import ConduitError, NotFoundError
+from conduit_core.http import ApiService, WorkPage, list_needs_you
+from conduit_core.http.describe import (
+    attempt_outcome,
+    latest_artifacts,
+    launch_trail,
+    segment_marks,
+    work_note,
+)
+from conduit_core.model import WorkStatus
+from conduit_core.routines import ConduitRoutineSource, ScheduleMultiplexer
+
+__all__ = ["MAX_ARTIFACT_BYTES", "ConsolePages", "Schedules", "routine_source"]
+
+#: The schedule surface of the running daemon (replaced on reload, hence a callable).
+Schedules = Callable[[], ScheduleMultiplexer]
+#: The tail of a job's output a page shows (the file on disk has all of it).
+MAX_ARTIFACT_BYTES = 256 * 1024
+_PAGE_SIZES = (25, 50, 100, 200)
+#: Helpers every template may call: the CLI's own wording of a Work, an attempt and a segment.
+_DESCRIBE: dict[str, Any] = {
+    "work_note": work_note,
+    "attempt_outcome": attempt_outcome,
+    "launch_trail": launch_trail,
+    "segment_marks": segment_marks,
+}
+
+
+def routine_source(schedules: ScheduleMultiplexer) -> ConduitRoutineSource:
+    for source in schedules.sources:
+        if isinstance(source, ConduitRoutineSource):
+            return source
+    raise ConduitError("this daemon serves no conduit Routines", code="not_found")
+
+
+def _list_filters(request: Request) -> dict[str, str]:
+    """The work list's query (status, scope, binding, limit, after), each checked."""
+    query = request.query_params
+    out: dict[str, str] = {}
+    for name in ("status", "scope", "binding", "after"):
+        value = query.get(name, "").strip()
+        if value:
+            out[name] = value
+    if "status" in out and out["status"] not in {s.value for s in WorkStatus}:
+        allowed = ", ".join(s.value for s in WorkStatus)
+        raise ConduitError(f"status {out['status']!r} is not one of {allowed}",
+                           code="invalid_query")  # fmt: skip
+    limit = query.get("limit", "50")
+    if not limit.isdigit() or int(limit) not in _PAGE_SIZES:
+        raise ConduitError(
+            f"limit {limit!r} is not one of {', '.join(map(str, _PAGE_SIZES))}",
+            code="invalid_query",
+        )
+    out["limit"] = limit
+    return out
+
+
+def _queries(filters: dict[str, str], page_view: WorkPage) -> dict[str, str]:
+    """This page's query (what its rows poll) and the next page's."""
+    following = {k: v for k, v in filters.items() if k != "after"}
+    if page_view.next is not None:
+        following["after"] = page_view.next
+    return {"query": urlencode(filters), "next_query": urlencode(following)}
+
+
+class ConsolePages:
+    """Read-only pages over the API's service layer and the daemon's schedule surface."""
+
+    def __init__(self, service: ApiService, schedules: Schedules) -> None:
+        self.service = service
+        self.schedules = schedules
+
+    def _page(self, name: str, session: Session, nav: str, **context: Any) -> Response:
+        return page(name, session=session, flashes=session.take_flashes(), nav=nav,
+                    **_DESCRIBE, **context)  # fmt: skip
+
+    def _fragment(self, name: str, session: Session, **context: Any) -> Response:
+        return page(name, session=session, **_DESCRIBE, **context)
+
+    # --- needs you ------------------------------------------------------------------------------
+
+    async def needs_you(self, request: Request, session: Session) -> Response:
+        view = await list_needs_you(self.service)
+        return self._page("needs_you.html", session, "needs", items=view.items)
+
+    async def needs_you_count(self, request: Request, session: Session) -> Response:
+        view = await list_needs_you(self.service)
+        return self._fragment("_needs_count.html", session, count=len(view.items))
+
+    # --- work -----------------------------------------------------------------------------------
+
+    async def _work_page(self, request: Request) -> tuple[dict[str, str], WorkPage]:
+        filters = _list_filters(request)
+        page_view = await self.service.list_work(
+            status=WorkStatus(filters["status"]) if "status" in filters else None,
+            scope=filters.get("scope"),
+            binding=filters.get("binding"),
+            limit=int(filters["limit"]),
+            after=filters.get("after"),
+        )
+        return filters, page_view
+
+    async def work_list(self, request: Request, session: Session) -> Response:
+        filters, page_view = await self._work_page(request)
+        config = self.service.config
+        return self._page(
+            "work_list.html", session, "work", filters=filters, page=page_view,
+            statuses=[s.value for s in WorkStatus], scopes=sorted(config.scopes),
+            bindings=sorted(config.bindings), sizes=_PAGE_SIZES, **_queries(filters, page_view),
+        )  # fmt: skip
+
+    async def work_rows(self, request: Request, session: Session) -> Response:
+        filters, page_view = await self._work_page(request)
+        return self._fragment("_work_rows.html", session, filters=filters, page=page_view,
+                              **_queries(filters, page_view))  # fmt: skip
+
+    async def work_detail(self, request: Request, session: Session) -> Response:
+        work_id: str = request.path_params["id"]
+        detail = await self.service.show(work_id)
+        inputs = await self.service.inputs(work_id)
+        return self._page("work_detail.html", session, "work", detail=detail, inputs=inputs,
+                          outputs=latest_artifacts(detail))  # fmt: skip
+
+    async def work_live(self, request: Request, session: Session) -> Response:
+        detail = await self.service.show(request.path_params["id"])
+        return self._fragment("_work_live.html", session, detail=detail,
+                              outputs=latest_artifacts(detail))  # fmt: skip
+
+    async def artifact(self, request: Request, session: Session) -> Response:
+        """A job's output file, only if an attempt's result names it and it lies in the daemon's
+        state directory (an artifact reference is never a way to read any file)."""
+        work_id: str = request.path_params["id"]
+        number: int = request.path_params["attempt"]
+        name: str = request.path_params["name"]
+        detail = await self.service.show(work_id)
+        attempt = next((a for a in detail.attempts if a.attempt == number), None)
+        if attempt is None:
+            raise NotFoundError("attempt", f"{work_id}#{number}")
+        found = [a for a in (attempt.result.artifacts if attempt.result else []) if a.name == name]
+        if not found:
+            raise NotFoundError("artifact", f"{work_id}#{number}/{name}")
+        text, note = await anyio.to_thread.run_sync(self._read_artifact, found[0].ref)
+        return self._page("artifact.html", session, "work", detail=detail, attempt=attempt,
+                          artifact=found[0], text=text, note=note)  # fmt: skip
+
+    def _read_artifact(self, ref: str) -> tuple[str | None, str | None]:
+        state_dir = self.service.scheduler.options.state_dir
+        path = Path(ref)
+        if state_dir is None or not path.is_absolute():
+            return None, "this artifact is not a file of this daemon: not shown"
+        root = Path(state_dir).resolve()
+        try:
+            real = path.resolve(strict=True)
+        except (OSError, RuntimeError):
+            return None, f"{ref} is not on this host (or was removed)"
+        if not real.is_relative_to(root) or not real.is_file():
+            return None, f"{ref} is outside the daemon's state directory: not shown"
+        size = real.stat().st_size
+        with real.open("rb") as file:
+            if size > MAX_ARTIFACT_BYTES:
+                file.seek(size - MAX_ARTIFACT_BYTES, os.SEEK_SET)
+            data = file.read(MAX_ARTIFACT_BYTES)
+        note = (
+            f"the last {MAX_ARTIFACT_BYTES // 1024} KiB of {size} bytes"
+            if size > MAX_ARTIFACT_BYTES
+            else None
+        )
+        return data.decode("utf-8", errors="replace"), note
+
+    # --- routines and schedules -----------------------------------------------------------------
+
+    async def routines(self, request: Request, session: Session) -> Response:
+        merged = await self.schedules().read()
+        records = [r for r in merged.records if r.domain == "conduit"]
+        return self._page("routines.html", session, "routines", records=records)
+
+    async def routine(self, request: Request, session: Session) -> Response:
+        routine_id: str = request.path_params["id"]
+        source = routine_source(self.schedules())
+        routine = await source.get(routine_id)
+        runs = await source.history(routine_id, limit=50)
+        return self._page("routine.html", session, "routines", routine=routine, runs=runs,
+                          schedule_id=f"{source.name}:{routine.id}")  # fmt: skip
+
+    async def schedules_page(self, request: Request, session: Session) -> Response:
+        merged = await self.schedules().read()
+        return self._page("schedules.html", session, "schedules", merged=merged)
+
+    # --- capacity -------------------------------------------------------------------------------
+
+    async def capacity(self, request: Request, session: Session) -> Response:
+        view = await self.service.capacity()
+        return self._page("capacity.html", session, "capacity", view=view)
+
+    async def capacity_live(self, request: Request, session: Session) -> Response:
+        view = await self.service.capacity()
+        return self._fragment("_capacity_live.html", session, view=view)

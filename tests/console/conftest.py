@@ -87,8 +87,9 @@ def console_daemon(
     monkeypatch.setenv("CONDUIT_HUMAN_GATE_CONFIG", str(rules))
     made: list[Daemon] = []
 
-    def start(env: dict[str, str] | None = None, **settings: Any) -> Daemon:
-        extra = CONSOLE_EXTRA.format(root=tmp_path, side=tmp_path / "side-effects.log")
+    def start(env: dict[str, str] | None = None, more: str = "", **settings: Any) -> Daemon:
+        """``more``: further config (bindings, budgets) after the console's own."""
+        extra = CONSOLE_EXTRA.format(root=tmp_path, side=tmp_path / "side-effects.log") + more
         daemon = Daemon(tmp_path, str(tmp_path / "conduit.db"), extra=extra, **settings)
         made.append(daemon)
         return daemon.start(env=env)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from datetime import UTC, datetime
 
 import pytest
 
@@ -321,19 +322,24 @@ def test_not_yet_due_is_left_alone() -> None:
     assert (decision.fire, decision.next_run_at_ms) == (False, 10 * HOUR)
 
 
-def test_occurrence_is_the_only_module_importing_croniter() -> None:
-    import pathlib
+def test_the_wall_walk_finds_rare_days_and_gives_up_on_impossible_ones() -> None:
+    leap = parse_spec("0 0 29 2 *")
+    start = ms("2025-03-01T00:00:00+00:00")
+    assert leap.next_after(start) == ms("2028-02-29T00:00:00+00:00")
+    assert leap.prev_at_or_before(start) == ms("2024-02-29T00:00:00+00:00")
+    # Friday the 13th in classic cron is "the 13th OR a Friday"; with `*` in dom, only Fridays.
+    friday = parse_spec("0 12 * * 5")
+    assert datetime.fromtimestamp(friday.next_after(start) / 1000, UTC).weekday() == 4  # type: ignore[operator]
+    with pytest.raises(ConduitError, match="never matches"):
+        parse_spec("0 0 31 2 *")
+    with pytest.raises(ConduitError, match="never matches"):
+        parse_spec("0 0 30 2 *")
 
-    import conduit_core
 
-    root = pathlib.Path(conduit_core.__file__).parent
-    importers = sorted(
-        str(p.relative_to(root))
-        for p in root.rglob("*.py")
-        if "import croniter" in p.read_text(encoding="utf-8")
-        or "from croniter" in p.read_text(encoding="utf-8")
-    )
-    assert importers == ["routines/occurrence.py"]
+def test_the_wall_walk_ends_at_the_calendar_edge() -> None:
+    spec = parse_spec("0 0 1 1 *")
+    assert spec.next_after(ms("9999-06-01T00:00:00+00:00")) is None
+    assert spec.prev_at_or_before(ms("9999-06-01T00:00:00+00:00")) == ms("9999-01-01T00:00:00+00:00")
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """Routines: cron occurrence math, the ledger state machine, and the unified schedule surface.
 
-``occurrence`` is the only module of conduit that imports croniter; ``ledger`` holds pure
+``occurrence`` is the cron math (over ``cronfields`` and ``cronwalk``); ``ledger`` holds pure
 transitions the store applies inside its write transactions; ``fire`` turns a claimed Routine
 into Work; ``ticker`` drives the ledger (no durable state); ``managed`` is the ``conduit``
 schedule source and ``reconcile`` loads ``[[routines]]`` from config; ``sources`` and

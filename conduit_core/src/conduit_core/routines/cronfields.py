@@ -1,9 +1,8 @@
 """Cron field grammar: each field is read here into the explicit set of values it stands for.
 
-croniter is handed only these explicit lists (never a range, step or name), because its own
-reading diverges from classic cron: croniter 7 reads a one-value range ``a-a`` as ``*``
-(``0 9-9 * * *`` fired every hour), also inside lists and with steps (``25-35/2,1-1``). Reading
-the fields ourselves pins the semantics to classic cron (Vixie cron, cronie), which the suite
+:mod:`conduit_core.routines.cronwalk` walks only these explicit sets. Reading the fields
+ourselves pins the semantics to classic cron (Vixie cron, cronie) — croniter 7, used before,
+read a one-value range ``a-a`` as ``*`` (``0 9-9 * * *`` fired every hour) — which the suite
 checks against an independent implementation (tests/routines/test_cron_differential.py).
 
 Grammar of one field: a comma list of items; an item is ``*``, a value, a range ``a-b``
@@ -62,10 +61,9 @@ class CronFields:
     #: Classic cron's rule: a day must match BOTH day fields (one of them starts with ``*``).
     day_and: bool
 
-    def croniter_expr(self) -> str:
-        """The expression croniter walks, seconds LAST (croniter's order): each field ``*`` when
-        it holds every value, else its values with runs of three or more written ``a-b``
-        (``a < b``; croniter reads those right, and long lists make it slow)."""
+    def normal_expr(self) -> str:
+        """The explicit values as one normalized expression, seconds LAST: each field ``*`` when
+        it holds every value, else its values with runs of three or more written ``a-b``."""
         names = list(FIELDS_5)
         if "second" in self.values:
             names.append("second")

@@ -1,20 +1,21 @@
-"""Cron occurrence math: the one module of conduit that imports croniter.
+"""Cron occurrence math: specs, occurrences in a timezone, misfire decisions.
 
 Spec grammar
     * 5-field cron: ``min hour dom mon dow``.
     * 6-field cron with seconds FIRST: ``sec min hour dom mon dow`` (as croner, Quartz and Spring
-      read it). croniter puts seconds last, so the seconds field is moved before croniter sees it.
+      read it).
     * Macros ``@yearly`` ``@annually`` ``@monthly`` ``@weekly`` ``@daily`` ``@midnight``
       ``@hourly``.
     * One-shot ``once@<ISO-8601 with an explicit offset>`` (``Z`` allowed), e.g.
       ``once@2027-01-01T09:00:00+01:00``, from 1970 to 9998 in UTC.
 
 The fields are read by :mod:`conduit_core.routines.cronfields` (classic cron semantics, the
-day-of-month/day-of-week rule included); croniter only walks the explicit values it yields.
+day-of-month/day-of-week rule included); :mod:`conduit_core.routines.cronwalk` walks the explicit
+values they yield over naive wall times.
 
-Every cron spec is evaluated in its IANA timezone (default UTC): croniter walks naive local wall
-times and this module turns each wall time into real instants itself, because croniter alone
-yields both instants of a repeated wall time and fires at a shifted time in a gap.
+Every cron spec is evaluated in its IANA timezone (default UTC): the walk yields naive local wall
+times and this module turns each wall time into real instants itself, under the DST rules below
+(a wall time may stand for two instants, or none).
 
 DST rules
     * Fixed hour (the hour field is anything but ``*`` or ``*/n``): a wall time inside a
@@ -38,10 +39,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterBadDateError, CroniterError, croniter
-
 from conduit_core.model import MisfirePolicy
 from conduit_core.routines.cronfields import FIELDS_5, FIELDS_6, read_fields
+from conduit_core.routines.cronwalk import WallCron
 from conduit_core.routines.errors import InvalidCronSpecError, InvalidTimezoneError
 
 __all__ = [
@@ -111,7 +111,7 @@ class Spec:
 
     text: str
     timezone: str
-    #: The croniter expression (seconds last) of a cron spec; ``None`` for a one-shot.
+    #: The explicit-values expression (seconds last) of a cron spec; ``None`` for a one-shot.
     cron: str | None
     #: The instant of a one-shot, epoch ms; ``None`` for a cron spec.
     once_ms: int | None
@@ -119,6 +119,8 @@ class Spec:
     elapsed_hours: bool = False
     #: Classic cron's day rule: a day must match both day fields (one of them starts with ``*``).
     day_and: bool = True
+    #: The wall-time walk of a cron spec; ``None`` for a one-shot.
+    wall: WallCron | None = None
 
     @property
     def is_recurring(self) -> bool:
@@ -187,25 +189,18 @@ def parse_spec(spec: str, timezone: str = "UTC") -> Spec:
         )
     names = FIELDS_5 if len(fields) == 5 else FIELDS_6
     read = read_fields(text, fields)
-    # croniter walks explicit value lists only (seconds last), never its own reading of ranges,
-    # steps or the day fields: see cronfields.
-    cron = read.croniter_expr()
-    try:
-        probe = croniter(cron, datetime(2000, 1, 1), day_or=not read.day_and)
-    except CroniterError as exc:
-        raise InvalidCronSpecError(f"invalid cron spec {text!r}: {exc}") from exc
-    try:
-        probe.get_next(datetime)
-    except CroniterBadDateError as exc:
-        raise InvalidCronSpecError(f"cron spec {text!r} never matches a date") from exc
+    wall_cron = WallCron.of(read)
+    if next(wall_cron.after(datetime(2000, 1, 1)), None) is None:
+        raise InvalidCronSpecError(f"cron spec {text!r} never matches a date")
     hour = fields[names.index("hour")]
     return Spec(
         text=text,
         timezone=timezone,
-        cron=cron,
+        cron=read.normal_expr(),
         once_ms=None,
         elapsed_hours=_ELAPSED_HOUR.fullmatch(hour) is not None,
         day_and=read.day_and,
+        wall=wall_cron,
     )
 
 
@@ -289,7 +284,7 @@ def _offset_bound(wall: datetime, zone: tzinfo, forward: bool) -> timedelta:
 
 def _walk(spec: Spec, origin_ms: int, *, forward: bool) -> Iterator[int]:
     """Occurrences after ``origin_ms`` (forward) or at/before it (backward), in order."""
-    assert spec.cron is not None
+    assert spec.wall is not None
     zone = spec._zone
     origin = _from_ms(origin_ms)
     local = origin.astimezone(zone)
@@ -304,14 +299,10 @@ def _walk(spec: Spec, origin_ms: int, *, forward: bool) -> Iterator[int]:
     if fold0 is not None and fold1 is not None and fold0 > fold1 and in_origin_instance:
         margin = fold0 - fold1
     start = wall - margin - _SECOND if forward else wall + margin + _SECOND
-    cron = croniter(spec.cron, start, is_prev=not forward, day_or=not spec.day_and)
+    candidates = spec.wall.after(start) if forward else spec.wall.before(start)
     pending: list[int] = []  # a heap of keys: ms forward, -ms backward
     last: int | None = None
-    while True:
-        try:
-            candidate: datetime = cron.get_next(datetime) if forward else cron.get_prev(datetime)
-        except CroniterBadDateError:
-            break
+    for candidate in candidates:
         for instant in _instants(candidate, zone, spec.elapsed_hours):
             ms = _to_ms(instant)
             if (ms > origin_ms) if forward else (ms <= origin_ms):

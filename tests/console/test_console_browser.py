@@ -62,6 +62,7 @@ def browser(tmp_path: Path) -> Iterator[object]:
 def test_operator_walks_the_console_in_chromium(
     console_daemon: Callable[..., Daemon], browser: object
 ) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
     from selenium.webdriver.support.ui import WebDriverWait
@@ -73,13 +74,19 @@ def test_operator_walks_the_console_in_chromium(
                "--timezone", "Europe/Berlin")  # fmt: skip
     base = f"http://127.0.0.1:{daemon.port}"
     shots = _artifacts()
-    wait = WebDriverWait(driver, 30, poll_frequency=0.1)
+    # A poll may replace what a lookup just found: look again rather than fail.
+    wait = WebDriverWait(driver, 30, poll_frequency=0.1,
+                         ignored_exceptions=(StaleElementReferenceException,))  # fmt: skip
 
     def shot(name: str) -> None:
         assert driver.save_screenshot(str(shots / f"{name}.png")), name
 
     def text_of(css: str) -> str:
         return str(driver.find_element(By.CSS_SELECTOR, css).text)
+
+    def click(css: str) -> None:
+        """Click what ``css`` finds now (found again if a poll replaced it meanwhile)."""
+        wait.until(lambda d: d.find_element(By.CSS_SELECTOR, css).click() or True)
 
     # --- log in ----------------------------------------------------------------------------
     driver.get(f"{base}/ui/")
@@ -105,14 +112,25 @@ def test_operator_walks_the_console_in_chromium(
     deploy = daemon.submit("deploy")
     # The menu's count is polled by htmx: it changes without a reload.
     wait.until(lambda d: text_of("#needs-count") == "1")
-    driver.refresh()
-    card = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, f'[data-work="{deploy}"]'))
-    assert "deploys need a person <b>now</b>" in card.text  # the markup shown as text
-    shot("02-needs-you")
-    card.find_element(By.CSS_SELECTOR, "form[action$='/approve'] input[name=reason]").send_keys(
-        "looks fine"
+    # So does the list: the held Work's card appears on the open page, nobody reloads.
+    why = wait.until(lambda d: text_of(f'[data-work="{deploy}"] .why'))
+    assert why == "deploys need a person <b>now</b>"  # the markup shown as text
+    # The input keeps its node across polls (hx-preserve), so this reference never goes stale.
+    reason = driver.find_element(By.ID, f"reason-approve-{deploy}")
+    reason.send_keys("looks")
+    # A poll replaces the list while the reason is being typed: the text and the focus stay.
+    driver.execute_script(
+        "window.polls = 0; document.body.addEventListener('htmx:afterRequest', e => {"
+        " if (e.detail.successful && e.detail.pathInfo.requestPath.startsWith("
+        "'/ui/needs-you/list')) window.polls++; });"
     )
-    card.find_element(By.CSS_SELECTOR, "button.approve").click()
+    # Two completed polls: the first one's swap has surely happened by the second's end.
+    wait.until(lambda d: int(d.execute_script("return window.polls")) >= 2)
+    reason = driver.find_element(By.CSS_SELECTOR, f"#reason-approve-{deploy}")
+    reason.send_keys(" fine")
+    assert reason.get_attribute("value") == "looks fine"
+    shot("02-needs-you")
+    click(f'[data-work="{deploy}"] button.approve')
     wait.until(lambda d: f"approved {deploy}" in text_of(".flash.ok"))
     driver.get(f"{base}/ui/work/{deploy}")
     wait.until(lambda d: text_of("#work-status") == "completed")  # live, no reload
@@ -126,10 +144,7 @@ def test_operator_walks_the_console_in_chromium(
     # --- the Work list updates itself; cancel a running job ------------------------------
     driver.get(f"{base}/ui/work")
     job = daemon.submit("forever")
-    row = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, f'tr[data-work="{job}"]'))
-    wait.until(lambda d: "running" in d.find_element(
-        By.CSS_SELECTOR, f'tr[data-work="{job}"]').text)  # fmt: skip
-    assert row is not None
+    wait.until(lambda d: "running" in text_of(f'tr[data-work="{job}"]'))
     shot("05-work-list")
     running = daemon.wait_attempt(job, "running")
     execution = running.attempts[-1].id

@@ -314,7 +314,9 @@ def test_schedules_show_an_unavailable_source_as_such(
         console.close()
 
 
-@pytest.mark.parametrize("path", ["/ui/work/rows", "/ui/work/x/live", "/ui/needs-you/count"])
+@pytest.mark.parametrize(
+    "path", ["/ui/work/rows", "/ui/work/x/live", "/ui/needs-you/count", "/ui/needs-you/list"]
+)
 def test_a_poll_without_a_session_asks_htmx_to_go_to_the_login(console: Console, path: str) -> None:
     answer = console.get(path, headers={"HX-Request": "true"})
     assert answer.status_code == 401

@@ -180,6 +180,7 @@ def create_console(
         Route("/ui/static/{name}", static, methods=["GET"]),
         post("/ui/logout", logout),
         get("/ui/", pages.needs_you),
+        get("/ui/needs-you/list", pages.needs_you_list),
         get("/ui/needs-you/count", pages.needs_you_count),
         get("/ui/work", pages.work_list),
         get("/ui/work/rows", pages.work_rows),

@@ -103,6 +103,10 @@ class ConsolePages:
         view = await list_needs_you(self.service)
         return self._page("needs_you.html", session, "needs", items=view.items)
 
+    async def needs_you_list(self, request: Request, session: Session) -> Response:
+        view = await list_needs_you(self.service)
+        return self._fragment("_needs_list.html", session, items=view.items)
+
     async def needs_you_count(self, request: Request, session: Session) -> Response:
         view = await list_needs_you(self.service)
         return self._fragment("_needs_count.html", session, count=len(view.items))

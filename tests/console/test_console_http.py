@@ -92,6 +92,9 @@ def test_a_write_without_the_csrf_token_is_refused_and_changes_nothing(console: 
     # The right token from another site's page: the Origin gives it away.
     cross = console.post(path, {"reason": "x"}, headers={"Origin": "http://evil.example"})
     assert cross.status_code == 403
+    # A browser that marks the request cross-site (Sec-Fetch-Site) is refused the same way.
+    marked = console.post(path, {"reason": "x"}, headers={"Sec-Fetch-Site": "cross-site"})
+    assert marked.status_code == 403
     assert console.daemon.show(work).work.status == "running"
     # No session at all: 401, whatever the form says.
     anonymous = Console(console.daemon)

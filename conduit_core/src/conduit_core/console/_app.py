@@ -55,9 +55,18 @@ def read_form(raw: bytes) -> dict[str, str]:
 
 
 def _same_origin(request: Request) -> bool:
+    """Whether a browser says the request comes from this console's own pages.
+
+    Browsers mark a cross-site request both ways: ``Sec-Fetch-Site`` (``cross-site``,
+    ``same-site``) and an ``Origin`` that is not this host. A client that sends neither (curl, a
+    script holding the session) is no browser being tricked, and still needs the CSRF token.
+    """
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+        return False
     origin = request.headers.get("origin")
     if origin is None:
-        return True  # not a browser's cross-site request (those always send Origin on POST)
+        return True
     parts = urlsplit(origin)
     return parts.netloc == request.headers.get("host", "") and parts.scheme == request.url.scheme
 
@@ -117,6 +126,8 @@ def create_console(
                             code="csrf_failed",
                         )
                     request.state.form = form
+                    if service.host.stopping:  # as the API: no new writes while stopping
+                        raise ConduitError("the daemon is stopping", code="daemon_stopping")
                 return await handler(request, session)
             except ConduitError as exc:
                 if console_status(exc) >= 500 and exc.code != "daemon_stopping":

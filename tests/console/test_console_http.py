@@ -7,6 +7,7 @@ does change the Work, so a refusal is the protection at work, not an action that
 from __future__ import annotations
 
 import html
+import json
 import re
 from collections.abc import Callable
 
@@ -256,10 +257,12 @@ def test_work_list_filters_by_status_scope_and_binding_and_pages(console: Consol
     assert "invalid_query" in bad.text
     assert "bogus" in bad.text
     assert console.get("/ui/work?limit=7").status_code == 400
-    # The same binding filter over the API.
+    # The same binding filter over the API and in the CLI.
     status, body = daemon.raw("GET", "/v1/work?binding=deploy")
     assert status == 200
     assert [w["id"] for w in body["items"]] == [held]
+    listed = json.loads(daemon.cli("work", "list", "--binding", "deploy", "--json").stdout)
+    assert [w["id"] for w in listed["items"]] == [held]
 
 
 def test_routines_pause_resume_run_now_and_show_next_fire_in_their_timezone(

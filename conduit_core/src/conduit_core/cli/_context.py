@@ -68,6 +68,7 @@ class Api(Protocol):
         *,
         status: WorkStatus | None = None,
         scope: str | None = None,
+        binding: str | None = None,
         limit: int = 100,
         after: str | None = None,
     ) -> WorkPage: ...

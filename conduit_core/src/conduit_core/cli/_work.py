@@ -91,6 +91,7 @@ def submit(
 @work_group.command("list")
 @click.option("--status", type=click.Choice([s.value for s in WorkStatus]))
 @click.option("--scope")
+@click.option("--binding")
 @click.option("--limit", type=click.IntRange(1, 500), default=100, show_default=True)
 @click.option("--after", help="Start after this Work id (the previous page's last).")
 @config_option
@@ -98,6 +99,7 @@ def submit(
 def list_work(
     status: str | None,
     scope: str | None,
+    binding: str | None,
     limit: int,
     after: str | None,
     config_path: Path | None,
@@ -108,8 +110,8 @@ def list_work(
     async def go() -> object:
         async with open_api(config_path) as api:
             return await api.list_work(
-                status=WorkStatus(status) if status else None, scope=scope, limit=limit,
-                after=after,
+                status=WorkStatus(status) if status else None, scope=scope, binding=binding,
+                limit=limit, after=after,
             )  # fmt: skip
 
     page = run(go)

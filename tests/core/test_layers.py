@@ -105,3 +105,63 @@ def test_plugins_use_only_the_public_contract(plugin: str) -> None:
             assert name in ("conduit_core.extension", "conduit_core.errors"), (
                 f"{path.relative_to(REPO)} imports {name}: plugins use conduit_core.extension only"
             )
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(CORE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _internal_imports(path: Path, modules: set[str]) -> set[str]:
+    """The modules of ``modules`` that ``path`` imports anywhere (TYPE_CHECKING blocks and
+    function bodies included: a deferred import still ties the two modules together)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                child = f"{node.module}.{alias.name}"
+                found.add(child if child in modules else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found & modules
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of ``graph``, or ``None``."""
+    done: set[str] = set()
+    for start in sorted(graph):
+        stack: list[tuple[str, list[str]]] = [(start, [start])]
+        while stack:
+            node, trail = stack.pop()
+            for nxt in sorted(graph[node]):
+                if nxt == start:
+                    return [*trail, nxt]
+                if nxt not in trail and nxt not in done:
+                    stack.append((nxt, [*trail, nxt]))
+        done.add(start)
+    return None
+
+
+def _package_graph(package: str) -> dict[str, set[str]]:
+    paths = {_module_name(p): p for p in (CORE / package).rglob("*.py")}
+    modules = set(paths)
+    return {name: _internal_imports(path, modules) - {name} for name, path in paths.items()}
+
+
+# storage is not listed yet: its contract and operation modules still import each other.
+@pytest.mark.parametrize("package", ["runtime", "daemon", "routines"])
+def test_no_import_circles_inside_a_package(package: str) -> None:
+    """A package reads as parts with clear edges: its modules import each other one way only
+    (no part takes another back, e.g. a collaborator importing the Scheduler it serves)."""
+    circle = _cycle(_package_graph(package))
+    assert circle is None, " → ".join(circle or [])
+
+
+def test_the_circle_check_sees_a_collaborator_taking_the_scheduler_back() -> None:
+    # Negative control: runtime/ as it was, with recovery importing the Scheduler it serves.
+    graph = _package_graph("runtime")
+    assert "conduit_core.runtime._recovery" in graph["conduit_core.runtime._scheduler"]
+    graph["conduit_core.runtime._recovery"].add("conduit_core.runtime._scheduler")
+    circle = _cycle(graph)
+    assert circle is not None
+    assert "conduit_core.runtime._recovery" in circle

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import anyio
 import msgspec
@@ -20,8 +19,11 @@ import msgspec
 from conduit_core.errors import ConduitError
 from conduit_core.extension import GateRequest, StartHold
 from conduit_core.model import AttemptSnapshot, Event, HoldKind, Work
+from conduit_core.plugins import Plugins
 from conduit_core.runtime._budgets import BudgetBook
+from conduit_core.runtime._clock import Clock
 from conduit_core.runtime._inputs import presented
+from conduit_core.runtime._options import SchedulerOptions
 from conduit_core.storage import (
     AdmitRequest,
     Claim,
@@ -32,19 +34,7 @@ from conduit_core.storage import (
     refusal_error,
 )
 
-if TYPE_CHECKING:
-    from conduit_core.runtime._scheduler import Scheduler
-
-__all__ = [
-    "HUMAN_GATE",
-    "NeedsYou",
-    "StartGateError",
-    "active",
-    "budget_book",
-    "claim",
-    "claim_ready",
-    "needs_you",
-]
+__all__ = ["HUMAN_GATE", "Admission", "NeedsYou", "StartGateError", "needs_you"]
 
 log = logging.getLogger("conduit.runtime")
 
@@ -58,152 +48,164 @@ class StartGateError(ConduitError):
     code = "start_gate_failed"
 
 
-def active(sched: Scheduler) -> bool:
-    """Admission runs when a gate is registered or a budget configured (off by default)."""
-    return bool(sched.options.budgets) or bool(sched.plugins.start_gates())
+class Admission:
+    """``Admission(store, clock, plugins, options, pin)``: ``pin`` pins a Work's attempt from
+    the current bindings and manifests (it raises for an unknown binding or generation)."""
 
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        plugins: Plugins,
+        options: SchedulerOptions,
+        pin: Callable[[Work], AttemptSnapshot],
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.plugins = plugins
+        self.options = options
+        self.pin = pin
 
-def budget_book(sched: Scheduler) -> BudgetBook:
-    return BudgetBook(sched.options.budgets, sched.options.scope_parents)
+    def active(self) -> bool:
+        """Admission runs when a gate is registered or a budget configured (off by default)."""
+        return bool(self.options.budgets) or bool(self.plugins.start_gates())
 
+    def budget_book(self) -> BudgetBook:
+        return BudgetBook(self.options.budgets, self.options.scope_parents)
 
-async def claim(sched: Scheduler, work_id: str) -> Claim:
-    """Admit and claim one Work's next attempt; raises the refusal as an error."""
-    work = await sched.store.get_work(work_id)
-    snapshot = sched.snapshot_for(work)  # unknown binding / generation: raise, as before
-    claims, refusals = await _admit(sched, [work_id], 1, lambda _: snapshot)
-    if claims:
-        return claims[0]
-    (refusal,) = refusals
-    if refusal.code == StartGateError.code:
-        raise StartGateError(refusal.message)
-    raise refusal_error(refusal)
+    async def claim(self, work_id: str) -> Claim:
+        """Admit and claim one Work's next attempt; raises the refusal as an error."""
+        work = await self.store.get_work(work_id)
+        snapshot = self.pin(work)  # unknown binding / generation: raise, as before
+        claims, refusals = await self._admit([work_id], 1, lambda _: snapshot)
+        if claims:
+            return claims[0]
+        (refusal,) = refusals
+        if refusal.code == StartGateError.code:
+            raise StartGateError(refusal.message)
+        raise refusal_error(refusal)
 
+    async def claim_ready(self, limit: int) -> tuple[list[Claim], list[ClaimRefusal]]:
+        """Admit and claim up to ``limit`` ready Work; refusals (held, over budget…) returned."""
 
-async def claim_ready(sched: Scheduler, limit: int) -> tuple[list[Claim], list[ClaimRefusal]]:
-    """Admit and claim up to ``limit`` ready Work; refusals (held, over budget…) returned."""
+        def snapshot_for(work: Work) -> AttemptSnapshot | None:
+            try:
+                return self.pin(work)
+            except ConduitError as exc:
+                log.warning("work %s cannot be pinned: %s", work.id, exc)
+                return None
 
-    def snapshot_for(work: Work) -> AttemptSnapshot | None:
-        try:
-            return sched.snapshot_for(work)
-        except ConduitError as exc:
-            log.warning("work %s cannot be pinned: %s", work.id, exc)
-            return None
+        return await self._admit(None, limit, snapshot_for)
 
-    return await _admit(sched, None, limit, snapshot_for)
+    async def _admit(
+        self,
+        work_ids: list[str] | None,
+        limit: int,
+        snapshot_for: Callable[[Work], AttemptSnapshot | None],
+    ) -> tuple[list[Claim], list[ClaimRefusal]]:
+        store, options = self.store, self.options
+        capacity = options.capacity()
+        candidates = await store.admission_candidates(
+            work_ids=work_ids,
+            limit=limit,
+            snapshot_for=snapshot_for,
+            capacity=capacity,
+        )
+        gates_registered = bool(self.plugins.start_gates())
+        refusals: list[ClaimRefusal] = []
+        slots: list[AdmitRequest | ClaimRefusal | None] = []
+        asks: list[tuple[int, Work, AttemptSnapshot]] = []
+        for work, snapshot, refused in candidates:
+            if refused is not None:
+                refusals.append(refused)
+            elif needs_gates(work, gates_registered):
+                asks.append((len(slots), work, snapshot))
+                slots.append(None)
+            else:
+                slots.append(
+                    AdmitRequest(work_id=work.id, snapshot=snapshot, max_inputs=options.max_inputs)
+                )
 
+        # One read for every first input the gates will see, not one per Work.
+        first_inputs = await store.first_pending_inputs([work.id for _, work, _ in asks])
 
-async def _admit(
-    sched: Scheduler,
-    work_ids: list[str] | None,
-    limit: int,
-    snapshot_for: Callable[[Work], AttemptSnapshot | None],
-) -> tuple[list[Claim], list[ClaimRefusal]]:
-    store, options = sched.store, sched.options
-    capacity = options.capacity()
-    candidates = await store.admission_candidates(
-        work_ids=work_ids,
-        limit=limit,
-        snapshot_for=snapshot_for,
-        capacity=capacity,
-    )
-    gates_registered = bool(sched.plugins.start_gates())
-    refusals: list[ClaimRefusal] = []
-    slots: list[AdmitRequest | ClaimRefusal | None] = []
-    asks: list[tuple[int, Work, AttemptSnapshot]] = []
-    for work, snapshot, refused in candidates:
-        if refused is not None:
-            refusals.append(refused)
-        elif needs_gates(work, gates_registered):
-            asks.append((len(slots), work, snapshot))
-            slots.append(None)
-        else:
-            slots.append(
-                AdmitRequest(work_id=work.id, snapshot=snapshot, max_inputs=options.max_inputs)
-            )
+        async def ask(index: int, work: Work, snapshot: AttemptSnapshot) -> None:
+            slots[index] = await self.ask_gates(work, snapshot, first_inputs.get(work.id))
 
-    # One read for every first input the gates will see, not one per Work.
-    first_inputs = await store.first_pending_inputs([work.id for _, work, _ in asks])
+        if asks:
+            async with anyio.create_task_group() as tg:
+                for index, work, snapshot in asks:
+                    tg.start_soon(ask, index, work, snapshot)
+        requests = [s for s in slots if isinstance(s, AdmitRequest)]
+        refusals.extend(s for s in slots if isinstance(s, ClaimRefusal))
+        if not requests:
+            return [], refusals
+        outcomes = await store.admit_attempts(
+            requests,
+            owner=options.owner,
+            now_ms=self.clock.now_ms(),
+            lease_ms=options.lease_ms,
+            capacity=capacity,
+            budgets=self.budget_book(),
+            gates_registered=gates_registered,
+        )
+        claims = [o for o in outcomes if isinstance(o, Claim)]
+        refusals.extend(o for o in outcomes if isinstance(o, ClaimRefusal))
+        return claims, refusals
 
-    async def ask(index: int, work: Work, snapshot: AttemptSnapshot) -> None:
-        slots[index] = await ask_gates(sched, work, snapshot, first_inputs.get(work.id))
+    async def ask_gates(
+        self, work: Work, snapshot: AttemptSnapshot, first: Event | None
+    ) -> AdmitRequest | ClaimRefusal:
+        """Ask every start gate in registration-name order, outside any transaction."""
+        request = GateRequest(
+            work_id=work.id,
+            scope=work.scope,
+            kind=str(work.kind),
+            binding=work.binding,
+            executor=snapshot.executor,
+            first_input=None if first is None else presented(first),
+        )
+        for registration in self.plugins.start_gates():
+            try:
+                answer = await registration.gate.check(request)
+                if answer is not None and not isinstance(answer, StartHold):
+                    raise TypeError(f"check returned {type(answer).__name__}, not StartHold | None")
+            except Exception as exc:
+                # Fail closed: nothing is held, and the next pass asks again.
+                log.warning(
+                    "start gate %r failed to decide for work %s: %s",
+                    registration.name, work.id, type(exc).__name__,
+                )  # fmt: skip
+                return ClaimRefusal(
+                    work_id=work.id,
+                    code=StartGateError.code,
+                    message=f"start gate {registration.name!r} failed to decide "
+                    f"({type(exc).__name__}); it is asked again on the next pass",
+                )
+            if answer is not None:
+                return self._request(work, snapshot, GateVerdict.HOLD, registration.name, answer)
+        return self._request(work, snapshot, GateVerdict.LET, "", None)
 
-    if asks:
-        async with anyio.create_task_group() as tg:
-            for index, work, snapshot in asks:
-                tg.start_soon(ask, index, work, snapshot)
-    requests = [s for s in slots if isinstance(s, AdmitRequest)]
-    refusals.extend(s for s in slots if isinstance(s, ClaimRefusal))
-    if not requests:
-        return [], refusals
-    outcomes = await store.admit_attempts(
-        requests,
-        owner=options.owner,
-        now_ms=sched.clock.now_ms(),
-        lease_ms=options.lease_ms,
-        capacity=capacity,
-        budgets=budget_book(sched),
-        gates_registered=gates_registered,
-    )
-    claims = [o for o in outcomes if isinstance(o, Claim)]
-    refusals.extend(o for o in outcomes if isinstance(o, ClaimRefusal))
-    return claims, refusals
-
-
-async def ask_gates(
-    sched: Scheduler, work: Work, snapshot: AttemptSnapshot, first: Event | None
-) -> AdmitRequest | ClaimRefusal:
-    """Ask every start gate in registration-name order, outside any transaction."""
-    request = GateRequest(
-        work_id=work.id,
-        scope=work.scope,
-        kind=str(work.kind),
-        binding=work.binding,
-        executor=snapshot.executor,
-        first_input=None if first is None else presented(first),
-    )
-    for registration in sched.plugins.start_gates():
-        try:
-            answer = await registration.gate.check(request)
-            if answer is not None and not isinstance(answer, StartHold):
-                raise TypeError(f"check returned {type(answer).__name__}, not StartHold | None")
-        except Exception as exc:
-            # Fail closed: nothing is held, and the next pass asks again.
-            log.warning(
-                "start gate %r failed to decide for work %s: %s",
-                registration.name, work.id, type(exc).__name__,
-            )  # fmt: skip
-            return ClaimRefusal(
-                work_id=work.id,
-                code=StartGateError.code,
-                message=f"start gate {registration.name!r} failed to decide "
-                f"({type(exc).__name__}); it is asked again on the next pass",
-            )
-        if answer is not None:
-            return _request(sched, work, snapshot, GateVerdict.HOLD, registration.name, answer)
-    return _request(sched, work, snapshot, GateVerdict.LET, "", None)
-
-
-def _request(
-    sched: Scheduler,
-    work: Work,
-    snapshot: AttemptSnapshot,
-    verdict: GateVerdict,
-    holder: str,
-    hold: StartHold | None,
-) -> AdmitRequest:
-    # Re-pinned: asking may have taken a while, and the deadline counts from the claim (on a
-    # pin error the dry run's pin is still valid for everything but the deadline).
-    with contextlib.suppress(ConduitError):
-        snapshot = sched.snapshot_for(work)
-    return AdmitRequest(
-        work_id=work.id,
-        snapshot=snapshot,
-        max_inputs=sched.options.max_inputs,
-        gates=verdict,
-        holder=holder,
-        reason=hold.reason if hold is not None else "",
-    )
+    def _request(
+        self,
+        work: Work,
+        snapshot: AttemptSnapshot,
+        verdict: GateVerdict,
+        holder: str,
+        hold: StartHold | None,
+    ) -> AdmitRequest:
+        # Re-pinned: asking may have taken a while, and the deadline counts from the claim (on a
+        # pin error the dry run's pin is still valid for everything but the deadline).
+        with contextlib.suppress(ConduitError):
+            snapshot = self.pin(work)
+        return AdmitRequest(
+            work_id=work.id,
+            snapshot=snapshot,
+            max_inputs=self.options.max_inputs,
+            gates=verdict,
+            holder=holder,
+            reason=hold.reason if hold is not None else "",
+        )
 
 
 # --- The needs-you list ---------------------------------------------------------------------

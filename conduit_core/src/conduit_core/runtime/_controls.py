@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from conduit_core.errors import LeaseLostError
 from conduit_core.extension import Capability, NotAcceptingError, StopTarget
@@ -26,147 +26,149 @@ from conduit_core.model import (
     ExecutionStatus,
     Work,
 )
+from conduit_core.plugins import Plugins
+from conduit_core.runtime._clock import Clock
 from conduit_core.runtime._inputs import INPUT_EVENT_TYPE, input_event, presented
-from conduit_core.storage import StaleDispatchError
+from conduit_core.runtime._stops import Stops
+from conduit_core.storage import StaleDispatchError, Store
 
-if TYPE_CHECKING:
-    from conduit_core.runtime._scheduler import Scheduler
-
-__all__ = ["cancel_work", "dispatch_controls", "inject", "interrupt"]
+__all__ = ["Controls"]
 
 log = logging.getLogger("conduit.runtime")
 
 _WAITING = (ExecutionStatus.LAUNCHING, ExecutionStatus.RESUMING, ExecutionStatus.RECOVERING)
 
 
-async def inject(
-    sched: Scheduler,
-    work_id: str,
-    payload: Any,
-    *,
-    delivery_id: str | None = None,
-    event_type: str = INPUT_EVENT_TYPE,
-    correlation_key: str | None = None,
-) -> tuple[Event, ControlIntent | None]:
-    """Queue input for the Work and, when an attempt that takes input runs, an inject intent."""
-    now = sched.clock.now_ms()
-    delivery = delivery_id or f"inject/{uuid.uuid4().hex}"
-    queued = input_event(
-        work_id, payload, delivery_id=delivery, now=now, event_type=event_type,
-        correlation_key=correlation_key,
-    )  # fmt: skip
-    event = await sched.store.accept_event(queued)
-    live = [e for e in await sched.store.list_executions(work_id) if e.status.live]
-    if not live or Capability.INJECT not in live[-1].snapshot.capabilities:
-        return event, None  # queued for the next attempt
-    ex = live[-1]
-    intent = await sched.store.create_control(
-        ControlIntent(
-            id=f"inject/{event.id}",
-            work_id=work_id,
-            execution_id=ex.id,
-            epoch=ex.epoch,
-            kind=ControlKind.INJECT,
-            input_ids=[event.id],
-            fallback=ex.snapshot.control_fallback,
-            created_at_ms=now,
+class Controls:
+    """``Controls(store, clock, plugins, stops)``: inject, interrupt, cancel and the dispatch
+    of their intents; ``stops`` stops what a cancelled Work's attempts started."""
+
+    def __init__(self, store: Store, clock: Clock, plugins: Plugins, stops: Stops) -> None:
+        self.store = store
+        self.clock = clock
+        self.plugins = plugins
+        self.stops = stops
+
+    async def inject(
+        self,
+        work_id: str,
+        payload: Any,
+        *,
+        delivery_id: str | None = None,
+        event_type: str = INPUT_EVENT_TYPE,
+        correlation_key: str | None = None,
+    ) -> tuple[Event, ControlIntent | None]:
+        """Queue input for the Work and, when an attempt that takes input runs, an inject intent."""
+        now = self.clock.now_ms()
+        delivery = delivery_id or f"inject/{uuid.uuid4().hex}"
+        queued = input_event(
+            work_id, payload, delivery_id=delivery, now=now, event_type=event_type,
+            correlation_key=correlation_key,
+        )  # fmt: skip
+        event = await self.store.accept_event(queued)
+        live = [e for e in await self.store.list_executions(work_id) if e.status.live]
+        if not live or Capability.INJECT not in live[-1].snapshot.capabilities:
+            return event, None  # queued for the next attempt
+        ex = live[-1]
+        intent = await self.store.create_control(
+            ControlIntent(
+                id=f"inject/{event.id}",
+                work_id=work_id,
+                execution_id=ex.id,
+                epoch=ex.epoch,
+                kind=ControlKind.INJECT,
+                input_ids=[event.id],
+                fallback=ex.snapshot.control_fallback,
+                created_at_ms=now,
+            )
         )
-    )
-    return event, intent
+        return event, intent
 
+    async def interrupt(self, work_id: str) -> ControlIntent:
+        """Fence the running attempt, leave the Work ready, and queue the interrupt for dispatch."""
+        return await self.store.interrupt_work(
+            work_id, f"interrupt/{uuid.uuid4().hex}", now_ms=self.clock.now_ms()
+        )
 
-async def interrupt(sched: Scheduler, work_id: str) -> ControlIntent:
-    """Fence the running attempt, leave the Work ready, and queue the interrupt for dispatch."""
-    return await sched.store.interrupt_work(
-        work_id, f"interrupt/{uuid.uuid4().hex}", now_ms=sched.clock.now_ms()
-    )
+    async def cancel_work(self, work_id: str) -> Work:
+        """Cancel atomically (attempts, waits, owned timers, eligibility), then stop what ran."""
+        work = await self.store.cancel_work(work_id, now_ms=self.clock.now_ms())
+        for ex in await self.store.list_executions(work_id):
+            if not ex.exclusion_confirmed:
+                await self.stops.stop_and_confirm(ex.id)
+        return work
 
+    async def dispatch_controls(self, *, limit: int = 100) -> int:
+        """Dispatch open intents once each; an intent for an attempt still launching waits."""
+        settled = 0
+        for intent in await self.store.open_controls(limit=limit):
+            ex = await self.store.get_execution(intent.execution_id)
+            if intent.kind is ControlKind.INJECT:
+                settled += await self._dispatch_inject(intent, ex)
+            else:
+                settled += await self._dispatch_interrupt(intent, ex)
+        return settled
 
-async def cancel_work(sched: Scheduler, work_id: str) -> Work:
-    """Cancel atomically (attempts, waits, owned timers, eligibility), then stop what ran."""
-    work = await sched.store.cancel_work(work_id, now_ms=sched.clock.now_ms())
-    for ex in await sched.store.list_executions(work_id):
-        if not ex.exclusion_confirmed:
-            await sched.stop_and_confirm(ex.id)
-    return work
+    async def _dispatch_inject(self, intent: ControlIntent, ex: Execution) -> int:
+        if ex.epoch == intent.epoch and ex.status in _WAITING:
+            return 0  # still launching, resuming or recovering: a later pass finds it launched
+        claimed = await self.store.claim_control(intent.id, now_ms=self.clock.now_ms())
+        token = claimed.dispatch_token or ""
+        if ex.epoch != intent.epoch or not ex.status.live:
+            # A completed target or a superseded epoch is never retargeted: the input stays queued.
+            return await self._settle(intent, token, ControlStatus.FAILED)
+        if Capability.INJECT not in ex.snapshot.capabilities:
+            # Only the pinned capabilities count: a newer registration cannot grant one.
+            return await self._settle(intent, token, ControlStatus.NOT_ACCEPTING)
+        try:
+            executor = self.plugins.executor(ex.snapshot.executor, ex.snapshot.executor_generation)
+            inputs = [presented(await self.store.get_event(i)) for i in intent.input_ids]
+            await executor.inject(_target(ex), inputs)
+        except NotAcceptingError:
+            return await self._settle(intent, token, ControlStatus.NOT_ACCEPTING)
+        except Exception as exc:  # UnsupportedGenerationError included: fall back, never swap
+            log.warning(
+                "inject failed execution=%s epoch=%s cause=%s",
+                ex.id, ex.epoch, getattr(exc, "code", type(exc).__name__),
+            )  # fmt: skip
+            if intent.fallback is ErrorFallback.DROP:
+                await self.store.drop_inputs(intent.work_id, intent.input_ids)
+                return await self._settle(intent, token, ControlStatus.DROPPED)
+            return await self._settle(intent, token, ControlStatus.FAILED)
+        return await self._settle(intent, token, ControlStatus.ACKNOWLEDGED)
 
+    async def _dispatch_interrupt(self, intent: ControlIntent, ex: Execution) -> int:
+        claimed = await self.store.claim_control(intent.id, now_ms=self.clock.now_ms())
+        token = claimed.dispatch_token or ""
+        target = _target(ex, epoch=intent.epoch)
+        verified = False
+        try:
+            executor = self.plugins.executor(ex.snapshot.executor, ex.snapshot.executor_generation)
+            if Capability.INTERRUPT in ex.snapshot.capabilities:
+                evidence = await executor.interrupt(target)
+            else:
+                evidence = await executor.stop(target)
+            verified = evidence.verified
+        except Exception as exc:
+            log.warning(
+                "interrupt failed execution=%s epoch=%s cause=%s",
+                ex.id, intent.epoch, getattr(exc, "code", type(exc).__name__),
+            )  # fmt: skip
+        if verified:
+            # Adopted at another epoch since? Then it is not ours to confirm.
+            with contextlib.suppress(LeaseLostError):
+                await self.store.confirm_stopped(ex.id, intent.epoch, now_ms=self.clock.now_ms())
+        # The request was sent; the resource hold stays until a verified stop confirms it.
+        status = ControlStatus.ACKNOWLEDGED if verified else ControlStatus.FAILED
+        return await self._settle(intent, token, status)
 
-async def dispatch_controls(sched: Scheduler, *, limit: int = 100) -> int:
-    """Dispatch open intents once each; an intent for an attempt still launching waits."""
-    settled = 0
-    for intent in await sched.store.open_controls(limit=limit):
-        ex = await sched.store.get_execution(intent.execution_id)
-        if intent.kind is ControlKind.INJECT:
-            settled += await _dispatch_inject(sched, intent, ex)
-        else:
-            settled += await _dispatch_interrupt(sched, intent, ex)
-    return settled
-
-
-async def _dispatch_inject(sched: Scheduler, intent: ControlIntent, ex: Execution) -> int:
-    if ex.epoch == intent.epoch and ex.status in _WAITING:
-        return 0  # still launching, resuming or recovering: a later pass finds it launched
-    claimed = await sched.store.claim_control(intent.id, now_ms=sched.clock.now_ms())
-    token = claimed.dispatch_token or ""
-    if ex.epoch != intent.epoch or not ex.status.live:
-        # A completed target or a superseded epoch is never retargeted: the input stays queued.
-        return await _settle(sched, intent, token, ControlStatus.FAILED)
-    if Capability.INJECT not in ex.snapshot.capabilities:
-        # Only the pinned capabilities count: a newer registration cannot grant one.
-        return await _settle(sched, intent, token, ControlStatus.NOT_ACCEPTING)
-    try:
-        executor = sched.plugins.executor(ex.snapshot.executor, ex.snapshot.executor_generation)
-        inputs = [presented(await sched.store.get_event(i)) for i in intent.input_ids]
-        await executor.inject(_target(ex), inputs)
-    except NotAcceptingError:
-        return await _settle(sched, intent, token, ControlStatus.NOT_ACCEPTING)
-    except Exception as exc:  # UnsupportedGenerationError included: fall back, never swap
-        log.warning(
-            "inject failed execution=%s epoch=%s cause=%s",
-            ex.id, ex.epoch, getattr(exc, "code", type(exc).__name__),
-        )  # fmt: skip
-        if intent.fallback is ErrorFallback.DROP:
-            await sched.store.drop_inputs(intent.work_id, intent.input_ids)
-            return await _settle(sched, intent, token, ControlStatus.DROPPED)
-        return await _settle(sched, intent, token, ControlStatus.FAILED)
-    return await _settle(sched, intent, token, ControlStatus.ACKNOWLEDGED)
-
-
-async def _dispatch_interrupt(sched: Scheduler, intent: ControlIntent, ex: Execution) -> int:
-    claimed = await sched.store.claim_control(intent.id, now_ms=sched.clock.now_ms())
-    token = claimed.dispatch_token or ""
-    target = _target(ex, epoch=intent.epoch)
-    verified = False
-    try:
-        executor = sched.plugins.executor(ex.snapshot.executor, ex.snapshot.executor_generation)
-        if Capability.INTERRUPT in ex.snapshot.capabilities:
-            evidence = await executor.interrupt(target)
-        else:
-            evidence = await executor.stop(target)
-        verified = evidence.verified
-    except Exception as exc:
-        log.warning(
-            "interrupt failed execution=%s epoch=%s cause=%s",
-            ex.id, intent.epoch, getattr(exc, "code", type(exc).__name__),
-        )  # fmt: skip
-    if verified:
-        # Adopted at another epoch since? Then it is not ours to confirm.
-        with contextlib.suppress(LeaseLostError):
-            await sched.store.confirm_stopped(ex.id, intent.epoch, now_ms=sched.clock.now_ms())
-    # The request was sent; the resource hold stays until a verified stop confirms it.
-    status = ControlStatus.ACKNOWLEDGED if verified else ControlStatus.FAILED
-    return await _settle(sched, intent, token, status)
-
-
-async def _settle(
-    sched: Scheduler, intent: ControlIntent, token: str, status: ControlStatus
-) -> int:
-    try:
-        await sched.store.settle_control(intent.id, token, status, now_ms=sched.clock.now_ms())
-    except StaleDispatchError:
-        # Settled meanwhile (a result consumed the input) or re-dispatched: theirs wins.
-        return 0
-    return 1
+    async def _settle(self, intent: ControlIntent, token: str, status: ControlStatus) -> int:
+        try:
+            await self.store.settle_control(intent.id, token, status, now_ms=self.clock.now_ms())
+        except StaleDispatchError:
+            # Settled meanwhile (a result consumed the input) or re-dispatched: theirs wins.
+            return 0
+        return 1
 
 
 def _target(ex: Execution, *, epoch: int | None = None) -> StopTarget:

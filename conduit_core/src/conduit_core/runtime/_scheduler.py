@@ -1,81 +1,42 @@
-"""The scheduler: start attempts for ready Work, hold their leases, observe and settle them.
+"""The scheduler: the façade a host drives, assembled from parts with one job each.
 
-Pure policy over the store and the extension contract. Executor calls run outside every storage
-transaction, under the attempt's lease; each outcome is applied in one fenced transaction.
+``AttemptRunner`` (_attempts) pins, launches, observes and settles attempts under their leases;
+``Admission`` (_admission) asks start gates and budgets; ``Recovery`` (_recovery) relaunches,
+adopts or holds attempts that lost their holder; ``Wakes`` (_wakes) fires timers and wakes
+parked attempts; ``Controls`` (_controls) dispatches inject/interrupt and cancels; ``Stops``
+(_stops) stops and confirms. Each gets the state it needs, never the Scheduler back, so the
+imports inside runtime/ point one way (tests/core/test_layers.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
-from conduit_core.errors import ConduitError, LeaseLostError, StoreError, UnsupportedGenerationError
-from conduit_core.extension import (
-    Capability,
-    ExecutionContext,
-    Executor,
-    Handle,
-    InputEvent,
-    OperationError,
-    OutcomeKind,
-    PhaseOutcome,
-    Result,
-    RetryHint,
-    validate_result,
-)
-from conduit_core.model import (
-    AttemptSnapshot,
-    ControlIntent,
-    ErrorFallback,
-    Event,
-    Execution,
-    ExecutionStatus,
-    HandoffPolicy,
-    Lease,
-    RetryPolicy,
-    Work,
-)
+from conduit_core.errors import ConduitError
+from conduit_core.model import AttemptSnapshot, ControlIntent, Event, Execution, Lease, Work
 from conduit_core.plugins import Plugins
-from conduit_core.runtime import _admission, _controls, _recovery, _wakes
-from conduit_core.runtime import _policy as policy
-from conduit_core.runtime._callbacks import StoreCallbacks
+from conduit_core.runtime._admission import Admission
+from conduit_core.runtime._attempts import Attempt, AttemptRunner
 from conduit_core.runtime._clock import Clock
-from conduit_core.runtime._holder import HeldLease, LeaseKeeper, hold_lease
-from conduit_core.runtime._inputs import INPUT_EVENT_TYPE, presented
+from conduit_core.runtime._controls import Controls
+from conduit_core.runtime._holder import HeldLease
+from conduit_core.runtime._inputs import INPUT_EVENT_TYPE
 from conduit_core.runtime._options import SchedulerOptions
+from conduit_core.runtime._recovery import Recovery
+from conduit_core.runtime._stops import Stops
+from conduit_core.runtime._wakes import Wakes
 from conduit_core.storage import Claim, ClaimRefusal, ClaimRequest, Store
 from conduit_core.validation import check_payload, check_work_id
 
 __all__ = ["Attempt", "Scheduler"]
 
 log = logging.getLogger("conduit.runtime")
-
-#: How long observation waits before writing a launch trail it would rather write with the end.
-QUICK_OBSERVE_S = 0.05
-
-
-@dataclass
-class Attempt:
-    """A launched attempt: its held lease, context and the executor's handle."""
-
-    execution: Execution
-    held: HeldLease
-    context: ExecutionContext
-    executor: Executor
-    handle: Handle
-    #: The attempt's fenced callbacks, with any launch trail not yet written.
-    callbacks: StoreCallbacks | None = None
-
-    @property
-    def lease(self) -> Lease:
-        return self.held.lease
 
 
 class Scheduler:
@@ -93,50 +54,26 @@ class Scheduler:
         self.plugins = plugins
         # Copied, so a caller changing theirs cannot change a running scheduler.
         self.options = dataclasses.replace(options) if options else SchedulerOptions()
-        self._keeper: LeaseKeeper | None = None
+        opts = self.options
+        self.runner = AttemptRunner(store, clock, plugins, opts)
+        self.admission = Admission(store, clock, plugins, opts, self.runner.pin)
+        self.stops = Stops(store, clock, plugins)
+        self.recovery = Recovery(store, clock, plugins, opts, self.runner)
+        self.wakes = Wakes(store, clock, opts, self.runner)
+        self.controls = Controls(store, clock, plugins, self.stops)
 
     # --- pinning -------------------------------------------------------------------------------
 
     def snapshot_for(self, work: Work) -> AttemptSnapshot:
         """Pin everything the attempt will run with, from the current bindings and manifests."""
-        opts = self.options
-        binding = opts.bindings.get(work.binding)
-        if binding is None:
-            raise ConduitError(f"unknown binding {work.binding!r}", code="unknown_binding")
-        info = self.plugins.executor_info(binding.executor)
-        generation = binding.generation or info.generation
-        self.plugins.executor(binding.executor, generation)  # unsupported → refuse, never swap
-        timeout_ms = (
-            int(binding.timeout_seconds * 1000) if binding.timeout_seconds else opts.timeout_ms
-        )
-        delays = (
-            [float(d) for d in binding.retry_delays_seconds]
-            if binding.retry_delays_seconds is not None
-            else [d / 1000 for d in opts.retry_delays_ms]
-        )
-        return AttemptSnapshot(
-            config_generation=opts.config_generation,
-            binding=work.binding,
-            binding_config=dict(binding.config),
-            executor=binding.executor,
-            executor_generation=generation,
-            pool=info.pool,
-            capabilities=[Capability(c) for c in info.capabilities],
-            retry_policy=RetryPolicy(
-                delays_seconds=delays, terminal_on_exhaustion=binding.terminal_on_exhaustion
-            ),
-            timeout_seconds=timeout_ms / 1000,
-            deadline_ms=self.clock.now_ms() + timeout_ms,
-            control_fallback=ErrorFallback(binding.control_fallback),
-            handoff_policy=HandoffPolicy(binding.handoff),
-        )
+        return self.runner.pin(work)
 
     # --- claim, launch, start ------------------------------------------------------------------
 
     async def claim(self, work_id: str) -> Claim:
         """Claim the next attempt of one Work (raises the refusal as an error)."""
-        if _admission.active(self):  # start gates or budgets: see _admission
-            return await _admission.claim(self, work_id)
+        if self.admission.active():  # start gates or budgets: see _admission
+            return await self.admission.claim(work_id)
         work = await self.store.get_work(work_id)
         return await self.store.claim_attempt(
             ClaimRequest(
@@ -152,8 +89,8 @@ class Scheduler:
 
     async def claim_ready(self, limit: int) -> tuple[list[Claim], list[ClaimRefusal]]:
         """Claim up to ``limit`` ready Work in one transaction; refusals are returned."""
-        if _admission.active(self):
-            return await _admission.claim_ready(self, limit)
+        if self.admission.active():
+            return await self.admission.claim_ready(limit)
 
         def snapshot_for(work: Work) -> AttemptSnapshot | None:
             try:
@@ -175,27 +112,15 @@ class Scheduler:
         return claims, refusals
 
     def hold(self, lease: Lease) -> AbstractAsyncContextManager[HeldLease]:
-        """Renew ``lease`` every third of its duration while the body runs.
-
-        Inside :meth:`keeping_leases` one keeper task renews every held lease; otherwise the hold
-        runs its own renewal task (see ``hold_lease``).
-        """
-        if self._keeper is not None:
-            return self._keeper.hold(lease)
-        return hold_lease(self.store, self.clock, lease)
+        """Renew ``lease`` every third of its duration while the body runs (see
+        :meth:`AttemptRunner.hold`)."""
+        return self.runner.hold(lease)
 
     @asynccontextmanager
     async def keeping_leases(self) -> AsyncIterator[None]:
         """Run one lease keeper for every attempt this scheduler holds (hosts use this)."""
-        keeper = LeaseKeeper(self.store, self.clock)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(keeper.run)
-            self._keeper = keeper
-            try:
-                yield
-            finally:
-                self._keeper = None
-                tg.cancel_scope.cancel()
+        async with self.runner.keeping_leases():
+            yield
 
     async def launch(
         self, claim: Claim, held: HeldLease | None = None, *, wake: Event | None = None
@@ -204,107 +129,7 @@ class Scheduler:
 
         Without ``held`` the lease is not renewed (a host that holds it elsewhere passes its own).
         """
-        held = held or HeldLease(claim.lease)
-        execution = claim.execution
-        snap = execution.snapshot
-        try:
-            executor = self.plugins.executor(snap.executor, snap.executor_generation)
-        except UnsupportedGenerationError as exc:
-            return await self._fail(execution, held, exc.code, exc.message, confirmed=True)
-        callbacks = StoreCallbacks(self.store, self.clock, held)
-        callbacks.buffer_begin("environment")
-        try:
-            env = self.plugins.run_environment(self.options.scope_chain(execution.scope))
-        except ConduitError as exc:
-            callbacks.buffer_end("environment", PhaseOutcome.FAILED)
-            await callbacks.flush()
-            # The executor was never called: nothing can be running.
-            return await self._fail(execution, held, exc.code, exc.message, confirmed=True)
-        callbacks.buffer_end("environment", PhaseOutcome.OK)
-        ctx = self.execution_context(
-            execution,
-            callbacks,
-            inputs=[presented(e) for e in await _wakes.presented_inputs(self, claim.inputs)],
-            env=env,
-        )
-        # One fenced write just before the executor is called: the trail so far, Invoke called
-        # (with Isolated) and the executor phase begun.
-        callbacks.buffer_invoked(isolated=Capability.ISOLATED in snap.capabilities)
-        callbacks.buffer_begin("executor")
-        await callbacks.flush()
-        try:
-            if wake is not None:
-                handle = await executor.resume(ctx, presented(wake))
-            else:
-                handle = await executor.run(ctx)
-        except LeaseLostError:
-            raise
-        except BaseException as exc:
-            ended = PhaseOutcome.FAILED if isinstance(exc, Exception) else PhaseOutcome.CANCELLED
-            callbacks.buffer_end("executor", ended)
-            if not isinstance(exc, Exception):
-                raise
-            await callbacks.flush()
-            if isinstance(exc, OperationError):
-                return await self._fail(
-                    execution, held, exc.code, exc.message, permanent=exc.permanent,
-                    hint=exc.retry_hint, executor=executor, error=exc,
-                )  # fmt: skip
-            return await self._fail(
-                execution, held, "executor_error",
-                f"executor {snap.executor!r} failed to launch ({type(exc).__name__})",
-                executor=executor, error=exc,
-            )  # fmt: skip
-        callbacks.buffer_end("executor", PhaseOutcome.OK)
-        if not callbacks.recovery_persisted:
-            await callbacks.flush()
-            # The executor contract requires recovery metadata before a handle: without it the
-            # launch is ambiguous, so fail safe and keep the resource hold.
-            return await self._fail(
-                execution, held, "launch_unacknowledged",
-                "the executor returned a handle without persisting recovery metadata",
-            )  # fmt: skip
-        # Recovery metadata marked the attempt running; the executor phase's end is written with
-        # the next write (at once if the attempt outlives QUICK_OBSERVE_S, see observe).
-        execution = callbacks.execution or execution
-        return Attempt(
-            execution=execution, held=held, context=ctx, executor=executor, handle=handle,
-            callbacks=callbacks,
-        )  # fmt: skip
-
-    def execution_context(
-        self,
-        execution: Execution,
-        callbacks: StoreCallbacks,
-        *,
-        inputs: Sequence[InputEvent] = (),
-        env: dict[str, str] | None = None,
-    ) -> ExecutionContext:
-        """The context an executor gets for this attempt, as pinned by its snapshot."""
-        snap = execution.snapshot
-        return ExecutionContext(
-            execution_id=execution.id,
-            work_id=execution.work_id,
-            attempt=execution.attempt,
-            epoch=execution.epoch,
-            scope=execution.scope,
-            binding=snap.binding,
-            executor=snap.executor,
-            generation=snap.executor_generation,
-            config=snap.binding_config,
-            inputs=inputs,
-            env=env,
-            deadline_ms=snap.deadline_ms,
-            recovery=execution.recovery,
-            launch_intent=execution.launch_intent,
-            # Each executor its own directory, so two executors' files never meet.
-            state_dir=(
-                os.path.join(self.options.state_dir, snap.executor)
-                if self.options.state_dir is not None
-                else None
-            ),
-            callbacks=callbacks,
-        )
+        return await self.runner.launch(claim, held, wake=wake)
 
     async def start(self, work_id: str) -> Attempt | Execution:
         """Claim and launch (the lease is not held: see :meth:`run_attempt` for that)."""
@@ -312,148 +137,29 @@ class Scheduler:
 
     async def run_attempt(self, claim: Claim) -> Execution:
         """Launch and observe a claimed attempt under its held lease, to its end."""
-        async with self.hold(claim.lease) as held:
-            launched = await self.launch(claim, held)
-            if isinstance(launched, Execution):
-                return launched
-            return await self.observe(launched)
+        return await self.runner.run_attempt(claim)
 
     # --- observe and settle --------------------------------------------------------------------
 
     async def observe(self, attempt: Attempt) -> Execution:
         """Wait for the attempt outside storage, then apply its result under the lease."""
-        execution = attempt.execution
-        remaining_s = max(execution.snapshot.deadline_ms - self.clock.now_ms(), 0) / 1000
-        result: Result | None = None
-        with anyio.move_on_after(remaining_s) as deadline:
-            try:
-                result = await self._wait_quick_then_flush(attempt)
-            except (LeaseLostError, StoreError):
-                # A store that cannot take the observation's writes says nothing about the job:
-                # never fail the attempt for it. The host hands it to recovery (adopt, not rerun).
-                raise
-            except OperationError as exc:
-                return await self._fail(
-                    execution, attempt.held, exc.code,
-                    f"executor observation failed: {exc.code}: {exc.message}",
-                    permanent=exc.permanent, hint=exc.retry_hint, executor=attempt.executor,
-                    error=exc, trail=attempt.callbacks,
-                )  # fmt: skip
-            except Exception as exc:
-                log.warning(
-                    "observe failed execution=%s epoch=%s cause=%s",
-                    execution.id, execution.epoch, type(exc).__name__,
-                )  # fmt: skip
-                return await self._fail(
-                    execution, attempt.held, "executor_error",
-                    f"executor observation failed ({type(exc).__name__})",
-                    executor=attempt.executor, error=exc, trail=attempt.callbacks,
-                )  # fmt: skip
-        if deadline.cancelled_caught or result is None:
-            return await self.time_out(attempt)
-        return await self.apply_result(
-            execution, attempt.held, result, attempt.executor, attempt.callbacks
-        )
+        return await self.runner.observe(attempt)
 
-    async def _wait_quick_then_flush(self, attempt: Attempt) -> Result:
-        """A quick attempt's launch trail goes with its settlement; a longer one's is written
-        once it has run for ``QUICK_OBSERVE_S``, so its running state shows."""
-        if attempt.callbacks is not None and attempt.callbacks.has_pending:
-            with anyio.move_on_after(QUICK_OBSERVE_S):
-                return await attempt.handle.wait()
-            await attempt.callbacks.flush()
-        return await attempt.handle.wait()
-
-    async def apply_result(
-        self,
-        execution: Execution,
-        held: HeldLease,
-        result: Result,
-        executor: Executor,
-        trail: StoreCallbacks | None = None,
-    ) -> Execution:
-        """Apply an executor's structured result in one fenced transition."""
-        try:
-            validate_result(result)
-        except OperationError as exc:
-            return await self._fail(
-                execution, held, exc.code, exc.message, confirmed=True, executor=executor,
-                trail=trail,
-            )  # fmt: skip
-        hint: RetryHint | None = None
-        if result.outcome is OutcomeKind.FAILED:
-            hint = result.retry_hint or self.plugins.retry_hint(
-                execution.snapshot.executor, None, result
-            )
-        now = self.clock.now_ms()
-
-        def decide(ex: Execution, work: Work) -> policy.Transition:
-            if result.outcome is OutcomeKind.FAILED:
-                return policy.failure(
-                    ex, work, now_ms=now, code="failed",
-                    message=result.summary or "the attempt failed", result=result,
-                    permanent=result.permanent, hint=hint, exclusion_confirmed=True,
-                )  # fmt: skip
-            if result.outcome is OutcomeKind.WAITING:
-                return policy.parking(ex, work, result, now)
-            return policy.completion(ex, work, result, now)
-
-        # Consumed input settles its inject intents, whatever their dispatch state, in the same
-        # transaction: completion then sees only the input nobody has consumed.
-        return await self._settle(held, decide, now, trail, consumed=result.consumed_inputs)
-
-    async def time_out(self, attempt: Attempt) -> Execution:
-        """The persisted deadline is due: stop the work, record the failure, keep the hold
-        unless the stop was verified."""
-        target = attempt.context.stop_target()
-        verified = False
-        try:
-            evidence = await attempt.executor.stop(target)
-            verified = evidence.verified
-        except Exception as exc:
-            log.warning(
-                "stop after timeout failed execution=%s epoch=%s cause=%s",
-                target.execution_id, target.epoch, type(exc).__name__,
-            )  # fmt: skip
-        now = self.clock.now_ms()
-        timeout = attempt.execution.snapshot.timeout_seconds
-
-        def decide(ex: Execution, work: Work) -> policy.Transition:
-            return policy.failure(
-                ex, work, now_ms=now, code="timeout", message=f"timed out after {timeout:g} s",
-                status=ExecutionStatus.TIMED_OUT, exclusion_confirmed=verified,
-            )  # fmt: skip
-
-        return await self._settle(attempt.held, decide, now, attempt.callbacks)
-
-    async def fail_attempt(
-        self,
-        execution: Execution,
-        held: HeldLease,
-        code: str,
-        message: str,
-        *,
-        confirmed: bool = False,
-    ) -> Execution:
-        """Record a counted failure; the resource hold stays unless ``confirmed`` (the
-        resources are proven gone)."""
-        return await self._fail(execution, held, code, message, confirmed=confirmed)
-
-    # --- recovery and physical stops (see _recovery) ------------------------------------------
+    # --- recovery and physical stops (see _recovery, _stops) ----------------------------------
 
     async def recover_expired(self, limit: int = 100) -> list[Claim]:
         """Claim recovery (epoch + 1) of attempts whose lease expired or was released."""
-        return await _recovery.claim_expired(self, limit)
+        return await self.recovery.claim_expired(limit)
 
     async def retry_held_recoveries(self) -> list[Claim]:
         """Claim every held recovery now, before its backoff (after a start or a reload)."""
-        return await _recovery.claim_held(self)
+        return await self.recovery.claim_held()
 
     async def run_recovery(self, claim: Claim) -> Execution:
         """Relaunch (nothing can be running), adopt, or hold a recovery claim, and observe it.
 
         A held recovery returns the attempt unfinished (``recovery_hold`` says why)."""
-        return await _recovery.run_recovery(self, claim)
+        return await self.recovery.run(claim)
 
     async def confirm_stopped(
         self, work_id: str, epoch: int, *, by: str, reason: str = ""
@@ -464,46 +170,19 @@ class Scheduler:
         A held attempt ends failed (``stop_confirmed``, counted per its retry policy) with its
         exclusion confirmed, so the Work may start again.
         """
-        return await _recovery.confirm_stopped_by(self, work_id, epoch, by=by, reason=reason)
+        return await self.recovery.confirm_stopped_by(work_id, epoch, by=by, reason=reason)
 
     async def stop_and_confirm(self, execution_id: str) -> bool:
         """Stop the attempt's resources; confirm its exclusion when the stop is verified."""
-        return await _recovery.stop_and_confirm(self, execution_id)
+        return await self.stops.stop_and_confirm(execution_id)
 
     async def confirm_unexcluded(self) -> int:
         """The stop/confirm pass over ended attempts whose exclusion is unconfirmed."""
-        confirmed = 0
-        for execution in await self.store.unconfirmed_exclusions():
-            if not execution.status.terminal:
-                continue  # an unfinished attempt belongs to its holder or to recovery
-            confirmed += await self.stop_and_confirm(execution.id)
-        return confirmed
+        return await self.stops.confirm_unexcluded()
 
     async def handle_lost_lease(self, lease: Lease) -> bool:
         """After lost authority: stop and confirm only when recovery no longer owns it."""
-        return await _recovery.handle_lost_lease(self, lease)
-
-    async def _settle(
-        self,
-        held: HeldLease,
-        decide: Callable[[Execution, Work], policy.Transition],
-        now: int,
-        trail: StoreCallbacks | None,
-        *,
-        consumed: Sequence[str] = (),
-    ) -> Execution:
-        """Settle in one fenced transaction, with any launch trail still buffered."""
-        also = trail.take_pending() if trail is not None and trail.has_pending else None
-        if also is not None:
-            first = decide
-
-            def decide(ex: Execution, work: Work) -> policy.Transition:
-                return dataclasses.replace(first(ex, work), also=also)
-
-        async with held.ending_write():
-            return await self.store.settle_attempt(
-                held.lease, decide, now_ms=now, consumed=consumed
-            )
+        return await self.stops.handle_lost_lease(lease)
 
     # --- controls (see _controls) ---------------------------------------------------------------
 
@@ -517,29 +196,29 @@ class Scheduler:
         correlation_key: str | None = None,
     ) -> tuple[Event, ControlIntent | None]:
         """Queue input; when a running attempt takes input, also an inject intent for it."""
-        return await _controls.inject(
-            self, work_id, payload, delivery_id=delivery_id, event_type=event_type,
+        return await self.controls.inject(
+            work_id, payload, delivery_id=delivery_id, event_type=event_type,
             correlation_key=correlation_key,
         )  # fmt: skip
 
     async def interrupt(self, work_id: str) -> ControlIntent:
         """Fence the running attempt, leave the Work ready, queue the interrupt."""
-        return await _controls.interrupt(self, work_id)
+        return await self.controls.interrupt(work_id)
 
     async def cancel_work(self, work_id: str) -> Work:
         """Cancel the Work atomically, then stop and confirm whatever its attempts started."""
-        return await _controls.cancel_work(self, work_id)
+        return await self.controls.cancel_work(work_id)
 
     async def dispatch_controls(self, *, limit: int = 100) -> int:
         """Dispatch open inject/interrupt intents; returns how many were settled."""
-        return await _controls.dispatch_controls(self, limit=limit)
+        return await self.controls.dispatch_controls(limit=limit)
 
     # --- budgets and gates (see _admission, _budgets) -----------------------------------------
 
     async def settle_budgets(self) -> int:
         """Charge staged usage to the budget ledgers (the daemon runs this every pass)."""
         return await self.store.settle_budgets(
-            _admission.budget_book(self), now_ms=self.clock.now_ms()
+            self.admission.budget_book(), now_ms=self.clock.now_ms()
         )
 
     async def release_hold(self, work_id: str, *, reason: str = "") -> Work:
@@ -557,32 +236,6 @@ class Scheduler:
             work_id, gate, admit=admit, reason=reason, now_ms=self.clock.now_ms()
         )
 
-    async def _fail(
-        self,
-        execution: Execution,
-        held: HeldLease,
-        code: str,
-        message: str,
-        *,
-        permanent: bool = False,
-        hint: RetryHint | None = None,
-        confirmed: bool = False,
-        executor: Executor | None = None,
-        error: BaseException | None = None,
-        trail: StoreCallbacks | None = None,
-    ) -> Execution:
-        if hint is None and executor is not None:
-            hint = self.plugins.retry_hint(execution.snapshot.executor, error, None)
-        now = self.clock.now_ms()
-
-        def decide(ex: Execution, work: Work) -> policy.Transition:
-            return policy.failure(
-                ex, work, now_ms=now, code=code, message=message,
-                permanent=permanent, hint=hint, exclusion_confirmed=confirmed,
-            )  # fmt: skip
-
-        return await self._settle(held, decide, now, trail)
-
     # --- input, timers, retry ------------------------------------------------------------------
 
     async def submit(self, work: Work, first_input: Event | None = None) -> Work:
@@ -597,11 +250,11 @@ class Scheduler:
 
     async def fire_due_timers(self, *, limit: int = 100) -> list[str]:
         """Fire due timers once each; a retry timer accepts ``core.retry`` as the Work's input."""
-        return await _wakes.fire_due_timers(self, limit=limit)
+        return await self.wakes.fire_due_timers(limit=limit)
 
     async def manual_retry(self, work_id: str, *, reason: str = "") -> Work:
         """``core.manual.retry``: reset the failure budget (not attempt numbering) and run again."""
-        return await _wakes.manual_retry(self, work_id, reason=reason)
+        return await self.wakes.manual_retry(work_id, reason=reason)
 
     async def accept_input(self, event: Event) -> tuple[Event, list[Claim]]:
         """Accept an event; wake parked attempts whose wait it matches (never their own Work's).
@@ -610,11 +263,11 @@ class Scheduler:
         :meth:`run_resumed`).
         """
         check_payload("$.payload", event.payload)
-        return await _wakes.accept_input(self, event)
+        return await self.wakes.accept_input(event)
 
     async def run_resumed(self, claim: Claim) -> Execution:
         """Resume a woken attempt on its pinned executor, under a new segment, to its end."""
-        return await _wakes.run_resumed(self, claim)
+        return await self.wakes.run_resumed(claim)
 
     async def run_ready(self, limit: int) -> list[Execution]:
         """Claim up to ``limit`` ready Work and run each to its end, concurrently."""

@@ -327,3 +327,23 @@ def test_a_poll_without_a_session_asks_htmx_to_go_to_the_login(console: Console,
     answer = console.get(path, headers={"HX-Request": "true"})
     assert answer.status_code == 401
     assert answer.headers["hx-redirect"] == "/ui/login"
+
+
+def test_capacity_page_says_what_the_api_says(console: Console) -> None:
+    console.login()
+    daemon = console.daemon
+    work = daemon.submit("forever", scope="team")
+    daemon.wait_attempt(work, "running")
+    status, api = daemon.raw("GET", "/v1/capacity")
+    assert status == 200
+    page = console.get("/ui/capacity/live").text
+    for kind, rows in (("pool", api["pools"]), ("scope", api["scopes"])):
+        for row in rows:
+            cells = re.search(rf'<tr data-{kind}="{row["name"]}">(.*?)</tr>', page, re.S)
+            assert cells, (kind, row["name"])
+            limit = "-" if row["limit"] is None else str(row["limit"])
+            expected = [f"{kind} {row['name']}", str(row["in_use"]), limit, str(row["waiting"])]
+            assert re.findall(r"<td>(.*?)</td>", cells.group(1)) == expected
+    jobs = next(p for p in api["pools"] if p["name"] == "jobs")
+    team = next(s for s in api["scopes"] if s["name"] == "team")
+    assert (jobs["in_use"], jobs["limit"], team["in_use"], team["limit"]) == (1, 4, 1, 2)

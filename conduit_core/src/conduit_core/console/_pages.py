@@ -30,13 +30,15 @@ from conduit_core.http.describe import (
 from conduit_core.model import WorkStatus
 from conduit_core.routines import ConduitRoutineSource, ScheduleMultiplexer
 
-__all__ = ["MAX_ARTIFACT_BYTES", "ConsolePages", "Schedules", "routine_source"]
+__all__ = ["MAX_ARTIFACT_BYTES", "NEEDS_SHOWN", "ConsolePages", "Schedules", "routine_source"]
 
 #: The schedule surface of the running daemon (replaced on reload, hence a callable).
 Schedules = Callable[[], ScheduleMultiplexer]
 #: The tail of a job's output a page shows (the file on disk has all of it).
 MAX_ARTIFACT_BYTES = 256 * 1024
 _PAGE_SIZES = (25, 50, 100, 200)
+#: Held items the Needs-you page lists (it is polled; `conduit needs-you` lists them all).
+NEEDS_SHOWN = 100
 #: Helpers every template may call: the CLI's own wording of a Work, an attempt and a segment.
 _DESCRIBE: dict[str, Any] = {
     "work_note": work_note,
@@ -101,11 +103,13 @@ class ConsolePages:
 
     async def needs_you(self, request: Request, session: Session) -> Response:
         view = await list_needs_you(self.service)
-        return self._page("needs_you.html", session, "needs", items=view.items)
+        return self._page("needs_you.html", session, "needs", items=view.items[:NEEDS_SHOWN],
+                          total=len(view.items))  # fmt: skip
 
     async def needs_you_list(self, request: Request, session: Session) -> Response:
         view = await list_needs_you(self.service)
-        return self._fragment("_needs_list.html", session, items=view.items)
+        return self._fragment("_needs_list.html", session, items=view.items[:NEEDS_SHOWN],
+                              total=len(view.items))  # fmt: skip
 
     async def needs_you_count(self, request: Request, session: Session) -> Response:
         view = await list_needs_you(self.service)

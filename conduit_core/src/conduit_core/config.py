@@ -17,6 +17,7 @@ import msgspec
 
 from conduit_core.errors import ConduitError, ConfigError, UnsupportedGenerationError
 from conduit_core.plugins import Plugins
+from conduit_core.remote import ProgramSettings, ProgramSpec
 from conduit_core.validation import (
     MAX_AMOUNT,
     MAX_SECONDS,
@@ -99,6 +100,25 @@ class Pool(_Section, frozen=True, kw_only=True):
     concurrency: PositiveInt
 
 
+class ExecutorProgram(_Section, frozen=True, kw_only=True):
+    """``[executors.NAME]``: an out-of-process executor program (docs/wire-protocol.md).
+
+    Its manifest (generations, pool, capabilities) comes from the program's handshake.
+    """
+
+    command: Annotated[list[Annotated[str, msgspec.Meta(min_length=1)]], msgspec.Meta(min_length=1)]
+    handshake_timeout_seconds: PositiveSeconds = 10.0
+    #: run / recover / stop / inject must be answered within this (``wait`` has no limit).
+    request_timeout_seconds: PositiveSeconds = 120.0
+
+    def spec(self) -> ProgramSpec:
+        settings = ProgramSettings(
+            handshake_timeout=self.handshake_timeout_seconds,
+            request_timeout=self.request_timeout_seconds,
+        )
+        return ProgramSpec(command=tuple(self.command), settings=settings)
+
+
 class Scope(_Section, frozen=True, kw_only=True):
     parent: str | None = None
     limits: ScopeLimits = ScopeLimits()
@@ -148,7 +168,12 @@ class Config(msgspec.Struct, frozen=True, kw_only=True):
     budgets: list[Budget]
     source: str
     pools: dict[str, Pool] = {}
+    executors: dict[str, ExecutorProgram] = {}
     digest: str
+
+    def programs(self) -> dict[str, ProgramSpec]:
+        """The out-of-process executors this file declares, for ``Plugins.load(programs=…)``."""
+        return {name: program.spec() for name, program in self.executors.items()}
 
     def scope_chain(self, scope: str) -> tuple[str, ...]:
         """The scope and its ancestors, root first."""
@@ -160,9 +185,10 @@ class Config(msgspec.Struct, frozen=True, kw_only=True):
         return tuple(reversed(chain))
 
 
-_TOP_LEVEL = {"settings", "scopes", "bindings", "routines", "budgets", "pools"}
+_TOP_LEVEL = {"settings", "scopes", "bindings", "routines", "budgets", "pools", "executors"}
 #: The pool whose limit is ``settings.job_concurrency`` (shell, container).
 JOBS_POOL = "jobs"
+_EXECUTOR_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -198,6 +224,13 @@ def parse_config(data: bytes | str, *, source: str = "conduit.toml") -> Config:
     routines = _convert_list(raw.get("routines", []), RoutineSpec, "$.routines", source)
     budgets = _convert_list(raw.get("budgets", []), Budget, "$.budgets", source)
     pools = _convert_table(raw.get("pools", {}), Pool, "$.pools", source)
+    executors = _convert_table(raw.get("executors", {}), ExecutorProgram, "$.executors", source)
+    for name in executors:
+        if not _EXECUTOR_NAME.match(name):
+            raise ConfigError(
+                f"{source}: $.executors.{name}: an executor name is a lower-case letter, then up "
+                "to 62 lower-case letters, digits, '-' or '_'"
+            )
     if JOBS_POOL in pools:
         raise ConfigError(
             f"{source}: $.pools.{JOBS_POOL}: the jobs pool's limit is settings.job_concurrency",
@@ -215,8 +248,17 @@ def parse_config(data: bytes | str, *, source: str = "conduit.toml") -> Config:
     _check_budgets(budgets, scopes, source)
     digest = hashlib.sha256(
         msgspec.json.encode(
-            # pools joins the digest only when declared, so existing configs keep their digest.
-            [settings, scopes, bindings, routines, budgets, *([pools] if pools else [])],
+            # pools and executors join the digest only when declared, so existing configs keep
+            # their digest.
+            [
+                settings,
+                scopes,
+                bindings,
+                routines,
+                budgets,
+                *([pools] if pools else []),
+                *([{"executors": executors}] if executors else []),
+            ],
             order="sorted",
         )
     ).hexdigest()
@@ -227,6 +269,7 @@ def parse_config(data: bytes | str, *, source: str = "conduit.toml") -> Config:
         routines=routines,
         budgets=budgets,
         pools=pools,
+        executors=executors,
         source=source,
         digest=digest,
     )

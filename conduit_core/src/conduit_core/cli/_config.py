@@ -23,7 +23,7 @@ def config_group() -> None:
 def check(file: Path, as_json: bool) -> None:
     """Validate FILE against the schema and the installed plugins (exit 0 when usable)."""
     config = load_config(file)
-    check_against_plugins(config, Plugins.load())
+    check_against_plugins(config, Plugins.load(programs=config.programs()))
     check_routine_specs(config)
     summary = {
         "file": str(file),

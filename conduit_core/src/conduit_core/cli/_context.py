@@ -132,7 +132,7 @@ async def open_api(config_path: Path | None) -> AsyncIterator[Api]:
         unix = str(paths.unix_socket) if paths.unix_socket else None
         yield ApiClient(token, listen=paths.listen, unix_socket=unix)
         return
-    plugins = Plugins.load()
+    plugins = Plugins.load(programs=config.programs())
     async with await open_store(paths.store) as store:
         latest = await store.latest_config_generation()
         options = SchedulerOptions.from_config(

@@ -66,7 +66,7 @@ async def _run_checks(config_path: Path | None) -> list[Check]:
     checks.append(Check("config", "ok", f"{config.source} ({len(config.bindings)} binding(s))"))
     plugins: Plugins | None = None
     try:
-        plugins = Plugins.load()
+        plugins = Plugins.load(programs=config.programs())
         check_against_plugins(config, plugins)
         names = ", ".join(sorted(i.name for i in plugins.executors())) or "none"
         checks.append(Check("plugins", "ok", f"manifests valid; executors: {names}"))
@@ -75,6 +75,8 @@ async def _run_checks(config_path: Path | None) -> list[Check]:
             "plugins", "fail", f"[{exc.code}] {exc.message}",
             "reinstall or block the named package (CONDUIT_DISABLED_PLUGINS=name)",
         ))  # fmt: skip
+    if plugins is not None:
+        checks.extend(await _program_checks(plugins))
     pid = paths.running_pid()
     checks.append(
         Check("daemon", "ok", f"running (pid {pid})")
@@ -160,6 +162,30 @@ async def _capacity_checks(store: Store, config: Config, plugins: Plugins) -> li
                                 f"raise settings.{setting}, or wait"))  # fmt: skip
         else:
             checks.append(Check("capacity", "ok", text))
+    return checks
+
+
+async def _program_checks(plugins: Plugins) -> list[Check]:
+    """Each out-of-process executor: start its program, shake hands, shut it down again."""
+    checks: list[Check] = []
+    for supervisor in plugins.programs():
+        name = f"executor program {supervisor.name}"
+        try:
+            conn = await supervisor.connection()
+        except ConduitError as exc:
+            fix = "fix or reinstall the program; see docs/wire-protocol.md"
+            checks.append(Check(name, "fail", f"[{exc.code}] {exc.message}", fix))
+            continue
+        manifest = conn.manifest
+        assert manifest is not None
+        generations = ", ".join(map(str, (manifest.generation, *manifest.historical_generations)))
+        state = supervisor.state()
+        checks.append(Check(name, "ok", (
+            f"{' '.join(supervisor.command)} answers the handshake (pid {state['pid']}): "
+            f"generation(s) {generations}, pool {manifest.pool or '-'}, capabilities "
+            f"{', '.join(manifest.capabilities) or '-'}"
+        )))  # fmt: skip
+        await supervisor.close()
     return checks
 
 

@@ -129,7 +129,15 @@ class Daemon:
         return Scheduler(store, self.clock, plugins, options)
 
     async def run(self) -> None:
-        plugins = Plugins.load()
+        # Executor programs declared in the file load with the plugins (a reload keeps them).
+        plugins = Plugins.load(programs=load_config(self.config_path).programs())
+        try:
+            await self._run(plugins)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                await plugins.close()
+
+    async def _run(self, plugins: Plugins) -> None:
         config = self._load(plugins)
         paths = DaemonPaths.from_config(config)
         if paths.sqlite_file is not None:

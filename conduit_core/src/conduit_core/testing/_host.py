@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, cast
@@ -32,11 +32,12 @@ from conduit_core.extension import (
     StopTarget,
 )
 from conduit_core.plugins import Plugins
+from conduit_core.remote import ProgramSpec
 from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock
 from conduit_core.storage import open_store
 from conduit_core.testing._jobs import submit
 
-__all__ = ["BINDING", "LAUNCH_POINTS", "CrashPoint", "HostArgs", "run_host"]
+__all__ = ["BINDING", "LAUNCH_POINTS", "CrashPoint", "HostArgs", "programs_for", "run_host"]
 
 BINDING = "subject"
 
@@ -74,6 +75,13 @@ class HostArgs(msgspec.Struct, frozen=True, kw_only=True):
     lease_ms: int = 60_000
     #: The recovering host's clock runs this far ahead, so the dead host's lease has expired.
     clock_offset_ms: int = 0
+    #: An executor program declared as conduit.toml would (``[executors.NAME] command``).
+    program: list[str] | None = None
+
+
+def programs_for(executor: str, program: Sequence[str] | None) -> dict[str, ProgramSpec]:
+    """``Plugins.load(programs=…)`` for an executor program declared like conduit.toml does."""
+    return {} if program is None else {executor: ProgramSpec(command=tuple(program))}
 
 
 class _OffsetClock:
@@ -180,7 +188,8 @@ def options_for(args: HostArgs) -> SchedulerOptions:
 
 
 async def run_host(args: HostArgs) -> None:
-    plugins = cast(_CrashingPlugins, _CrashingPlugins.load())
+    programs = programs_for(args.executor, args.program)
+    plugins = cast(_CrashingPlugins, _CrashingPlugins.load(programs=programs))
     plugins.crash = args.crash
     store = await open_store(Path(args.store))
     async with store:
@@ -195,6 +204,7 @@ async def run_host(args: HostArgs) -> None:
                     await sched.run_recovery(claim)
                 # A Work the recovery left ready (a spent retry) runs too, so it shows.
                 await sched.run_ready(limit=10)
+        await plugins.close()
 
 
 def main(argv: list[str]) -> None:

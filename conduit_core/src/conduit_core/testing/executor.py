@@ -55,7 +55,14 @@ from conduit_core.model import Execution, ExecutionStatus, Work, WorkStatus
 from conduit_core.plugins import Plugins
 from conduit_core.runtime import Attempt, ManualClock, Scheduler
 from conduit_core.storage import Store, open_store
-from conduit_core.testing._host import BINDING, LAUNCH_POINTS, CrashPoint, HostArgs, options_for
+from conduit_core.testing._host import (
+    BINDING,
+    LAUNCH_POINTS,
+    CrashPoint,
+    HostArgs,
+    options_for,
+    programs_for,
+)
 from conduit_core.testing._jobs import (
     Jobs,
     RecordingCallbacks,
@@ -77,6 +84,7 @@ __all__ = [
     "test_failing_job_is_a_failed_attempt",
     "test_generation_pinning_recovers_with_the_pinned_generation",
     "test_interrupt_stops_the_running_job",
+    "test_program_killed_mid_run_is_recovered_not_rerun",
     "test_invalid_config_is_permanent_and_stores_nothing",
     "test_recover_adopts_a_live_resource",
     "test_recover_after_it_finished_reads_the_result",
@@ -107,6 +115,13 @@ class ExecutorSubject:
     historical_generation: int | None = None
     #: The job's pids are host pids (a process executor), so the suite checks them itself too.
     host_pids: bool = True
+    #: An out-of-process executor that is no Python package: its command, declared to every
+    #: host the way ``[executors.NAME] command = [...]`` in conduit.toml does.
+    program: Sequence[str] | None = None
+
+    def load_plugins(self, cls: type[Plugins] = Plugins) -> Plugins:
+        """The installed plugins, plus this subject's executor program when it has one."""
+        return cls.load(programs=programs_for(self.executor, self.program))
 
 
 class _World:
@@ -142,12 +157,15 @@ class _World:
                 f"execution {target.execution_id} to leave nothing running",
                 WAIT_SECONDS,
             )
+        for kept in self._keep:
+            if isinstance(kept, Plugins):
+                await kept.close()  # shut the executor programs down (their jobs are stopped)
 
     def scheduler(
         self, script: str, *, generation: int | None = None, plugins: Plugins | None = None
     ) -> Scheduler:
         args = self._args(script, generation)
-        plugins = plugins or Plugins.load()
+        plugins = plugins or self.subject.load_plugins()
         # Executors may hold their children's handles: keep them until the teardown reaped them.
         self._keep.append(plugins)
         return Scheduler(self.store, self.clock, plugins, options_for(args))
@@ -157,7 +175,7 @@ class _World:
             mode="test", store=str(self.root / "conduit.db"), state_dir=str(self.root / "state"),
             work_id=f"w-{uuid.uuid4().hex[:8]}", executor=self.subject.executor,
             generation=generation, config=dict(self.subject.job_config(script, self.workdir)),
-            lease_ms=LEASE_MS,
+            lease_ms=LEASE_MS, program=_program(self.subject),
         )  # fmt: skip
 
     def context(self, script: str, callbacks: RecordingCallbacks) -> ExecutionContext:
@@ -165,7 +183,7 @@ class _World:
         return _context(self, dict(self.subject.job_config(script, self.workdir)), callbacks)
 
     def executor(self, generation: int | None = None) -> Executor:
-        plugins = Plugins.load()
+        plugins = self.subject.load_plugins()
         self._keep.append(plugins)
         info = plugins.executor_info(self.subject.executor)
         return plugins.executor(info.name, generation or info.generation)
@@ -180,7 +198,7 @@ class _World:
 def _context(
     world: _World, config: dict[str, Any], callbacks: RecordingCallbacks, *, generation: int = 0
 ) -> ExecutionContext:
-    info = Plugins.load().executor_info(world.subject.executor)
+    info = world.subject.load_plugins().executor_info(world.subject.executor)
     execution_id = f"x-{uuid.uuid4().hex[:12]}"
     return ExecutionContext(
         execution_id=execution_id, work_id=f"w-{execution_id}", attempt=1, epoch=1,
@@ -201,6 +219,10 @@ async def executor_world(
             yield world
         finally:
             await world.settle()
+
+
+def _program(subject: ExecutorSubject) -> list[str] | None:
+    return None if subject.program is None else list(subject.program)
 
 
 def _stop_target(ex: Execution) -> StopTarget:
@@ -318,7 +340,7 @@ async def test_stop_is_verified_with_a_term_ignoring_grandchild(executor_world: 
 
 
 async def test_interrupt_stops_the_running_job(executor_world: _World) -> None:
-    info = Plugins.load().executor_info(executor_world.subject.executor)
+    info = executor_world.subject.load_plugins().executor_info(executor_world.subject.executor)
     if Capability.INTERRUPT not in info.capabilities:
         pytest.skip(f"executor {info.name!r} does not declare interrupt")
     executor, ctx, _ = await _started(executor_world, executor_world.jobs.until_go())
@@ -389,13 +411,13 @@ async def test_generation_pinning_recovers_with_the_pinned_generation(
 ) -> None:
     # Without a historical generation this still checks the rule: recovery asks the plugins for
     # exactly the pinned generation, never "whatever is current".
-    info = Plugins.load().executor_info(executor_world.subject.executor)
+    info = executor_world.subject.load_plugins().executor_info(executor_world.subject.executor)
     pinned = executor_world.subject.historical_generation or info.generation
     script = executor_world.jobs.until_go()
     attempt = await _launch(executor_world, script, generation=pinned)
     assert attempt.execution.snapshot.executor_generation == pinned
     await wait_for(executor_world.jobs.ready, "the job to start", WAIT_SECONDS)
-    spy = cast(_SpyPlugins, _SpyPlugins.load())
+    spy = cast(_SpyPlugins, executor_world.subject.load_plugins(_SpyPlugins))
     spy.asked = []
     results: list[Execution] = []
     with anyio.fail_after(WAIT_SECONDS):
@@ -413,6 +435,45 @@ async def test_generation_pinning_recovers_with_the_pinned_generation(
     assert asked == {pinned}
     assert ex.snapshot.executor_generation == pinned
     assert executor_world.jobs.side_effects() == 1
+
+
+async def test_program_killed_mid_run_is_recovered_not_rerun(executor_world: _World) -> None:
+    """An out-of-process executor's program SIGKILLed while its job runs: the daemon restarts it
+    and the restarted program adopts the job through recovery; nothing runs twice."""
+    plugins = executor_world.subject.load_plugins()
+    supervisor = {s.name: s for s in plugins.programs()}.get(executor_world.subject.executor)
+    if supervisor is None:
+        pytest.skip("an in-process executor has no program to kill")
+    sched = executor_world.scheduler(executor_world.jobs.until_go(), plugins=plugins)
+    work = await submit(sched, BINDING)
+    results: list[Execution] = []
+
+    async def run() -> None:
+        results.append(await sched.run_attempt(await sched.claim(work.id)))
+
+    with anyio.fail_after(WAIT_SECONDS):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await wait_for(executor_world.jobs.ready, "the job to start", WAIT_SECONDS)
+            first = supervisor.state()["pid"]
+            assert first is not None, "the program that runs the job is not running"
+            os.kill(first, signal.SIGKILL)
+
+            def restarted() -> bool:
+                state = supervisor.state()
+                return bool(state["restarts"] >= 1 and state["pid"] not in (None, first))
+
+            await wait_for(restarted, "the executor program to be restarted", WAIT_SECONDS)
+            # Adopted by the restarted program, not started again.
+            assert executor_world.jobs.side_effects() == 1
+            executor_world.jobs.go()
+    [ex] = results
+    executor_world.track(ex)
+    assert ex.status is ExecutionStatus.COMPLETED, _explain(ex)
+    assert ex.attempt == 1
+    assert (await executor_world.store.get_work(work.id)).failure_count == 0
+    assert executor_world.jobs.side_effects() == 1
+    assert executor_world.live(ex.id) == []
 
 
 # --- crash injection at every launch point, in real host processes ------------------------------
@@ -456,7 +517,7 @@ async def crash_and_recover(
         mode="launch", store=str(root / "conduit.db"), state_dir=str(root / "state"),
         work_id=f"w-{uuid.uuid4().hex[:8]}", executor=subject.executor,
         config=dict(subject.job_config(script or jobs.record(), jobs.workdir)),
-        crash=CrashPoint(point), lease_ms=LEASE_MS,
+        crash=CrashPoint(point), lease_ms=LEASE_MS, program=_program(subject),
     )  # fmt: skip
     killed = await anyio.to_thread.run_sync(_run_host, launch, root / "launch.json")
     if killed.returncode != -signal.SIGKILL:

@@ -188,6 +188,8 @@ class ProgramConnection:
                 try:
                     message = decode_executor_message(body)
                 except WireProtocolError as exc:
+                    if exc.code == "wire_malformed":
+                        raise  # not even a JSON object: the stream is not to be trusted
                     self._refused(exc)
                     continue
                 self._route(message)

@@ -33,6 +33,7 @@ from conduit_core.extension import (
     Result,
     StopEvidence,
     StopTarget,
+    validate_result,
 )
 from conduit_core.extension.wire import (
     AttemptContext,
@@ -403,6 +404,7 @@ class RemoteHandle(Handle):
                 raise_wire_error(reply.error)
             if not isinstance(reply, Finished):
                 raise _unexpected(reply, "finished")
+            validate_result(reply.result)  # as the SDK does before sending: checked both ends
             if self._executor.data_schema is not None:
                 check_data(self._executor.data_schema, reply.result.data)
             return reply.result

@@ -268,7 +268,7 @@ class RemoteExecutor(Executor):
                 conn.forget(sent[0])
             raise
         if isinstance(reply, Launched):
-            return RemoteHandle(self, ctx, conn, reply.handle, sent[0])
+            return RemoteHandle(self, ctx, conn, reply.handle, sent[0], reply.result)
         conn.forget(sent[0])
         if isinstance(reply, RequestFailed):
             raise_wire_error(reply.error)
@@ -362,14 +362,25 @@ class RemoteHandle(Handle):
         conn: ProgramConnection,
         handle: str,
         request: int,
+        result: Result | None = None,
     ) -> None:
         self._executor = executor
         self._ctx = ctx
         self._conn = conn
         self._handle = handle
         self._request = request
+        self._result = result
+
+    def _checked(self, result: Result) -> Result:
+        validate_result(result)  # as the SDK does before sending: checked both ends
+        if self._executor.data_schema is not None:
+            check_data(self._executor.data_schema, result.data)
+        return result
 
     async def wait(self) -> Result:
+        if self._result is not None:  # it ended while launching: no wait travels
+            self._conn.forget(self._request)
+            return self._checked(self._result)
         while True:
             conn, handle = self._conn, self._handle
             sent: list[int] = []
@@ -390,6 +401,9 @@ class RemoteHandle(Handle):
                         f"the restarted executor program found nothing of this attempt: {exc}",
                     ) from exc
                 self._conn, self._handle, self._request = fresh._conn, fresh._handle, fresh._request
+                if fresh._result is not None:
+                    self._conn.forget(self._request)
+                    return self._checked(fresh._result)
                 continue
             except WireProtocolError as exc:
                 conn.forget(self._request)
@@ -404,7 +418,4 @@ class RemoteHandle(Handle):
                 raise_wire_error(reply.error)
             if not isinstance(reply, Finished):
                 raise _unexpected(reply, "finished")
-            validate_result(reply.result)  # as the SDK does before sending: checked both ends
-            if self._executor.data_schema is not None:
-                check_data(self._executor.data_schema, reply.result.data)
-            return reply.result
+            return self._checked(reply.result)

@@ -241,10 +241,15 @@ class HandshakeOk(_Message, frozen=True, kw_only=True, tag="handshake_ok"):
 
 
 class Launched(_Message, frozen=True, kw_only=True, tag="launched"):
-    """Reply to ``run`` / ``resume`` / ``recover``: the segment's handle, for ``wait``."""
+    """Reply to ``run`` / ``resume`` / ``recover``: the segment's handle, for ``wait``.
+
+    ``result``: the segment already ended while it was launched (a quick job, a finished one
+    found by recovery); the core then sends no ``wait`` for it.
+    """
 
     id: RequestId
     handle: HandleId
+    result: Result | None = None
 
 
 class Finished(_Message, frozen=True, kw_only=True, tag="finished"):

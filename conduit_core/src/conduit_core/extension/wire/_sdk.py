@@ -175,7 +175,7 @@ class _Server:
         self._manifest = manifest
         self._executors = dict(executors)
         self._result_data = result_data
-        self._handles: dict[str, Handle] = {}
+        self._handles: dict[str, asyncio.Task[Result]] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._callbacks: dict[int, asyncio.Future[Any]] = {}
         self._next_callback = 0
@@ -305,7 +305,13 @@ class _Server:
             else:
                 handle = await executor.recover(ctx)
             handle_id = uuid.uuid4().hex
-            self._handles[handle_id] = handle
+            # Observe at once: a segment that already ended travels inline in ``launched``
+            # (two frames fewer per quick attempt); otherwise ``wait`` awaits this same task.
+            observed = asyncio.get_running_loop().create_task(self._observe(handle))
+            await asyncio.sleep(0)
+            if observed.done() and not observed.cancelled() and observed.exception() is None:
+                return Launched(id=message.id, handle=handle_id, result=observed.result())
+            self._handles[handle_id] = observed
             return Launched(id=message.id, handle=handle_id)
         if isinstance(message, Wait):
             return Finished(id=message.id, result=await self._wait(message.handle))
@@ -324,11 +330,16 @@ class _Server:
         raise OperationError("wire_unknown_message", f"cannot answer {type(message).__name__}")
 
     async def _wait(self, handle_id: str) -> Result:
-        handle = self._handles.get(handle_id)
-        if handle is None:
+        observed = self._handles.get(handle_id)
+        if observed is None:
             raise OperationError("unknown_handle", f"no handle {handle_id!r} in this program")
-        result = await handle.wait()
+        # Shielded: a cancelled wait stops this observer only, the next wait finds the task.
+        result = await asyncio.shield(observed)
         self._handles.pop(handle_id, None)
+        return result
+
+    async def _observe(self, handle: Handle) -> Result:
+        result = await handle.wait()
         validate_result(result)
         if self._result_data is not None:
             try:

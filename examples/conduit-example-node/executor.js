@@ -157,7 +157,9 @@ const HANDLERS = {
     const launch = { dir: path.join(ctx.state_dir || '/tmp', 'node', marker), marker };
     await callback('launch_intent', m.id, { intent: launch }); // durable before anything starts
     fs.mkdirSync(launch.dir, { recursive: true });
-    const env = { ...(ctx.env || {}), PATH: process.env.PATH || '/usr/bin:/bin', [MARKER]: marker };
+    const env = {
+      ...(ctx.env || {}), PATH: process.env.PATH || '/usr/bin:/bin', CONDUIT_WORK_ID: ctx.work_id, [MARKER]: marker,
+    };
     const child = spawn('sh', ['-c', WRAPPER, launch.dir, config.command], { detached: true, stdio: 'ignore', env });
     child.unref();
     await callback('persist_recovery', m.id, { metadata: launch });

@@ -107,7 +107,7 @@ class ExecutorProgram(_Section, frozen=True, kw_only=True):
     """
 
     command: Annotated[list[Annotated[str, msgspec.Meta(min_length=1)]], msgspec.Meta(min_length=1)]
-    handshake_timeout_seconds: PositiveSeconds = 10.0
+    handshake_timeout_seconds: PositiveSeconds = 30.0
     #: run / recover / stop / inject must be answered within this (``wait`` has no limit).
     request_timeout_seconds: PositiveSeconds = 120.0
 

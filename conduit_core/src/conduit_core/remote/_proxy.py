@@ -67,7 +67,7 @@ _MAX_REATTACH = 5
 
 @dataclass(frozen=True, kw_only=True)
 class ProgramSettings:
-    handshake_timeout: float = 10.0
+    handshake_timeout: float = 30.0
     #: run / recover / stop / inject must be answered within this (``wait`` has no limit).
     request_timeout: float = 120.0
     backoff_initial: float = 0.1
@@ -281,7 +281,11 @@ class RemoteExecutor(Executor):
         recovery that proves nothing started launches it again instead of raising."""
         last: ProgramGone | None = None
         for _ in range(_MAX_REATTACH):
-            conn = await self.supervisor.connection()
+            try:
+                conn = await self.supervisor.connection()
+            except OperationError as exc:  # it did not come up: the backoff grows, try again
+                last = ProgramGone(exc.message)
+                continue
             try:
                 return await self._handle_from(
                     conn,
@@ -306,7 +310,11 @@ class RemoteExecutor(Executor):
     async def _control(self, build: Callable[[int], msgspec.Struct]) -> ExecutorMessage:
         last: ProgramGone | None = None
         for _ in range(_MAX_REATTACH):
-            conn = await self.supervisor.connection()
+            try:
+                conn = await self.supervisor.connection()
+            except OperationError as exc:
+                last = ProgramGone(exc.message)
+                continue
             try:
                 reply = await conn.request(build, within=self._timeout)
             except ProgramGone as exc:

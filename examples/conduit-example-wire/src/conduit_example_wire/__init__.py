@@ -52,7 +52,8 @@ class WireExample(ext.Executor):
         marker = f"{key(ctx.execution_id)}/{ctx.epoch}"
         launch = {"dir": str(Path(ctx.state_dir or "/tmp", "wire", marker)), "marker": marker}
         await ctx.record_launch_intent(launch)  # durable before anything starts
-        await JOBS.start(Path(launch["dir"]), config.command, marker, ctx.env)
+        env = {**ctx.env, "CONDUIT_WORK_ID": ctx.work_id}
+        await JOBS.start(Path(launch["dir"]), config.command, marker, env)
         await ctx.persist_recovery(launch)
         return Job(launch)
 

@@ -78,6 +78,7 @@ __all__ = [
     "ExecutorSubject",
     "Jobs",
     "crash_and_recover",
+    "anyio_backend",
     "executor_world",
     "pytestmark",
     "test_crash_at_each_launch_point_runs_the_job_once",
@@ -206,6 +207,13 @@ def _context(
         generation=generation or info.generation, config=config,
         state_dir=str(world.root / "state"), callbacks=callbacks,
     )  # fmt: skip
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """The cases run on asyncio, the event loop the daemon runs (and out-of-process executors'
+    proxies need), whatever other anyio backends happen to be installed."""
+    return "asyncio"
 
 
 @pytest.fixture

@@ -8,11 +8,7 @@ marked process is a running job, a status file a finished one, neither a job tha
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
-import signal
-import subprocess
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,10 +21,9 @@ import msgspec
 import conduit_core.extension as ext
 
 MARKER = "CONDUIT_EXAMPLE_LAUNCH"
-# The wrapper runs in the background of a shell that exits at once, so the job is never this
-# process's child (nothing to reap) and outlives it; the status file appears atomically.
-_START = 'sh -c "$0" "$1" "$2" &'
-_WRAPPER = 'cd "$0" && sh -c "$1" </dev/null >out 2>&1; echo $? >status.tmp; mv status.tmp status'
+# Detached jobs that carry MARKER in their environment and leave their exit status in their
+# directory: the job is never this process's child and outlives it (see ext.DetachedJobs).
+JOBS = ext.DetachedJobs(MARKER)
 
 
 class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -45,16 +40,7 @@ def decode_config(raw: Mapping[str, Any]) -> Config:
 
 def marked_processes(prefix: str) -> list[int]:
     """Live (not zombie) processes whose launch marker starts with ``prefix``."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            env = (proc / "environ").read_bytes().split(b"\0")
-            state = (proc / "stat").read_text().rpartition(")")[2].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state != "Z" and any(v.startswith(f"{MARKER}={prefix}".encode()) for v in env):
-            found.append(int(proc.name))
-    return found
+    return JOBS.processes(prefix)
 
 
 def execution_key(execution_id: str) -> str:
@@ -66,13 +52,9 @@ class ExampleHandle(ext.Handle):
         self.dir, self.marker = Path(launch["dir"]), launch["marker"]
 
     async def wait(self) -> ext.Result:
-        while not (self.dir / "status").exists():
-            if not await anyio.to_thread.run_sync(marked_processes, self.marker):
-                if (self.dir / "status").exists():
-                    break  # it wrote its status and exited since the first look
-                raise ext.OperationError("job_vanished", "the job ended without an exit status")
-            await anyio.sleep(0.1)
-        status = int((self.dir / "status").read_text())
+        status = await JOBS.wait(self.dir, self.marker)
+        if status is None:
+            raise ext.OperationError("job_vanished", "the job ended without an exit status")
         outcome = ext.OutcomeKind.COMPLETED if status == 0 else ext.OutcomeKind.FAILED
         return ext.Result(outcome=outcome, summary=f"exit status {status}")
 
@@ -84,13 +66,8 @@ class ExampleExecutor(ext.Executor):
         launch = Path(ctx.state_dir or tempfile.gettempdir(), "example", marker)
         intent = {"dir": str(launch), "marker": marker}
         await ctx.record_launch_intent(intent)  # durable before anything starts
-        await anyio.to_thread.run_sync(lambda: launch.mkdir(parents=True, exist_ok=True))
-        env = {**ctx.env, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), MARKER: marker,
-               "CONDUIT_EXECUTION_ID": ctx.execution_id}  # fmt: skip
-        argv = ["sh", "-c", _START, _WRAPPER, str(launch), config.command]
-        await anyio.to_thread.run_sync(
-            lambda: subprocess.run(argv, env=env, start_new_session=True, check=True)
-        )
+        env = {**ctx.env, "CONDUIT_EXECUTION_ID": ctx.execution_id}
+        await JOBS.start(launch, config.command, marker, env)
         await ctx.persist_recovery(intent)
         return ExampleHandle(intent)
 
@@ -108,15 +85,8 @@ class ExampleExecutor(ext.Executor):
         return ExampleHandle(launch)
 
     async def stop(self, target: ext.StopTarget) -> ext.StopEvidence:
-        prefix = f"{execution_key(target.execution_id)}/"
-        with anyio.move_on_after(10):
-            while pids := await anyio.to_thread.run_sync(marked_processes, prefix):
-                for pid in pids:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)  # no grace: the example keeps it short
-                await anyio.sleep(0.05)
-            return ext.StopEvidence(verified=True, detail="no process carries the launch marker")
-        return ext.StopEvidence(verified=False, detail="marked processes survived SIGKILL for 10 s")
+        # No grace: the example keeps it short.
+        return await JOBS.kill(f"{execution_key(target.execution_id)}/")
 
 
 @ext.hookimpl

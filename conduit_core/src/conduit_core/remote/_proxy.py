@@ -11,6 +11,7 @@ to the restarted program and keeps waiting on what that adopts.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -60,6 +61,8 @@ from conduit_core.remote._datacheck import check_data
 from conduit_core.remote._program import ProgramConnection, ProgramGone
 
 __all__ = ["ProgramSettings", "ProgramSupervisor", "RemoteExecutor"]
+
+log = logging.getLogger("conduit.remote")
 
 #: How many program restarts one call rides out before it gives up.
 _MAX_REATTACH = 5
@@ -136,9 +139,16 @@ class ProgramSupervisor:
                 self.status = "restarting"
             elif conn is not None:
                 conn.kill()  # made under another event loop (a test's): it cannot serve this one
+            delay = 0.0
             if self._failures:
-                delay = self.settings.backoff_initial * 2 ** (self._failures - 1)
-                await asyncio.sleep(min(delay, self.settings.backoff_max))
+                delay = min(
+                    self.settings.backoff_initial * 2 ** (self._failures - 1),
+                    self.settings.backoff_max,
+                )
+            if self.status == "restarting":
+                # Names the program and the failure only, never a request's content.
+                log.warning("%s; restarting it in %.1f s", self.last_error, delay)
+            await asyncio.sleep(delay)
             self._started_at = self._clock()
             try:
                 conn = await ProgramConnection.start(

@@ -278,7 +278,7 @@ class ProgramConnection:
 
     def kill(self) -> None:
         # The program started its jobs detached: killing it never touches a job.
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError, RuntimeError):
             self.process.kill()
         if self.gone is None:
             self.gone = ProgramGone(f"executor {self.name!r} was stopped")

@@ -40,7 +40,7 @@ import anyio
 import psutil
 
 from conduit_core.model import Event, Execution, ExecutionStatus, Work, WorkStatus
-from conduit_core.storage import open_store
+from conduit_core.storage import Store, open_store
 
 PG_URL = os.environ.get(
     "CONDUIT_TEST_PG_URL", "postgresql://root@/postgres?host=/var/run/postgresql"
@@ -166,6 +166,19 @@ def check(
     return Verdict(summary=summary, violations=violations)
 
 
+async def submit_items(store: Store, items: list[str], binding: str) -> None:
+    """One Work per item, each with its first input, straight into the store."""
+    now = int(time.time() * 1000)
+    for item in items:
+        work = Work(id=item, scope="root", binding=binding, created_at_ms=now,
+                    updated_at_ms=now)  # fmt: skip
+        first = Event(
+            id=f"{item}/in1", delivery_id=f"{item}/in1", type="input", payload={},
+            work_id=item, pending=True, accepted_at_ms=now,
+        )  # fmt: skip
+        await store.create_work(work, first_input=first)
+
+
 def drill_processes(prefix: str) -> list[str]:
     """Live processes carrying a launch marker of this drill's items."""
     found = []
@@ -232,15 +245,7 @@ class Drill:
     async def submit(self) -> None:
         store = await open_store(self.store)
         try:
-            now = int(time.time() * 1000)
-            for item in self.items:
-                work = Work(id=item, scope="root", binding="drill", created_at_ms=now,
-                            updated_at_ms=now)  # fmt: skip
-                first = Event(
-                    id=f"{item}/in1", delivery_id=f"{item}/in1", type="input", payload={},
-                    work_id=item, pending=True, accepted_at_ms=now,
-                )  # fmt: skip
-                await store.create_work(work, first_input=first)
+            await submit_items(store, self.items, "drill")
         finally:
             await store.aclose()
 

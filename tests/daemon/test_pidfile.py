@@ -7,8 +7,10 @@ negative control: a live daemon still refuses a second one (tests/daemon/test_ap
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -17,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conduit_core.daemon._paths import DaemonPaths, process_identity
+from conduit_core.daemon._paths import DaemonPaths, PidRecord, pid_namespace, process_identity
 
 from .conftest import Daemon, wait_for
 
@@ -89,6 +91,43 @@ def test_running_pid_tells_the_recorded_process_from_others(tmp_path: Path) -> N
         wait_for("a zombie", lambda: psutil.Process(other.pid).status() == "zombie", timeout=10)
         paths.pid_file.write_text(f"{other.pid} {identity}\n")
         assert paths.running_pid() is None  # killed, not reaped: dead all the same
+    finally:
+        other.kill()
+        other.wait(10)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
+def test_dead_predecessor_needs_proof_of_death_on_this_host_and_boot(tmp_path: Path) -> None:
+    """Only a pid file of this host, boot and pid namespace whose process is gone names a
+    predecessor whose leases may be taken over; anything else proves nothing."""
+    paths = paths_for(tmp_path / "daemon.pid")
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        identity = process_identity(other.pid)
+        assert identity is not None
+        live = PidRecord(
+            pid=other.pid, identity=identity, owner="host/1/ab", host=socket.gethostname(),
+            pid_ns=pid_namespace(),
+        )  # fmt: skip
+        paths.pid_file.write_text(live.text())
+        assert paths.dead_predecessor() is None  # negative control: it still runs
+        other.kill()
+        wait_for("a zombie", lambda: psutil.Process(other.pid).status() == "zombie", timeout=10)
+        assert paths.dead_predecessor() == "host/1/ab"  # killed, not reaped: dead
+        other.wait(10)
+        assert paths.dead_predecessor() == "host/1/ab"  # reaped: gone
+        boot, _, start = identity.partition(":")
+        for unproven in (
+            dataclasses.replace(live, host="elsewhere"),
+            dataclasses.replace(live, pid_ns="pid:[1]"),
+            dataclasses.replace(live, identity=f"{boot[::-1]}:{start}"),  # another boot
+            dataclasses.replace(live, owner=None),  # an older conduit's file
+        ):
+            paths.pid_file.write_text(unproven.text())
+            assert paths.dead_predecessor() is None, unproven
+        # The line older conduits read is unchanged: "<pid> <identity>".
+        assert live.text().splitlines()[0] == f"{other.pid} {identity}"
+        assert PidRecord.parse(live.text()) == live
     finally:
         other.kill()
         other.wait(10)

@@ -29,6 +29,8 @@ __all__ = ["HostLoop", "PassStep"]
 log = logging.getLogger("conduit.daemon")
 
 AttemptKind = Literal["start", "recover", "resume"]
+#: How many recovery batches one pass claims at most (``recover_batch`` each).
+RECOVER_BATCHES_PER_PASS = 20
 #: An extra step of every pass (the Routines ticker plugs in here): gets the current scheduler.
 PassStep = Callable[[Scheduler], Awaitable[object]]
 
@@ -49,6 +51,7 @@ class HostLoop:
         *,
         rescan_s: float = 1.0,
         claim_batch: int = 64,
+        recover_batch: int = 1000,
         waker: Waker | None = None,
         on_wake: Callable[[], None] | None = None,
         outage: StoreOutage | None = None,
@@ -56,6 +59,7 @@ class HostLoop:
         self.scheduler = scheduler
         self.rescan_s = rescan_s
         self.claim_batch = claim_batch
+        self.recover_batch = recover_batch
         self.waker = waker or Waker()
         self.stopping = False
         self.passes = 0
@@ -230,8 +234,15 @@ class HostLoop:
             self._retry_held = False  # only once that read and claim went through
             for claim in held:
                 self._spawn(claim, "recover")
-        for claim in await sched.recover_expired(self.claim_batch):
-            self._spawn(claim, "recover")
+        # Batch after batch while batches come back full: a restart after a crash recovers a
+        # thousand attempts in this one pass, not one batch per rescan. Bounded, so a pass
+        # still reaches its other steps.
+        for _ in range(RECOVER_BATCHES_PER_PASS):
+            claims = await sched.recover_expired(self.recover_batch)
+            for claim in claims:
+                self._spawn(claim, "recover")
+            if len(claims) < self.recover_batch:
+                break
 
     async def _claim(self, sched: Scheduler) -> None:
         claims, refusals = await sched.claim_ready(self.claim_batch)

@@ -128,6 +128,25 @@ class Daemon:
         )
         return Scheduler(store, self.clock, plugins, options)
 
+    async def _take_over(self, scheduler: Scheduler, paths: DaemonPaths) -> None:
+        """Recover a provably dead predecessor's attempts at once, not after their leases
+        expire (docs/daemon.md, "Restart after a crash")."""
+        predecessor = paths.dead_predecessor()
+        if predecessor is None or predecessor == self.owner:
+            return
+        try:
+            released = await scheduler.take_over(predecessor)
+        except ConduitError as exc:  # its leases still expire: recovery is only later
+            log.warning(
+                "leases of the dead predecessor owner=%s not released: [%s] %s",
+                predecessor, exc.code, exc.message,
+            )  # fmt: skip
+            return
+        log.info(
+            "predecessor owner=%s is dead: its %d lease(s) released for recovery",
+            predecessor, released,
+        )  # fmt: skip
+
     async def run(self) -> None:
         # Executor programs declared in the file load with the plugins (a reload keeps them).
         plugins = Plugins.load(programs=load_config(self.config_path).programs())
@@ -161,9 +180,12 @@ class Daemon:
                 stack.callback(_unlink, paths.unix_socket)
             for sock in sockets:
                 stack.callback(sock.close)
-            paths.write_pid_file()
-            stack.callback(_unlink, paths.pid_file)
             scheduler = await self._scheduler(config, store, plugins, paths)
+            # Before this daemon's pid file replaces its predecessor's: a start that dies first
+            # leaves the predecessor named for the next one.
+            await self._take_over(scheduler, paths)
+            paths.write_pid_file(self.owner)
+            stack.callback(_unlink, paths.pid_file)
             waker = Waker()
             channel = (
                 PgWakeChannel(paths.store, waker, owner=self.owner)

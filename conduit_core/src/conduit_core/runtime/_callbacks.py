@@ -76,8 +76,13 @@ class StoreCallbacks:
         checked = validate_recovery_metadata(metadata)
 
         def running(ex: Execution) -> Execution:
-            status = ExecutionStatus.RUNNING if ex.status.live else ex.status
-            return msgspec.structs.replace(ex, recovery=checked, status=status)
+            if not ex.status.live:
+                return msgspec.structs.replace(ex, recovery=checked)
+            # Recorded under this lease: the attempt runs under this holder, so a recovery
+            # hold of an earlier try no longer stands.
+            return msgspec.structs.replace(
+                ex, recovery=checked, status=ExecutionStatus.RUNNING, recovery_hold=None
+            )
 
         await self.flush(running)
         self.recovery_persisted = True
@@ -122,6 +127,10 @@ class StoreCallbacks:
             return msgspec.structs.replace(seg, launch=launch)
 
         self._pending.append(end)
+
+    def buffer_segment(self, change: SegmentChange) -> None:
+        """Write ``change`` to the open segment with the next fenced write."""
+        self._pending.append(change)
 
     def buffer_invoked(self, *, isolated: bool) -> None:
         """The executor is about to be called (``Invoke`` called, with ``Isolated``)."""

@@ -39,6 +39,9 @@ class SchedulerOptions:
     pool_limits: Mapping[str, int] = field(default_factory=dict)
     #: How long a held recovery waits before it is tried again (a start or reload tries at once).
     recovery_retry_ms: int = 30_000
+    #: How many recoveries ask their executor (``recover``, or a relaunch) at once; the rest
+    #: wait their turn, holding their leases.
+    recovery_concurrency: int = 64
 
     def __post_init__(self) -> None:
         # Copy the mappings so a caller mutating theirs cannot change a running scheduler.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 
+import anyio
 import msgspec
 
 from conduit_core.errors import ConduitError, LeaseLostError, UnsupportedGenerationError
@@ -39,6 +40,9 @@ from conduit_core.storage import Claim, Store
 __all__ = ["Recovery", "may_relaunch"]
 
 log = logging.getLogger("conduit.runtime")
+
+#: Recovery claims in flight at once (each a store write; concurrent ones share transactions).
+CLAIMS_IN_FLIGHT = 128
 
 
 def may_relaunch(execution: Execution) -> bool:
@@ -79,6 +83,7 @@ class Recovery:
         self.plugins = plugins
         self.options = options
         self.runner = runner
+        self._deciding = anyio.CapacityLimiter(options.recovery_concurrency)
 
     # --- claims --------------------------------------------------------------------------------
 
@@ -89,6 +94,15 @@ class Recovery:
         expired = await self.store.expired_attempts(now_ms=now, limit=limit)
         return await self._claim([ex.id for ex in expired], now, "recovery")
 
+    async def take_over(self, owner: str) -> int:
+        """Release every lease of ``owner`` in one transaction; returns how many.
+
+        Only for an owner the caller proved dead (a daemon's predecessor on its data dir): its
+        attempts become recoverable at once instead of at their leases' expiry, each still
+        claimed at the next epoch, so nothing the dead owner might still write is accepted.
+        """
+        return await self.store.release_leases_of(owner, now_ms=self.clock.now_ms())
+
     async def claim_held(self) -> list[Claim]:
         """Claim every held recovery now, without waiting for its backoff (a start or a reload
         may have brought the pinned generation back)."""
@@ -96,20 +110,30 @@ class Recovery:
         return await self._claim([ex.id for ex in held], self.clock.now_ms(), "held recovery")
 
     async def _claim(self, execution_ids: list[str], now: int, what: str) -> list[Claim]:
+        # Concurrent claims share store transactions (group commit): a restart that adopts a
+        # thousand attempts pays a few commits, not a thousand.
         claims: list[Claim] = []
-        for execution_id in execution_ids:
-            try:
-                claims.append(
-                    await self.store.claim_recovery(
-                        execution_id,
-                        owner=self.options.owner,
-                        now_ms=now,
-                        lease_ms=self.options.lease_ms,
+        limiter = anyio.CapacityLimiter(CLAIMS_IN_FLIGHT)
+
+        async def claim(execution_id: str) -> None:
+            async with limiter:
+                try:
+                    claims.append(
+                        await self.store.claim_recovery(
+                            execution_id,
+                            owner=self.options.owner,
+                            now_ms=now,
+                            lease_ms=self.options.lease_ms,
+                        )
                     )
-                )
-            except ConduitError as exc:
-                log.info("%s of %s not claimed: %s", what, execution_id, exc)
-        return claims
+                except ConduitError as exc:
+                    log.info("%s of %s not claimed: %s", what, execution_id, exc)
+
+        async with anyio.create_task_group() as tg:
+            for execution_id in execution_ids:
+                tg.start_soon(claim, execution_id)
+        order = {execution_id: n for n, execution_id in enumerate(execution_ids)}
+        return sorted(claims, key=lambda c: order[c.execution.id])
 
     # --- one recovery --------------------------------------------------------------------------
 
@@ -120,11 +144,14 @@ class Recovery:
         Returns the ended attempt, or the still unfinished one when its recovery is held.
         """
         async with self.runner.hold(claim.lease) as held:
-            launched: Attempt | Execution | None = None
-            if not may_relaunch(claim.execution):
-                launched = await self.adopt(claim.execution, held)
-            if launched is None:  # nothing can be running: relaunch, counting nothing
-                launched = await self._relaunch(claim, held)
+            # Bounded: a restart that recovers a thousand attempts asks the executors (process
+            # tables, container engines) a few dozen at a time; observing them is not bounded.
+            async with self._deciding:
+                launched: Attempt | Execution | None = None
+                if not may_relaunch(claim.execution):
+                    launched = await self.adopt(claim.execution, held)
+                if launched is None:  # nothing can be running: relaunch, counting nothing
+                    launched = await self._relaunch(claim, held)
             if isinstance(launched, Execution):
                 return launched
             return await self.runner.observe(launched)
@@ -159,6 +186,13 @@ class Recovery:
             )
             return await self.hold(execution, held, exc.code, exc.message, settle)
         callbacks = StoreCallbacks(self.store, self.clock, held)
+        lost = _lost_segment(execution)
+        if lost is not None:
+            # The adopted segment carries what the lost one proved, so a later recovery adopts
+            # too. Buffered: it goes with recover's own write of the recovery metadata.
+            callbacks.buffer_segment(
+                lambda seg: msgspec.structs.replace(seg, invoke=lost.invoke, isolated=lost.isolated)
+            )
         # The run environment is never asked for a recovery.
         ctx = self.runner.execution_context(execution, callbacks)
         try:
@@ -181,20 +215,18 @@ class Recovery:
             message = f"recovery failed ({type(exc).__name__})"
             settle = f"the executor {snap.executor!r} is asked again; see its logs"
             return await self.hold(execution, held, "recovery_failed", message, settle)
-        lost = _lost_segment(execution)
+        if callbacks.recovery_persisted and not callbacks.has_pending and callbacks.execution:
+            # recover re-recorded the metadata under this epoch: that one write marked the
+            # attempt running and carried the buffered segment, so adopting costs no second one.
+            execution = callbacks.execution
+        else:
 
-        def running(ex: Execution) -> Execution:
-            # The adopted segment carries what the lost one proved, so a later recovery adopts
-            # too.
-            seg = ex.segments[-1]
-            if lost is not None:
-                seg = msgspec.structs.replace(seg, invoke=lost.invoke, isolated=lost.isolated)
-            segments = [*ex.segments[:-1], seg]
-            return msgspec.structs.replace(
-                ex, status=ExecutionStatus.RUNNING, segments=segments, recovery_hold=None
-            )
+            def running(ex: Execution) -> Execution:
+                return msgspec.structs.replace(
+                    ex, status=ExecutionStatus.RUNNING, recovery_hold=None
+                )
 
-        execution = await callbacks.flush(running)
+            execution = await callbacks.flush(running)
         return Attempt(
             execution=execution, held=held, context=ctx, executor=executor, handle=handle
         )

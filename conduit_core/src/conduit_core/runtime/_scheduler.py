@@ -151,6 +151,10 @@ class Scheduler:
         """Claim recovery (epoch + 1) of attempts whose lease expired or was released."""
         return await self.recovery.claim_expired(limit)
 
+    async def take_over(self, owner: str) -> int:
+        """Release every lease of ``owner``, known dead, so its attempts are recovered now."""
+        return await self.recovery.take_over(owner)
+
     async def retry_held_recoveries(self) -> list[Claim]:
         """Claim every held recovery now, before its backoff (after a start or a reload)."""
         return await self.recovery.claim_held()

@@ -304,6 +304,13 @@ class Store(ABC):
         """Give the lease up: the same attempt becomes recoverable at once."""
 
     @abstractmethod
+    async def release_leases_of(self, owner: str, *, now_ms: int) -> int:
+        """Release every lease ``owner`` holds, in one transaction, as ``release_lease`` would
+        each; returns how many. For a host that knows ``owner`` is dead (its own predecessor,
+        see docs/daemon.md): its attempts become recoverable at once, and any write of the
+        dead owner is refused from then on. Leases of other owners are untouched."""
+
+    @abstractmethod
     async def expired_attempts(self, *, now_ms: int, limit: int = 100) -> list[Execution]:
         """Unfinished, unparked attempts whose lease expired or was released."""
 

@@ -124,6 +124,28 @@ def release_lease(cx: Cx, lease: Lease, now_ms: int) -> None:
     )
 
 
+def release_leases_of(cx: Cx, owner: str, now_ms: int) -> int:
+    # The attempt rows first, then their leases, in id order: the order every writer of an
+    # attempt locks them in (see _FENCE_SQL), so this cannot deadlock with a fenced write or a
+    # recovery claim of one of them.
+    rows = cx.rows(
+        "SELECT e.id FROM conduit_execution e JOIN conduit_lease l ON l.execution_id = e.id "
+        "WHERE l.owner = ? AND l.released = 0 ORDER BY e.id FOR UPDATE",
+        (owner,),
+    )
+    if not rows:
+        return 0
+    # Released the way release_lease releases one: the owner's later writes are refused and
+    # recovery finds the attempts through the expiry index at once.
+    cx.run(
+        "UPDATE conduit_lease SET released = 1, "
+        "expires_at_ms = CASE WHEN expires_at_ms < ? THEN expires_at_ms ELSE ? END "
+        "WHERE owner = ? AND released = 0",
+        (now_ms, now_ms, owner),
+    )
+    return len(rows)
+
+
 def expired_attempts(cx: Cx, now_ms: int, limit: int) -> list[Execution]:
     rows = cx.rows(
         "SELECT e.data FROM conduit_lease l JOIN conduit_execution e ON e.id = l.execution_id "

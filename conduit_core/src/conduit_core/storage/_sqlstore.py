@@ -208,6 +208,9 @@ class SqlStore(Store):
     async def release_lease(self, lease: Lease, *, now_ms: int) -> None:
         await self._write(att.release_lease, lease, now_ms)
 
+    async def release_leases_of(self, owner: str, *, now_ms: int) -> int:
+        return await self._write(att.release_leases_of, owner, now_ms)
+
     async def expired_attempts(self, *, now_ms: int, limit: int = 100) -> list[Execution]:
         return await self._read_one(att.expired_attempts, now_ms, limit)
 
@@ -500,6 +503,7 @@ ROW_LOCKED: frozenset[Callable[..., Any]] = frozenset(
         ops.claim_ready,
         att.renew_lease,
         att.release_lease,
+        att.release_leases_of,
         att.claim_recovery,
         att.update_attempt,
         att.finish_attempt,

@@ -31,12 +31,14 @@ from conduit_core.storage.conformance import (
     LEASE_MS,
     T0,
     _claim,
+    _feed,
     make_input,
     make_work,
     snapshot,
 )
 
 __all__ = [
+    "test_a_dead_owners_leases_are_released_at_once_and_only_its_own",
     "test_a_held_recovery_keeps_its_epoch_and_slot_and_blocks_its_work",
     "test_a_person_confirms_a_held_attempt_for_its_epoch_only",
     "test_an_unconfirmed_ended_attempt_blocks_the_next_claim",
@@ -152,3 +154,38 @@ async def test_an_unconfirmed_ended_attempt_blocks_the_next_claim(store: Store) 
     await store.confirm_stopped(claim.execution.id, 1, now_ms=T0 + 3)
     assert [w.id for w in await store.ready_work(limit=10)] == ["w"]
     assert (await _claim(store, "w", T0 + 4)).execution.attempt == 2
+
+
+async def test_a_dead_owners_leases_are_released_at_once_and_only_its_own(store: Store) -> None:
+    """``release_leases_of``: a host that knows an owner is dead recovers its attempts without
+    waiting for their expiry; another owner's lease still waits for its own (negative control)."""
+    claims = {}
+    for name, owner in (("a1", "dead"), ("a2", "dead"), ("b1", "alive")):
+        await store.create_work(make_work(name))
+        await _feed(store, name)
+        claims[name] = await store.claim_attempt(
+            ClaimRequest(work_id=name, snapshot=snapshot()),
+            owner=owner,
+            now_ms=T0,
+            lease_ms=LEASE_MS,
+        )
+    now = T0 + 1  # every lease runs until T0 + LEASE_MS
+    assert await store.expired_attempts(now_ms=now) == []
+    assert await store.release_leases_of("dead", now_ms=now) == 2
+    assert await store.release_leases_of("dead", now_ms=now) == 0  # nothing left to release
+    expired = {e.id for e in await store.expired_attempts(now_ms=now)}
+    assert expired == {claims["a1"].execution.id, claims["a2"].execution.id}
+    # The dead owner is fenced out of every write from now on.
+    with pytest.raises(LeaseLostError):
+        await store.renew_lease(claims["a1"].lease, now_ms=now)
+    # Its attempts are recovered at once, at the next epoch, by the new owner.
+    heir = await store.claim_recovery(
+        claims["a1"].execution.id, owner="heir", now_ms=now, lease_ms=LEASE_MS
+    )
+    assert heir.execution.epoch == claims["a1"].execution.epoch + 1
+    # The live owner's attempt is not recoverable before its lease expires.
+    with pytest.raises(NotEligibleError):
+        await store.claim_recovery(
+            claims["b1"].execution.id, owner="heir", now_ms=now, lease_ms=LEASE_MS
+        )
+    assert await store.renew_lease(claims["b1"].lease, now_ms=now)

@@ -92,3 +92,50 @@ async def test_a_cancelled_caller_whose_write_never_ran_leaves_nothing(
         await store.create_work(_work(99))
         after = {w.id for w in await store.list_work(limit=100)}
         assert after == stored | {"g99"}
+
+
+def test_a_waiter_whose_write_another_leader_took_waits_instead_of_spinning() -> None:
+    """With a lead slot free, a caller whose operation another leader has already taken (a
+    lead handed to it after a cancelled leader, then taken by a new submitter) must wait for
+    that leader, not lead an empty queue in a loop that never yields: that starved the event
+    loop of a daemon recovering a thousand attempts on PostgreSQL. The event loop runs in a
+    thread, so the old spin shows as a thread that never finishes."""
+    from collections import deque
+
+    from conduit_core.storage._group_commit import GroupCommit, Operation
+
+    taken: list[Operation[object]] = []
+    arrived: list[anyio.Event] = []
+
+    class TakenAtOnce(deque):  # type: ignore[type-arg]
+        """The queue as another leader leaves it: it takes every operation as it arrives."""
+
+        def append(self, op: Operation[object]) -> None:
+            op.taken = True
+            taken.append(op)
+            arrived[0].set()
+
+    result: list[object] = []
+
+    async def main() -> None:
+        group = GroupCommit(lambda ops: None, limiter=anyio.CapacityLimiter(2), max_parallel=2)
+        group._queue = TakenAtOnce()
+        group._running = 1  # the other leader
+        arrived.append(anyio.Event())
+
+        async def other_leader_finishes() -> None:
+            await arrived[0].wait()
+            # Running at all means the submitter yielded; the old one spun and never did.
+            (op,) = taken
+            op.result, op.finished = "written", True
+            op.wakeup.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other_leader_finishes)
+            result.append(await group.submit(lambda cx: "unused"))
+
+    runner = threading.Thread(target=anyio.run, args=(main,), daemon=True)
+    runner.start()
+    runner.join(10)
+    assert not runner.is_alive(), "the waiter spun: its event loop never yielded"
+    assert result == ["written"]

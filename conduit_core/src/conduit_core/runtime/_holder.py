@@ -111,32 +111,40 @@ class LeaseKeeper:
             now = anyio.current_time()
             due = [key for key, (_, _, next_at) in self._held.items() if next_at <= now]
             if due:
-                async with anyio.create_task_group() as tg:
-                    for key in due:
-                        tg.start_soon(self._renew, key)
+                await self._renew(due)
 
-    async def _renew(self, key: tuple[str, int]) -> None:
-        entry = self._held.get(key)
-        if entry is None:
-            return
-        held, scope, _ = entry
+    async def _renew(self, due: list[tuple[str, int]]) -> None:
+        """Renew every due lease in one store call (a thousand held leases renew in one
+        transaction, not a thousand)."""
+        leases = [self._held[key][0].lease for key in due if key in self._held]
         try:
-            held.lease = await self._store.renew_lease(held.lease, now_ms=self._clock.now_ms())
-            held.renewals += 1
+            renewed = await self._store.renew_leases(leases, now_ms=self._clock.now_ms())
         except ConduitError as exc:
-            if key not in self._held or held.ending:
-                return  # released or ending meanwhile: the attempt settled, nothing was lost
-            if not isinstance(exc, LeaseLostError) and exc.code != "lease_lost":
-                # Debug only: a store outage fails every renewal of every lease each tick; the
-                # host reports the outage once, and a lease it costs is logged as lost.
-                log.debug("lease renewal of %s failed, retrying: %s", key[0], exc)
-                return
-            log.warning("lease lost execution=%s epoch=%s: %s", key[0], key[1], exc)
-            held.lost = exc
-            scope.cancel()
+            # Debug only: a store outage fails every renewal each tick; the host reports the
+            # outage once, and a lease it costs is logged as lost. Retried on the next tick.
+            log.debug("lease renewal of %d lease(s) failed, retrying: %s", len(leases), exc)
             return
-        if key in self._held:
-            self._held[key] = (held, scope, anyio.current_time() + held.lease.duration_ms / 3000)
+        fresh = {(lease.execution_id, lease.epoch): lease for lease in renewed}
+        now = anyio.current_time()
+        for key in due:
+            entry = self._held.get(key)
+            if entry is None:
+                continue  # released meanwhile: the attempt settled, nothing was lost
+            held, scope, _ = entry
+            lease = fresh.get(key)
+            if lease is not None and lease.token == held.lease.token:
+                held.lease = lease
+                held.renewals += 1
+                self._held[key] = (held, scope, now + lease.duration_ms / 3000)
+                continue
+            if held.ending:
+                continue  # raced the holder's own settle or hold: not a loss
+            log.warning("lease lost execution=%s epoch=%s: renewal refused", key[0], key[1])
+            held.lost = LeaseLostError(
+                f"attempt {key[0]} epoch {key[1]}: the lease was refused at renewal "
+                "(expired, released or superseded)"
+            )
+            scope.cancel()
 
     @asynccontextmanager
     async def hold(self, lease: Lease) -> AsyncIterator[HeldLease]:

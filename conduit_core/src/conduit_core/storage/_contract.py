@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import msgspec
 
-from conduit_core.errors import ConduitError
+from conduit_core.errors import ConduitError, LeaseLostError
 from conduit_core.extension import PhaseOutcome, Result
 from conduit_core.model import (
     MAX_LAUNCH_PHASES,
@@ -298,6 +298,21 @@ class Store(ABC):
 
         Raises ``LeaseLostError`` after expiry, release, cancellation or a newer epoch.
         """
+
+    async def renew_leases(self, leases: Sequence[Lease], *, now_ms: int) -> list[Lease]:
+        """``renew_lease`` for many leases (a host's lease keeper renews all it holds at once).
+
+        Returns the renewed ones; a lease ``renew_lease`` would refuse is left out (lost). An
+        error raised means nothing is known (a store outage): the caller retries. The default
+        renews one by one; a backend does it in one transaction.
+        """
+        renewed: list[Lease] = []
+        for lease in leases:
+            try:
+                renewed.append(await self.renew_lease(lease, now_ms=now_ms))
+            except LeaseLostError:
+                continue
+        return renewed
 
     @abstractmethod
     async def release_lease(self, lease: Lease, *, now_ms: int) -> None:

@@ -67,7 +67,9 @@ class GroupCommit:
         self._queue.append(op)
         try:
             while not op.finished:
-                if self._running < self._max_parallel:
+                # An operation another leader has taken is that leader's to finish (it wakes
+                # us): leading now would find the queue empty and spin without yielding.
+                if not op.taken and self._running < self._max_parallel:
                     await self._lead()
                 else:
                     await op.wakeup.wait()

@@ -205,6 +205,11 @@ class SqlStore(Store):
     async def renew_lease(self, lease: Lease, *, now_ms: int) -> Lease:
         return await self._write(att.renew_lease, lease, now_ms)
 
+    async def renew_leases(self, leases: Sequence[Lease], *, now_ms: int) -> list[Lease]:
+        if not leases:
+            return []
+        return await self._write(att.renew_leases, list(leases), now_ms)
+
     async def release_lease(self, lease: Lease, *, now_ms: int) -> None:
         await self._write(att.release_lease, lease, now_ms)
 
@@ -502,6 +507,7 @@ ROW_LOCKED: frozenset[Callable[..., Any]] = frozenset(
         ops.claim_attempts,
         ops.claim_ready,
         att.renew_lease,
+        att.renew_leases,
         att.release_lease,
         att.release_leases_of,
         att.claim_recovery,

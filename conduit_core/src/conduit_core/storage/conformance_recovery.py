@@ -38,6 +38,7 @@ from conduit_core.storage.conformance import (
 )
 
 __all__ = [
+    "test_renew_leases_renews_the_held_ones_and_leaves_out_the_lost",
     "test_a_dead_owners_leases_are_released_at_once_and_only_its_own",
     "test_a_held_recovery_keeps_its_epoch_and_slot_and_blocks_its_work",
     "test_a_person_confirms_a_held_attempt_for_its_epoch_only",
@@ -189,3 +190,41 @@ async def test_a_dead_owners_leases_are_released_at_once_and_only_its_own(store:
             claims["b1"].execution.id, owner="heir", now_ms=now, lease_ms=LEASE_MS
         )
     assert await store.renew_lease(claims["b1"].lease, now_ms=now)
+
+
+async def test_renew_leases_renews_the_held_ones_and_leaves_out_the_lost(store: Store) -> None:
+    """``renew_leases`` keeps ``renew_lease``'s fence lease by lease, in one call."""
+    claims = {}
+    for name in ("held", "late", "released", "superseded"):
+        await store.create_work(make_work(name))
+        await _feed(store, name)
+        claims[name] = await store.claim_attempt(
+            ClaimRequest(work_id=name, snapshot=snapshot()),
+            owner="a",
+            now_ms=T0,
+            lease_ms=LEASE_MS,
+        )
+    # "late" is renewed early on, so it expires later than the others; then it is stepped
+    # back below and must keep its later expiry (a renewal never shortens a lease).
+    late = await store.renew_lease(claims["late"].lease, now_ms=T0 + LEASE_MS - 1)
+    await store.release_lease(claims["released"].lease, now_ms=T0 + 1)
+    at = T0 + LEASE_MS  # every lease but "late" expired
+    other = await store.claim_recovery(
+        claims["superseded"].execution.id, owner="b", now_ms=at, lease_ms=LEASE_MS
+    )
+    renewed = await store.renew_leases(
+        [claims["held"].lease, late, claims["released"].lease, claims["superseded"].lease],
+        now_ms=at - 1,  # "held" is still live at this instant
+    )
+    assert {r.execution_id: r.expires_at_ms for r in renewed} == {
+        claims["held"].execution.id: at - 1 + LEASE_MS,
+        claims["late"].execution.id: late.expires_at_ms,  # already later: kept
+    }
+    assert all(r.token == claims[r.work_id].lease.token for r in renewed)
+    # The renewed expiry is stored: the lease survives past its first expiry.
+    expired = {e.id for e in await store.expired_attempts(now_ms=at + 1)}
+    assert claims["released"].execution.id in expired
+    assert not expired & {claims["held"].execution.id, claims["late"].execution.id}
+    # Negative control: the recovered attempt's new holder still holds it.
+    assert await store.renew_leases([other.lease], now_ms=at + 1) != []
+    assert await store.renew_leases([], now_ms=at) == []

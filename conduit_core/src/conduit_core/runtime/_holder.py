@@ -101,6 +101,16 @@ class LeaseKeeper:
         self._held: dict[tuple[str, int], tuple[HeldLease, anyio.CancelScope, float]] = {}
         self._changed = anyio.Event()
 
+    def _due_at(self, lease: Lease) -> float:
+        """When a third of the lease has passed since it was granted (in loop time).
+
+        Counted from its expiry, not from when the hold began: a claim that waited for its
+        commit (a thousand recovery claims at once) is renewed in time, not a third of a lease
+        after it was already partly spent.
+        """
+        remaining_s = (lease.expires_at_ms - self._clock.now_ms()) / 1000
+        return anyio.current_time() + max(0.0, remaining_s - lease.duration_ms * 2 / 3000)
+
     async def run(self) -> None:
         """Renew until cancelled (run it in the host's task group)."""
         while True:
@@ -125,7 +135,6 @@ class LeaseKeeper:
             log.debug("lease renewal of %d lease(s) failed, retrying: %s", len(leases), exc)
             return
         fresh = {(lease.execution_id, lease.epoch): lease for lease in renewed}
-        now = anyio.current_time()
         for key in due:
             entry = self._held.get(key)
             if entry is None:
@@ -135,7 +144,7 @@ class LeaseKeeper:
             if lease is not None and lease.token == held.lease.token:
                 held.lease = lease
                 held.renewals += 1
-                self._held[key] = (held, scope, now + lease.duration_ms / 3000)
+                self._held[key] = (held, scope, self._due_at(lease))
                 continue
             if held.ending:
                 continue  # raced the holder's own settle or hold: not a loss
@@ -152,7 +161,7 @@ class LeaseKeeper:
         key = (lease.execution_id, lease.epoch)
         completed = False
         with anyio.CancelScope() as scope:
-            self._held[key] = (held, scope, anyio.current_time() + lease.duration_ms / 3000)
+            self._held[key] = (held, scope, self._due_at(lease))
             self._changed.set()
             try:
                 yield held

@@ -122,7 +122,9 @@ class Recovery:
                         await self.store.claim_recovery(
                             execution_id,
                             owner=self.options.owner,
-                            now_ms=now,
+                            # The claim's own instant: its lease counts from the claim, not
+                            # from the read that found it (a batch's last claim is later).
+                            now_ms=max(now, self.clock.now_ms()),
                             lease_ms=self.options.lease_ms,
                         )
                     )

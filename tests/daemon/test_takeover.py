@@ -33,6 +33,20 @@ def _adopted(daemon: Daemon, work_id: str) -> bool:
     return _epoch(daemon, work_id) == (2, "running")
 
 
+def _recovered_only_after_expiry(
+    daemon: Daemon, works: list[str], silent_since: float, lease: float
+) -> None:
+    """The owner went silent at ``silent_since`` (monotonic) after a renewal at most a third of
+    a lease earlier, so its leases live until at least ``silent_since + 2/3 lease``: nothing may
+    be recovered before that; afterwards ``daemon`` recovers every attempt."""
+    while time.monotonic() < silent_since + lease * 2 / 3 - 1:
+        assert all(_epoch(daemon, w)[0] == 1 for w in works), "recovered before expiry"
+        time.sleep(0.2)
+    for work_id in works:
+        wait_for(f"{work_id} adopted", lambda w=work_id: _adopted(daemon, w), timeout=60)
+    assert "is dead" not in daemon.log()
+
+
 def _finish(daemon: Daemon, works: list[str]) -> None:
     for work_id in works:
         daemon.release(work_id)
@@ -87,14 +101,7 @@ def test_the_leases_of_an_owner_on_another_host_wait_for_their_expiry(
     )
 
     daemon.start()
-    # The renewal before the kill was at most a third of the lease earlier: the leases live
-    # until at least killed_at + 2/3 of the lease.
-    while time.monotonic() < killed_at + lease * 2 / 3 - 1:
-        assert all(_epoch(daemon, w)[0] == 1 for w in works), "recovered before expiry"
-        time.sleep(0.2)
-    for work_id in works:
-        wait_for(f"{work_id} adopted", lambda w=work_id: _adopted(daemon, w), timeout=60)
-    assert "is dead" not in daemon.log()
+    _recovered_only_after_expiry(daemon, works, killed_at, lease)
     _finish(daemon, works)
 
 
@@ -108,12 +115,7 @@ def test_a_live_owners_leases_are_not_taken_over(make_daemon: Callable[..., Daem
     first.signal(signal.SIGSTOP)
     try:
         second = make_daemon(lease=lease).start()
-        while time.monotonic() < stopped_at + lease * 2 / 3 - 1:
-            assert all(_epoch(second, w)[0] == 1 for w in works), "recovered before expiry"
-            time.sleep(0.2)
-        for work_id in works:
-            wait_for(f"{work_id} adopted", lambda w=work_id: _adopted(second, w), timeout=60)
-        assert "is dead" not in second.log()
+        _recovered_only_after_expiry(second, works, stopped_at, lease)
     finally:
         first.kill()  # SIGKILL reaches a stopped process
     _finish(second, works)

@@ -180,20 +180,27 @@ def test_pools_declare_limits_and_jobs_is_reserved() -> None:
 
 
 def test_the_digest_of_a_config_without_pools_is_unchanged() -> None:
-    # Adding the pools table must not move every existing config to a new generation.
+    # Adding the pools table (and later settings.metrics and settings.tracing) must not move
+    # every existing config to a new generation: the digest is what it was before them.
     import hashlib
 
     import msgspec
 
     config = parse_config(BINDING)
+    settings = msgspec.to_builtins(config.settings)
+    del settings["metrics"], settings["tracing"]  # the Settings fields of before
     old = hashlib.sha256(
         msgspec.json.encode(
-            [config.settings, config.scopes, config.bindings, config.routines, config.budgets],
+            [settings, config.scopes, config.bindings, config.routines, config.budgets],
             order="sorted",
         )
     ).hexdigest()
     assert config.digest == old
     assert parse_config(BINDING + "[pools.x]\nconcurrency = 1\n").digest != old
+    # Set, they are part of the config like any other key.
+    assert parse_config("[settings]\nmetrics.open = true\n" + BINDING).digest != old
+    assert parse_config("[settings]\ntracing.enabled = true\n" + BINDING).digest != old
+    assert parse_config("[settings]\nmetrics.open = false\n" + BINDING).digest == old
 
 
 class _PooledPlugins:
@@ -261,3 +268,19 @@ def test_good_binding_configs_pass_the_declared_checks() -> None:
         '[bindings.c]\nexecutor = "container"\nconfig = { image = "busybox", command = "true" }\n'
     )
     check_against_plugins(config, Plugins.load())  # negative control: nothing raised
+
+
+@pytest.mark.parametrize(
+    ("line", "path"),
+    [
+        ('metrics.open = "yes"', "$.settings.metrics.open"),
+        ("metrics.public = true", "$.settings.metrics"),
+        ('tracing.exporter = "jaeger"', "$.settings.tracing.exporter"),
+        ('tracing.service_name = ""', "$.settings.tracing.service_name"),
+    ],
+)
+def test_metrics_and_tracing_settings_are_checked_with_their_key_path(line: str, path: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(f"[settings]\n{line}\n" + BINDING)
+    assert f"`{path}`" in info.value.message
+    assert parse_config("[settings]\nmetrics.open = true\n" + BINDING).settings.metrics.open

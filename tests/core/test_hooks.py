@@ -96,8 +96,59 @@ async def test_hook_conduit_schedule_sources_adds_observe_only_sources() -> None
         plugins.schedule_sources(reserved=("test-remote",))
 
 
+def test_hook_conduit_config_type_declares_the_plugins_table_type() -> None:
+    from conduit_gate_human._rules import GateConfig
+
+    plugins = Plugins.load(disabled=())
+    assert plugins.config_type("human") is GateConfig
+    assert plugins.config_type("shell") is None  # installed, takes no config
+    with pytest.raises(ConduitError) as caught:
+        plugins.config_type("no-such-plugin")
+    assert caught.value.code == "unknown_plugin"
+    assert "human" in caught.value.message  # names what is loaded
+    # A blocked plugin is not loaded: its table is unknown too.
+    with pytest.raises(ConduitError, match="CONDUIT_DISABLED_PLUGINS"):
+        Plugins.load(disabled=("human",)).config_type("human")
+
+
+@pytest.mark.anyio
+async def test_hook_conduit_configure_hands_the_decoded_table_over() -> None:
+    import conduit_gate_human.plugin as human
+    from conduit_gate_human._rules import GateConfig, Rule
+
+    plugins = Plugins.load(disabled=())
+    gate = next(g.gate for g in plugins.start_gates() if g.name == "human")
+    request = GateRequest(work_id="w1", scope="root", kind="task", binding="deploy", executor="e")
+    try:
+        plugins.configure({"human": GateConfig(rules=[Rule(bindings=["deploy"], reason="r")])})
+        assert await gate.check(request) == StartHold(reason="r")
+        plugins.configure({})  # the table is gone: the plugin is told so (None)
+        assert human._configured is None
+        assert await gate.check(request) is None
+    finally:
+        plugins.configure({})
+
+
+def test_hook_conduit_configure_refusal_names_the_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
+    import conduit_gate_human.plugin as human
+
+    plugins = Plugins.load(disabled=())
+
+    def refuse(config: object) -> None:
+        raise ValueError("rules must not be empty")
+
+    impl = next(i for i in plugins._pm.hook.conduit_configure.get_hookimpls() if i.plugin is human)
+    monkeypatch.setattr(impl, "function", refuse)
+    with pytest.raises(ConduitError) as caught:
+        plugins.configure({})
+    assert caught.value.code == "plugin_config_refused"
+    assert "[plugins.human]" in caught.value.message
+
+
 def test_every_hook_spec_is_documented_and_has_a_test_of_its_own() -> None:
     assert HOOK_NAMES == [
+        "conduit_config_type",
+        "conduit_configure",
         "conduit_executors",
         "conduit_retry_hint",
         "conduit_run_environment",

@@ -13,6 +13,8 @@ CORE = REPO / "conduit_core" / "src" / "conduit_core"
 #: What each package of conduit_core may import from conduit_core (besides itself).
 ALLOWED = {
     "errors": set(),
+    # Prometheus instruments and optional traces: recorded into from storage up, reads nothing.
+    "telemetry": {"errors"},
     "validation": {"errors"},
     "extension": {"errors", "validation"},
     "model": {"errors", "validation", "extension"},
@@ -20,7 +22,7 @@ ALLOWED = {
     "remote": {"errors", "validation", "extension"},
     "plugins": {"errors", "validation", "extension", "remote"},
     "config": {"errors", "validation", "extension", "plugins", "remote"},
-    "storage": {"errors", "validation", "extension", "model"},
+    "storage": {"errors", "validation", "extension", "model", "telemetry"},
     "runtime": {
         "errors",
         "validation",
@@ -30,6 +32,7 @@ ALLOWED = {
         "remote",
         "config",
         "storage",
+        "telemetry",
     },
     "routines": {
         "errors",
@@ -41,6 +44,7 @@ ALLOWED = {
         "config",
         "storage",
         "runtime",
+        "telemetry",
     },
     # The test kits plugin authors import: they drive the real runtime on a real store.
     "testing": {
@@ -53,6 +57,7 @@ ALLOWED = {
         "config",
         "storage",
         "runtime",
+        "telemetry",
     },
 }
 # The web console: an operators' surface over the HTTP API's service layer, never the daemon's or

@@ -78,3 +78,88 @@ async def test_a_broken_config_fails_to_decide(
         load_config()
     with pytest.raises(ConfigError):  # the core fails closed on this and asks again next pass
         await HumanGate().check(request())
+
+
+# --- [plugins.human] in conduit.toml --------------------------------------------------------
+
+HUMAN_TABLE = """
+[bindings.deploy]
+executor = "shell"
+config = { command = "true" }
+
+[plugins.human]
+notify = ["true"]
+
+[[plugins.human.rules]]
+bindings = ["deploy"]
+reason = "from conduit.toml"
+"""
+
+
+def test_the_table_is_decoded_by_the_gates_type_at_config_check() -> None:
+    from conduit_core.config import check_against_plugins, parse_config, plugin_configs
+    from conduit_core.plugins import Plugins
+    from conduit_gate_human._rules import GateConfig, Rule
+
+    plugins = Plugins.load(disabled=())
+    config = parse_config(HUMAN_TABLE)
+    check_against_plugins(config, plugins)
+    decoded = plugin_configs(config, plugins)
+    assert decoded == {
+        "human": GateConfig(rules=[Rule(bindings=["deploy"], reason="from conduit.toml")],
+                            notify=["true"])
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("table", "code", "where"),
+    [
+        (
+            '[[plugins.human.rules]]\nbindingz = ["x"]\n',
+            "invalid_config",
+            "`$.plugins.human.rules[0]`",
+        ),
+        ("[plugins.human]\nnotify = 3\n", "invalid_config", "`$.plugins.human.notify`"),
+        (
+            "[plugins.human]\nnotify_timeout_seconds = inf\n",
+            "invalid_number",
+            "`$.plugins.human.notify_timeout_seconds`",
+        ),
+        ("[plugins.nope]\nx = 1\n", "unknown_plugin", "$.plugins.nope:"),
+        (
+            "[plugins.shell]\nx = 1\n",
+            "invalid_config",
+            "$.plugins.shell: plugin 'shell' takes no configuration",
+        ),
+        ("[plugins]\nhuman = 3\n", "invalid_config", "`$.plugins.human`"),
+    ],
+)
+def test_a_bad_table_is_refused_with_its_key_path(table: str, code: str, where: str) -> None:
+    from conduit_core.config import check_against_plugins, parse_config
+    from conduit_core.plugins import Plugins
+
+    with pytest.raises(ConfigError) as refused:
+        check_against_plugins(parse_config(table), Plugins.load(disabled=()))
+    assert refused.value.code == code
+    assert where in refused.value.message
+
+
+async def test_the_table_wins_over_the_fallback_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import conduit_gate_human.plugin as human
+    from conduit_gate_human._rules import GateConfig, Rule
+
+    fallback = tmp_path / "human.toml"
+    fallback.write_text('[[rules]]\nbindings = ["build"]\nreason = "from the file"\n')
+    monkeypatch.setenv(CONFIG_ENV, str(fallback))
+    gate = HumanGate()
+    assert await gate.check(request(binding="build")) == StartHold(reason="from the file")
+    human.conduit_configure(GateConfig(rules=[Rule(bindings=["deploy"], reason="table")]))
+    try:
+        assert await gate.check(request(binding="build")) is None  # the file is not read
+        assert await gate.check(request()) == StartHold(reason="table")
+    finally:
+        human.conduit_configure(None)
+    # Without a table again the documented fallback applies.
+    assert await gate.check(request(binding="build")) == StartHold(reason="from the file")

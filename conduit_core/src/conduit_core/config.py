@@ -34,14 +34,17 @@ __all__ = [
     "Budget",
     "Config",
     "HttpSettings",
+    "MetricsSettings",
     "Pool",
     "RoutineSpec",
     "Scope",
     "ScopeLimits",
     "Settings",
+    "TracingSettings",
     "check_against_plugins",
     "load_config",
     "parse_config",
+    "plugin_configs",
 ]
 
 T = TypeVar("T")
@@ -71,6 +74,25 @@ class HttpSettings(_Section, frozen=True, kw_only=True):
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 2 * 1024 * 1024
 
 
+class MetricsSettings(_Section, frozen=True, kw_only=True):
+    """``[settings.metrics]``: the ``/metrics`` endpoint (docs/metrics.md)."""
+
+    #: Serve ``/metrics`` without the API token (for a scraper that cannot send one); every
+    #: other path still wants it. Like every HTTP setting it changes only on restart.
+    open: bool = False
+
+
+class TracingSettings(_Section, frozen=True, kw_only=True):
+    """``[settings.tracing]``: OpenTelemetry traces of attempts (needs ``conduit-core[otel]``)."""
+
+    enabled: bool = False
+    #: ``otlp``: the SDK's OTLP/HTTP exporter, configured by the standard ``OTEL_EXPORTER_OTLP_*``
+    #: variables; ``console``: spans printed to stdout; ``global``: the process's own tracer
+    #: provider (``opentelemetry-instrument`` or an embedding application sets it up).
+    exporter: Literal["otlp", "console", "global"] = "otlp"
+    service_name: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] = "conduit"
+
+
 class Settings(_Section, frozen=True, kw_only=True):
     #: Store URL: a SQLite file path or ``sqlite:///path``, or ``postgresql://…``; relative to the
     #: config file. Unset: ``conduit.db`` in ``data_dir``.
@@ -88,6 +110,8 @@ class Settings(_Section, frozen=True, kw_only=True):
     #: Default delays between failures: three attempts in total.
     retry_delays_seconds: list[Delay] = msgspec.field(default_factory=lambda: [300.0, 600.0])
     http: HttpSettings = HttpSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    tracing: TracingSettings = TracingSettings()
 
 
 class ScopeLimits(_Section, frozen=True, kw_only=True):
@@ -169,6 +193,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True):
     source: str
     pools: dict[str, Pool] = {}
     executors: dict[str, ExecutorProgram] = {}
+    #: ``[plugins.NAME]`` tables as written; each plugin's own type decodes its table
+    #: (:func:`plugin_configs`), since only the installed plugins know their schema.
+    plugins: dict[str, dict[str, Any]] = {}
     digest: str
 
     def programs(self) -> dict[str, ProgramSpec]:
@@ -185,7 +212,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True):
         return tuple(reversed(chain))
 
 
-_TOP_LEVEL = {"settings", "scopes", "bindings", "routines", "budgets", "pools", "executors"}
+_TOP_LEVEL = {
+    "settings", "scopes", "bindings", "routines", "budgets", "pools", "executors", "plugins",
+}  # fmt: skip
 #: The pool whose limit is ``settings.job_concurrency`` (shell, container).
 JOBS_POOL = "jobs"
 _EXECUTOR_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
@@ -231,6 +260,7 @@ def parse_config(data: bytes | str, *, source: str = "conduit.toml") -> Config:
                 f"{source}: $.executors.{name}: an executor name is a lower-case letter, then up "
                 "to 62 lower-case letters, digits, '-' or '_'"
             )
+    plugin_tables = _convert_table(raw.get("plugins", {}), dict[str, Any], "$.plugins", source)
     if JOBS_POOL in pools:
         raise ConfigError(
             f"{source}: $.pools.{JOBS_POOL}: the jobs pool's limit is settings.job_concurrency",
@@ -246,22 +276,16 @@ def parse_config(data: bytes | str, *, source: str = "conduit.toml") -> Config:
     _check_bindings(bindings, scopes, source)
     _check_routines(routines, bindings, scopes, source)
     _check_budgets(budgets, scopes, source)
-    digest = hashlib.sha256(
-        msgspec.json.encode(
-            # pools and executors join the digest only when declared, so existing configs keep
-            # their digest.
-            [
-                settings,
-                scopes,
-                bindings,
-                routines,
-                budgets,
-                *([pools] if pools else []),
-                *([{"executors": executors}] if executors else []),
-            ],
-            order="sorted",
-        )
-    ).hexdigest()
+    # pools, executors, plugins and the later settings join the digest only when declared, so
+    # existing configs keep their digest (and config generation).
+    digested: list[Any] = [_digested(settings), scopes, bindings, routines, budgets]
+    if pools:
+        digested.append(pools)
+    if executors:
+        digested.append({"executors": executors})
+    if plugin_tables:
+        digested.append({"plugins": plugin_tables})
+    digest = hashlib.sha256(msgspec.json.encode(digested, order="sorted")).hexdigest()
     return Config(
         settings=settings,
         scopes=scopes,
@@ -270,14 +294,50 @@ def parse_config(data: bytes | str, *, source: str = "conduit.toml") -> Config:
         budgets=budgets,
         pools=pools,
         executors=executors,
+        plugins=plugin_tables,
         source=source,
         digest=digest,
     )
 
 
+#: Settings that joined later: they join the digest only when set, so configs written before
+#: them keep their digest (and config generation) across the upgrade.
+_DIGESTED_WHEN_SET = {"metrics": MetricsSettings(), "tracing": TracingSettings()}
+
+
+def _digested(settings: Settings) -> dict[str, Any]:
+    out: dict[str, Any] = msgspec.to_builtins(settings)
+    for name, default in _DIGESTED_WHEN_SET.items():
+        if getattr(settings, name) == default:
+            del out[name]
+    return out
+
+
+def plugin_configs(config: Config, plugins: Plugins) -> dict[str, object]:
+    """Each ``[plugins.NAME]`` table decoded by the plugin's declared type (``ConfigError``
+    naming the key path otherwise); what a daemon hands to ``Plugins.configure``."""
+    decoded: dict[str, object] = {}
+    for name, table in config.plugins.items():
+        field = _path("$.plugins", name)
+        try:
+            typ = plugins.config_type(name)
+        except ConduitError as exc:
+            raise ConfigError(f"{config.source}: {field}: {exc.message}", code=exc.code) from exc
+        if typ is None:
+            raise ConfigError(
+                f"{config.source}: {field}: plugin {name!r} takes no configuration (it declares "
+                "no conduit_config_type); remove the table",
+                code="invalid_config",
+            )
+        decoded[name] = _convert(table, typ, field, config.source)
+    return decoded
+
+
 def check_against_plugins(config: Config, plugins: Plugins) -> None:
     """Every binding names an installed executor whose pool has a limit, and, if pinned, a
-    declared generation; an executor that declares its binding-config type gets it checked."""
+    declared generation; an executor that declares its binding-config type gets it checked;
+    every ``[plugins.NAME]`` table decodes with its plugin's declared type."""
+    plugin_configs(config, plugins)
     installed = {info.name: info for info in plugins.executors()}
     for name, binding in config.bindings.items():
         field = _path("$.bindings", name)

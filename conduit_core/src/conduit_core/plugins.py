@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import importlib_metadata
+import msgspec
 import pluggy
 
 from conduit_core.errors import (
@@ -113,8 +114,10 @@ class Plugins:
         self._gates: dict[str, GateRegistration] = {}
         self._gate_infos: dict[str, GateInfo] = {}
         self._programs: dict[str, ProgramSupervisor] = {}
+        self._config_types: dict[str, type[msgspec.Struct]] = {}
         for plugin in self._loaded:
             self._register_plugin(plugin)
+            self._register_config_type(plugin)
         for name, spec in sorted((programs or {}).items()):
             self._register_program(name, spec)
 
@@ -313,6 +316,56 @@ class Plugins:
                 f"{where}: $.gates declares {missing} but the package registers no such gate"
             )
 
+    def _register_config_type(self, plugin: LoadedPlugin) -> None:
+        impls = _impls_of(self._pm, plugin, "conduit_config_type")
+        for impl in impls:
+            try:
+                typ = _call_impl(impl)
+            except Exception as exc:
+                raise PluginLoadError(
+                    f"package {plugin.package!r}: hook conduit_config_type raised "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            if typ is None:
+                continue
+            if not (isinstance(typ, type) and issubclass(typ, msgspec.Struct)):
+                raise PluginLoadError(
+                    f"package {plugin.package!r}: conduit_config_type returned {typ!r}, "
+                    "expected a msgspec.Struct type"
+                )
+            self._config_types[plugin.name] = typ
+
+    # --- plugin config ([plugins.NAME] in conduit.toml) ---------------------------------------
+
+    def config_type(self, plugin: str) -> type[msgspec.Struct] | None:
+        """The Struct type plugin ``plugin`` decodes its ``[plugins.NAME]`` table with.
+
+        Raises ``ConduitError`` ``unknown_plugin`` for a name no loaded plugin has.
+        """
+        names = sorted(p.name for p in self._loaded)
+        if plugin not in names:
+            raise ConduitError(
+                f"no plugin {plugin!r} is loaded (loaded: {', '.join(names) or 'none'}; a "
+                f"plugin blocked by {DISABLED_ENV} is not loaded)",
+                code="unknown_plugin",
+            )
+        return self._config_types.get(plugin)
+
+    def configure(self, configs: Mapping[str, object]) -> None:
+        """Hand every loaded plugin its decoded config (``None`` when the file has none).
+
+        Raises ``ConduitError`` ``plugin_config_refused`` when a plugin's hook raises.
+        """
+        for impl in self._pm.hook.conduit_configure.get_hookimpls():
+            try:
+                _call_impl(impl, config=configs.get(impl.plugin_name))
+            except Exception as exc:
+                raise ConduitError(
+                    f"plugin {impl.plugin_name!r} refused its [plugins.{impl.plugin_name}] "
+                    f"config: {type(exc).__name__}: {exc}",
+                    code="plugin_config_refused",
+                ) from exc
+
     # --- queries ------------------------------------------------------------------------------
 
     @property
@@ -475,8 +528,12 @@ def _normalize(dist: str) -> str:
     return dist.lower().replace("_", "-").replace(".", "-")
 
 
+def _impls_of(pm: pluggy.PluginManager, plugin: LoadedPlugin, hook: str) -> list[Any]:
+    return [i for i in getattr(pm.hook, hook).get_hookimpls() if i.plugin_name == plugin.name]
+
+
 def _call_registration_hook(pm: pluggy.PluginManager, plugin: LoadedPlugin, hook: str) -> list[Any]:
-    impls = [i for i in getattr(pm.hook, hook).get_hookimpls() if i.plugin_name == plugin.name]
+    impls = _impls_of(pm, plugin, hook)
     out: list[Any] = []
     for impl in impls:
         try:

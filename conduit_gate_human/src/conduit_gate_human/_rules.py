@@ -1,17 +1,22 @@
 """The human gate's own config: which Work needs a person, and who to notify.
 
-Plugins get no core config, so the gate reads a TOML file named by ``CONDUIT_HUMAN_GATE_CONFIG``::
+It lives in ``conduit.toml`` as the table ``[plugins.human]`` (validated by ``conduit config
+check``, handed over at daemon start and on every reload)::
 
+    [plugins.human]
     notify = ["notify-send", "conduit: approval needed"]   # optional argv (or one shell string)
 
-    [[rules]]
+    [[plugins.human.rules]]
     bindings = ["deploy"]     # any of these bindings (omitted: any binding)
     scopes = ["prod"]         # any of these scopes (omitted: any scope)
     kinds = ["task"]          # any of these Work kinds (omitted: any kind)
     reason = "production deploys need a person"
 
-A Work needs approval when any rule matches it (every key a rule gives must match). Without the
-variable nothing needs approval.
+A Work needs approval when any rule matches it (every key a rule gives must match).
+
+Fallback (the way before ``[plugins.*]``): without a ``[plugins.human]`` table the gate reads the
+same keys, top level, from a TOML file named by ``CONDUIT_HUMAN_GATE_CONFIG``, at every question.
+With neither, nothing needs approval.
 """
 
 from __future__ import annotations
@@ -19,11 +24,12 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 
 from conduit_core.errors import ConfigError
-from conduit_core.extension import GateRequest
+from conduit_core.extension import MAX_SECONDS, GateRequest
 
 __all__ = ["CONFIG_ENV", "GateConfig", "Rule", "load_config"]
 
@@ -34,7 +40,9 @@ class Rule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     bindings: list[str] | None = None
     scopes: list[str] | None = None
     kinds: list[str] | None = None
-    reason: str = "a person must approve this Work before it starts"
+    reason: Annotated[str, msgspec.Meta(max_length=1000)] = (
+        "a person must approve this Work before it starts"
+    )
 
     def matches(self, request: GateRequest) -> bool:
         return (
@@ -49,7 +57,7 @@ class GateConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     #: Run when a hold is placed, with CONDUIT_WORK_ID, CONDUIT_BINDING, CONDUIT_SCOPE,
     #: CONDUIT_WORK_KIND and CONDUIT_HOLD_REASON in its environment.
     notify: list[str] | str | None = None
-    notify_timeout_seconds: float = 30.0
+    notify_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=MAX_SECONDS)] = 30.0
 
     def rule_for(self, request: GateRequest) -> Rule | None:
         return next((rule for rule in self.rules if rule.matches(request)), None)

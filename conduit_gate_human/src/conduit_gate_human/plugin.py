@@ -17,18 +17,30 @@ import anyio
 from conduit_core.extension import GateRegistration, GateRequest, StartGate, StartHold, hookimpl
 from conduit_gate_human._rules import GateConfig, load_config
 
-__all__ = ["GATE_NAME", "HumanGate", "conduit_start_gates"]
+__all__ = [
+    "GATE_NAME",
+    "HumanGate",
+    "conduit_config_type",
+    "conduit_configure",
+    "conduit_start_gates",
+]
 
 GATE_NAME = "human"
 
 log = logging.getLogger("conduit.gate.human")
 
 
+#: The ``[plugins.human]`` table of the daemon's config, as last handed over (None: no table).
+_configured: GateConfig | None = None
+
+
 class HumanGate(StartGate):
-    """Reads its rules at every question, so an edited file applies to the next start."""
+    """Asks the ``[plugins.human]`` rules, else the ``CONDUIT_HUMAN_GATE_CONFIG`` file (read at
+    every question, so an edited file applies to the next start)."""
 
     async def check(self, request: GateRequest) -> StartHold | None:
-        config = load_config()  # a broken file raises: the core fails closed and asks again
+        # A broken fallback file raises: the core fails closed and asks again.
+        config = _configured if _configured is not None else load_config()
         rule = config.rule_for(request)
         if rule is None:
             return None
@@ -62,3 +74,14 @@ async def notify(config: GateConfig, request: GateRequest, reason: str) -> None:
 @hookimpl
 def conduit_start_gates() -> Sequence[GateRegistration]:
     return [GateRegistration(name=GATE_NAME, gate=HumanGate())]
+
+
+@hookimpl
+def conduit_config_type() -> type[GateConfig]:
+    return GateConfig
+
+
+@hookimpl
+def conduit_configure(config: GateConfig | None) -> None:
+    global _configured
+    _configured = config

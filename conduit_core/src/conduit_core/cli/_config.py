@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from conduit_core.config import ROOT_SCOPE, check_against_plugins, load_config
-from conduit_core.daemon import DaemonPaths, check_routine_specs
+from conduit_core.daemon import DaemonPaths, check_routine_specs, check_tracing
 from conduit_core.plugins import Plugins
 
 
@@ -25,6 +25,7 @@ def check(file: Path, as_json: bool) -> None:
     config = load_config(file)
     check_against_plugins(config, Plugins.load(programs=config.programs()))
     check_routine_specs(config)
+    check_tracing(config.settings.tracing)
     summary = {
         "file": str(file),
         "digest": config.digest,

@@ -6,6 +6,7 @@ from conduit_core.daemon._netfs import check_local_filesystem, filesystem_type
 from conduit_core.daemon._paths import DaemonPaths, is_postgres
 from conduit_core.daemon._routines import check_routine_specs
 from conduit_core.daemon._run import Daemon
+from conduit_core.daemon._tracing import check_tracing, start_tracing
 from conduit_core.daemon._wake import WAKE_CHANNEL, PgWakeChannel, Waker, notify_sync
 
 __all__ = [
@@ -19,8 +20,10 @@ __all__ = [
     "Waker",
     "check_local_filesystem",
     "check_routine_specs",
+    "check_tracing",
     "configure_logging",
     "filesystem_type",
     "is_postgres",
     "notify_sync",
+    "start_tracing",
 ]

@@ -16,15 +16,23 @@ from pathlib import Path
 import anyio
 import uvicorn
 
-from conduit_core.config import Config, check_against_plugins, load_config
+from conduit_core.config import Config, check_against_plugins, load_config, plugin_configs
 from conduit_core.console import with_console
 from conduit_core.daemon._host import HostLoop
 from conduit_core.daemon._netfs import check_local_filesystem
 from conduit_core.daemon._paths import DaemonPaths, is_postgres
 from conduit_core.daemon._routines import RoutinesHost, check_routine_specs
+from conduit_core.daemon._tracing import check_tracing, start_tracing
 from conduit_core.daemon._wake import PgWakeChannel, Waker
 from conduit_core.errors import ConduitError
-from conduit_core.http import ApiService, create_app, ensure_token, split_listen
+from conduit_core.http import (
+    ApiService,
+    MetricsEndpoint,
+    create_app,
+    ensure_token,
+    split_listen,
+    with_metrics,
+)
 from conduit_core.http.routes_schedules import mount_schedules
 from conduit_core.plugins import Plugins
 from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock
@@ -114,6 +122,7 @@ class Daemon:
         config = load_config(self.config_path)
         check_against_plugins(config, plugins)
         check_routine_specs(config)
+        check_tracing(config.settings.tracing)
         return config
 
     async def _scheduler(
@@ -158,6 +167,7 @@ class Daemon:
 
     async def _run(self, plugins: Plugins) -> None:
         config = self._load(plugins)
+        plugins.configure(plugin_configs(config, plugins))
         paths = DaemonPaths.from_config(config)
         if paths.sqlite_file is not None:
             check_local_filesystem(paths.sqlite_file)
@@ -202,8 +212,17 @@ class Daemon:
             routines = self.routines
             app = create_app(self.service, token)
             app = mount_schedules(app, lambda: routines.schedules, token)
-            # The web console shares the listener under /ui/ (its own session login).
+            service = self.service
+            metrics = MetricsEndpoint(
+                lambda: service, token, open_access=config.settings.metrics.open
+            )
+            stop_tracing = start_tracing(config.settings.tracing)
+            if stop_tracing is not None:
+                stack.callback(stop_tracing)  # flushes the spans still batched
+            # The web console shares the listener under /ui/ (its own session login); /metrics
+            # is answered before both (its own token check, or open).
             served = with_console(app, self.service, lambda: routines.schedules, token)
+            served = with_metrics(served, metrics)
             await self._serve(host, sockets, channel, served, plugins, store, paths)
         log.info("daemon stopped owner=%s", self.owner)
 
@@ -293,6 +312,9 @@ class Daemon:
         try:
             config = self._load(plugins)
             new_paths = DaemonPaths.from_config(config)
+            # Plugins take their new [plugins.*] tables first: a plugin refusing its table
+            # refuses the whole reload, before any new config generation is recorded.
+            plugins.configure(plugin_configs(config, plugins))
             scheduler = await self._scheduler(config, store, plugins, paths)
         except ConduitError as exc:
             log.error("reload refused, the running config stays: [%s] %s", exc.code, exc.message)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import pluggy
 
 from conduit_core.extension._executor import Executor
@@ -75,6 +76,30 @@ class HookSpecs:
 
         Called once when plugins load. Gate names are unique across plugins and must be declared
         in the plugin's manifest ``gates``. Return an empty sequence when there are none.
+        """
+        raise NotImplementedError
+
+    @hookspec
+    def conduit_config_type(self) -> type[msgspec.Struct] | None:
+        """Return the msgspec Struct type of this plugin's ``[plugins.NAME]`` table in
+        ``conduit.toml`` (NAME: the plugin's entry point name), or ``None`` for no config.
+
+        Called once when plugins load. conduit decodes the table with it (declare the Struct
+        ``forbid_unknown_fields=True`` and bound its numbers) in ``conduit config check``, at
+        daemon start and before a reload, and refuses a bad table with the key path of the bad
+        field (``$.plugins.NAME.rules[0].scopes``). A table for a plugin that returns ``None`` is
+        refused too.
+        """
+        raise NotImplementedError
+
+    @hookspec
+    def conduit_configure(self, config: Any) -> None:
+        """Take this plugin's decoded ``[plugins.NAME]`` config (``None``: the file has none).
+
+        Called by a daemon after its config is validated, at start and after every reload that
+        went through (a refused reload keeps the config the plugin has). Not called by
+        ``conduit config check``. Raising refuses the daemon start; on a reload the error is
+        logged and the plugin keeps its previous config.
         """
         raise NotImplementedError
 

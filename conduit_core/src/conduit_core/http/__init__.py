@@ -16,6 +16,12 @@ from conduit_core.http._approvals import (
 )
 from conduit_core.http._client import ApiClient, split_listen
 from conduit_core.http._guard import RequestGuard
+from conduit_core.http._metrics import (
+    METRICS_PATH,
+    MetricsEndpoint,
+    stored_state_metrics,
+    with_metrics,
+)
 from conduit_core.http._openapi import openapi_document
 from conduit_core.http._schemas import (
     AttemptView,
@@ -41,6 +47,7 @@ from conduit_core.http._service import GLOBAL_POOL, ApiService, HostHooks, NoHos
 from conduit_core.http._token import ensure_token, read_token
 
 __all__ = [
+    "METRICS_PATH",
     "ApiClient",
     "ApiService",
     "AttemptView",
@@ -55,6 +62,7 @@ __all__ = [
     "InputRequest",
     "InputView",
     "InterruptRequest",
+    "MetricsEndpoint",
     "NeedsYouView",
     "NoHost",
     "PoolCapacity",
@@ -80,4 +88,6 @@ __all__ = [
     "release",
     "split_listen",
     "status_for",
+    "stored_state_metrics",
+    "with_metrics",
 ]

@@ -25,6 +25,7 @@ from conduit_core.routines.errors import (
     StaleRoutineClaimError,
 )
 from conduit_core.storage import Claim, RoutineRun, Store
+from conduit_core.telemetry import METRICS
 
 __all__ = [
     "FIRE_INPUT_TYPE",
@@ -153,6 +154,7 @@ async def fire_claimed(
             events=[routine_event(routine, "error", token, now_ms, error=error)],
         )
     decision = ledger.plan_fire(routine, spec, now_ms)
+    METRICS.routine_misfired(routine.id, str(routine.misfire), decision.skipped)
     if not decision.fire:
         event = routine_event(
             routine,
@@ -182,6 +184,7 @@ async def fire_claimed(
         late_ms=now_ms - scheduled,
         coalesced=decision.skipped,
     )
+    METRICS.routine_fired((now_ms - scheduled) / 1000)
     try:
         work_id = await _dispatch(target, routine, key, now_ms, on_resumed)
     except ConduitError as exc:

@@ -46,6 +46,7 @@ from conduit_core.plugins import Plugins
 from conduit_core.runtime import _policy as policy
 from conduit_core.runtime._callbacks import StoreCallbacks
 from conduit_core.runtime._clock import Clock
+from conduit_core.runtime._counting import count_end, count_start, traced
 from conduit_core.runtime._holder import HeldLease, LeaseKeeper, hold_lease
 from conduit_core.runtime._inputs import presented, presented_inputs
 from conduit_core.runtime._options import SchedulerOptions
@@ -260,11 +261,16 @@ class AttemptRunner:
 
     async def run_attempt(self, claim: Claim) -> Execution:
         """Launch and observe a claimed attempt under its held lease, to its end."""
-        async with self.hold(claim.lease) as held:
-            launched = await self.launch(claim, held)
-            if isinstance(launched, Execution):
-                return launched
-            return await self.observe(launched)
+        with traced(claim.execution, "start") as trace:
+            async with self.hold(claim.lease) as held:
+                launched = await self.launch(claim, held)
+                if isinstance(launched, Execution):
+                    ended = launched
+                else:
+                    count_start(launched.execution, self.clock.now_ms())
+                    ended = await self.observe(launched)
+            trace.ended(str(ended.status), failure_code=ended.failure_code, epoch=ended.epoch)
+            return ended
 
     # --- observe and settle --------------------------------------------------------------------
 
@@ -405,9 +411,11 @@ class AttemptRunner:
                 return dataclasses.replace(first(ex, work), also=also)
 
         async with held.ending_write():
-            return await self.store.settle_attempt(
+            settled = await self.store.settle_attempt(
                 held.lease, decide, now_ms=now, consumed=consumed
             )
+        count_end(settled)
+        return settled
 
     async def _fail(
         self,

@@ -31,6 +31,7 @@ from conduit_core.model import (
 from conduit_core.runtime._clock import Clock
 from conduit_core.runtime._holder import HeldLease
 from conduit_core.storage import Store
+from conduit_core.telemetry import segment_event
 
 __all__ = ["StoreCallbacks", "validate_launch_intent", "validate_recovery_metadata"]
 
@@ -86,6 +87,7 @@ class StoreCallbacks:
 
         await self.flush(running)
         self.recovery_persisted = True
+        segment_event("recovery_persisted")
 
     async def record_launch_intent(self, intent: Mapping[str, Any]) -> None:
         """Written at once (with the buffered trail): nothing may start before it is durable."""
@@ -108,6 +110,7 @@ class StoreCallbacks:
 
     def buffer_begin(self, name: str) -> None:
         now = self._clock.now_ms()
+        segment_event("launch_phase.begin", {"conduit.phase": name})
 
         def begin(seg: Segment) -> Segment:
             launch = [*seg.launch, LaunchPhase(name=name, started_at_ms=now)]
@@ -117,6 +120,9 @@ class StoreCallbacks:
 
     def buffer_end(self, name: str, outcome: PhaseOutcome) -> None:
         now = self._clock.now_ms()
+        segment_event(
+            "launch_phase.end", {"conduit.phase": name, "conduit.phase_outcome": str(outcome)}
+        )
 
         def end(seg: Segment) -> Segment:
             launch = list(seg.launch)
@@ -134,6 +140,7 @@ class StoreCallbacks:
 
     def buffer_invoked(self, *, isolated: bool) -> None:
         """The executor is about to be called (``Invoke`` called, with ``Isolated``)."""
+        segment_event("invoke", {"conduit.isolated": isolated})
         self._pending.append(
             lambda seg: msgspec.structs.replace(seg, invoke=Invoke.CALLED, isolated=isolated)
         )

@@ -28,6 +28,7 @@ from conduit_core.model import (
 )
 from conduit_core.plugins import Plugins
 from conduit_core.runtime._clock import Clock
+from conduit_core.runtime._counting import count_end
 from conduit_core.runtime._inputs import INPUT_EVENT_TYPE, input_event, presented
 from conduit_core.runtime._stops import Stops
 from conduit_core.storage import StaleDispatchError, Store
@@ -86,14 +87,19 @@ class Controls:
 
     async def interrupt(self, work_id: str) -> ControlIntent:
         """Fence the running attempt, leave the Work ready, and queue the interrupt for dispatch."""
-        return await self.store.interrupt_work(
+        intent = await self.store.interrupt_work(
             work_id, f"interrupt/{uuid.uuid4().hex}", now_ms=self.clock.now_ms()
         )
+        count_end(await self.store.get_execution(intent.execution_id))  # fenced: it ended here
+        return intent
 
     async def cancel_work(self, work_id: str) -> Work:
         """Cancel atomically (attempts, waits, owned timers, eligibility), then stop what ran."""
-        work = await self.store.cancel_work(work_id, now_ms=self.clock.now_ms())
+        now = self.clock.now_ms()
+        work = await self.store.cancel_work(work_id, now_ms=now)
         for ex in await self.store.list_executions(work_id):
+            if ex.status is ExecutionStatus.CANCELLED and ex.ended_at_ms == now:
+                count_end(ex)  # an attempt this cancel ended (not hot: a person's action)
             if not ex.exclusion_confirmed:
                 await self.stops.stop_and_confirm(ex.id)
         return work

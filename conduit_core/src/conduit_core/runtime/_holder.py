@@ -17,6 +17,7 @@ from conduit_core.errors import ConduitError, LeaseLostError
 from conduit_core.model import Lease
 from conduit_core.runtime._clock import Clock
 from conduit_core.storage import Store
+from conduit_core.telemetry import METRICS
 
 __all__ = ["HeldLease", "LeaseKeeper", "hold_lease"]
 
@@ -61,6 +62,7 @@ async def hold_lease(
                 try:
                     held.lease = await store.renew_lease(held.lease, now_ms=clock.now_ms())
                     held.renewals += 1
+                    METRICS.lease_renewals.inc()
                 except (LeaseLostError, ConduitError) as exc:
                     if held.ending:
                         return  # raced the body's own settle or hold: not a loss
@@ -71,6 +73,7 @@ async def hold_lease(
                         exc,
                     )
                     held.lost = exc
+                    METRICS.lease_losses.inc()
                     tg.cancel_scope.cancel()
                     return
 
@@ -144,6 +147,7 @@ class LeaseKeeper:
             if lease is not None and lease.token == held.lease.token:
                 held.lease = lease
                 held.renewals += 1
+                METRICS.lease_renewals.inc()
                 self._held[key] = (held, scope, self._due_at(lease))
                 continue
             if held.ending:
@@ -153,6 +157,7 @@ class LeaseKeeper:
                 f"attempt {key[0]} epoch {key[1]}: the lease was refused at renewal "
                 "(expired, released or superseded)"
             )
+            METRICS.lease_losses.inc()
             scope.cancel()
 
     @asynccontextmanager

@@ -32,10 +32,12 @@ from conduit_core.runtime import _policy as policy
 from conduit_core.runtime._attempts import Attempt, AttemptRunner
 from conduit_core.runtime._callbacks import StoreCallbacks
 from conduit_core.runtime._clock import Clock
+from conduit_core.runtime._counting import count_end
 from conduit_core.runtime._holder import HeldLease
 from conduit_core.runtime._options import SchedulerOptions
 from conduit_core.runtime._policy import Transition
 from conduit_core.storage import Claim, Store
+from conduit_core.telemetry import METRICS
 
 __all__ = ["Recovery", "may_relaunch"]
 
@@ -152,7 +154,13 @@ class Recovery:
                 launched: Attempt | Execution | None = None
                 if not may_relaunch(claim.execution):
                     launched = await self.adopt(claim.execution, held)
+                    if isinstance(launched, Execution):  # held, or failed: resources gone
+                        gone = launched.recovery_hold is None
+                        METRICS.recovery("resources_gone" if gone else "held")
+                    elif launched is not None:
+                        METRICS.recovery("adopted")
                 if launched is None:  # nothing can be running: relaunch, counting nothing
+                    METRICS.recovery("relaunched")
                     launched = await self._relaunch(claim, held)
             if isinstance(launched, Execution):
                 return launched
@@ -295,6 +303,8 @@ class Recovery:
         confirmed = await self.store.confirm_stopped(
             target.id, epoch, now_ms=now, by=by, reason=reason, settle=settle
         )
+        if not target.status.terminal:
+            count_end(confirmed)  # the held attempt ended here (an ended one was counted before)
         log.warning("stop confirmed by a person execution=%s epoch=%s by=%s", target.id, epoch, by)
         return confirmed
 

@@ -25,6 +25,7 @@ from conduit_core.runtime._admission import Admission
 from conduit_core.runtime._attempts import Attempt, AttemptRunner
 from conduit_core.runtime._clock import Clock
 from conduit_core.runtime._controls import Controls
+from conduit_core.runtime._counting import traced
 from conduit_core.runtime._holder import HeldLease
 from conduit_core.runtime._inputs import INPUT_EVENT_TYPE
 from conduit_core.runtime._options import SchedulerOptions
@@ -163,7 +164,11 @@ class Scheduler:
         """Relaunch (nothing can be running), adopt, or hold a recovery claim, and observe it.
 
         A held recovery returns the attempt unfinished (``recovery_hold`` says why)."""
-        return await self.recovery.run(claim)
+        with traced(claim.execution, "recover") as trace:
+            ended = await self.recovery.run(claim)
+            status = "held" if ended.recovery_hold is not None else str(ended.status)
+            trace.ended(status, failure_code=ended.failure_code, epoch=ended.epoch)
+            return ended
 
     async def confirm_stopped(
         self, work_id: str, epoch: int, *, by: str, reason: str = ""
@@ -271,7 +276,10 @@ class Scheduler:
 
     async def run_resumed(self, claim: Claim) -> Execution:
         """Resume a woken attempt on its pinned executor, under a new segment, to its end."""
-        return await self.wakes.run_resumed(claim)
+        with traced(claim.execution, "resume") as trace:
+            ended = await self.wakes.run_resumed(claim)
+            trace.ended(str(ended.status), failure_code=ended.failure_code, epoch=ended.epoch)
+            return ended
 
     async def run_ready(self, limit: int) -> list[Execution]:
         """Claim up to ``limit`` ready Work and run each to its end, concurrently."""

@@ -751,6 +751,11 @@ class Store(ABC):
         """Every event addressed to the Work (input and control history), in order."""
 
     @abstractmethod
+    async def work_counts(self) -> dict[str, int]:
+        """Work per status (every ``WorkStatus`` value, zero included) and ``startable``: the
+        Work ``ready_work`` would return now. One consistent read (``/metrics`` scrapes it)."""
+
+    @abstractmethod
     async def held_work(self) -> list[tuple[Hold, Work]]:
         """Every hold of unfinished Work, with the Work."""
 

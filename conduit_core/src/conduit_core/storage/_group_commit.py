@@ -12,6 +12,7 @@ one after another.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
@@ -19,6 +20,8 @@ from typing import Any, Generic, TypeVar
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
+
+from conduit_core.telemetry import METRICS
 
 __all__ = ["GroupCommit", "Operation"]
 
@@ -64,6 +67,7 @@ class GroupCommit:
 
     async def submit(self, fn: Callable[[Any], T], *, shared: bool = False, order: str = "") -> T:
         op: Operation[T] = Operation(fn, shared=shared, order=order)
+        submitted = time.perf_counter()
         self._queue.append(op)
         try:
             while not op.finished:
@@ -79,6 +83,7 @@ class GroupCommit:
             if not op.taken:
                 self._queue.remove(op)  # never ran, never will
             raise
+        METRICS.store_write(time.perf_counter() - submitted)
         if op.error is not None:
             raise op.error
         return op.result  # type: ignore[return-value]
@@ -92,6 +97,7 @@ class GroupCommit:
                 ]
                 for op in batch:
                     op.taken = True
+                METRICS.store_batch(len(batch))
                 # The batch's writes commit (or not) as a whole whatever happens to this task:
                 # shield it so every caller in it gets its outcome.
                 with anyio.CancelScope(shield=True):

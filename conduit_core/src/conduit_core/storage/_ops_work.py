@@ -453,6 +453,16 @@ _UNBLOCKED = (
 )
 
 
+def work_counts(cx: Cx) -> dict[str, int]:
+    """Work per status, and ``startable``: how many ``ready_work`` would return (no rows read)."""
+    counts = {str(status): 0 for status in WorkStatus}
+    for status, count in cx.rows("SELECT status, COUNT(*) FROM conduit_work GROUP BY status"):
+        counts[str(status)] = int(count)
+    startable = cx.rows(f"SELECT COUNT(*) FROM conduit_work WHERE claimable = 1 AND {_UNBLOCKED}")
+    counts["startable"] = int(startable[0][0])
+    return counts
+
+
 def ready_work(cx: Cx, limit: int, after: str | None, *, lock: bool = False) -> list[Work]:
     """Startable Work, oldest first. ``lock``: lock the rows returned, skipping rows another
     claim holds (each concurrent claimer takes different Work instead of queueing for the

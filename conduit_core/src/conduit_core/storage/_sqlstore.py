@@ -170,6 +170,9 @@ class SqlStore(Store):
 
     # --- Claims ------------------------------------------------------------------------------
 
+    async def work_counts(self) -> dict[str, int]:
+        return await self._read(ops.work_counts)
+
     async def ready_work(self, *, limit: int, after: str | None = None) -> list[Work]:
         return await self._read_one(ops.ready_work, limit, after)
 

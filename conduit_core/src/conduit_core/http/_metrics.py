@@ -1,0 +1,181 @@
+"""``GET /metrics``: the Prometheus exposition of the hot-path instruments and of stored state.
+
+Counters and histograms come from :data:`telemetry.METRICS` (recorded as things happen). The
+gauges that mirror stored state are computed from the store at each scrape, by the same code the
+API answers with (``ApiService.capacity`` for ``/v1/capacity``), so a scrape and the API never
+disagree: capacity in use and limit per pool and scope, Work per status and startable, holds by
+kind. A store that does not answer yields ``conduit_store_up 0`` and no stored-state gauges,
+never a failed scrape.
+
+The endpoint wants the API's bearer token unless ``[settings.metrics] open = true``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from conduit_core.errors import ConduitError
+from conduit_core.http._guard import bearer_check
+from conduit_core.http._service import ApiService
+from conduit_core.telemetry import METRICS, Metrics
+
+__all__ = ["METRICS_PATH", "MetricsEndpoint", "stored_state_metrics", "with_metrics"]
+
+log = logging.getLogger("conduit.http")
+
+METRICS_PATH = "/metrics"
+
+
+async def stored_state_metrics(service: ApiService) -> list[Metric]:
+    """The gauges that mirror the store, read now (raises the store's ``ConduitError``)."""
+    capacity = await service.capacity()
+    counts = await service.store.work_counts()
+    held = await service.store.held_work()
+    recoveries = await service.store.held_recoveries()
+
+    pool_in_use = GaugeMetricFamily(
+        "conduit_pool_slots_in_use", "Attempts holding a slot of the pool", labels=["pool"]
+    )
+    pool_limit = GaugeMetricFamily(
+        "conduit_pool_slots_limit", "The pool's concurrency limit", labels=["pool"]
+    )
+    pool_waiting = GaugeMetricFamily(
+        "conduit_pool_waiting",
+        "Ready Work the daemon's last pass refused for the pool's limit",
+        labels=["pool"],
+    )
+    for pool in capacity.pools:
+        pool_in_use.add_metric([pool.name], pool.in_use)
+        if pool.limit is not None:
+            pool_limit.add_metric([pool.name], pool.limit)
+        pool_waiting.add_metric([pool.name], pool.waiting)
+    scope_in_use = GaugeMetricFamily(
+        "conduit_scope_slots_in_use",
+        "Attempts holding a slot of the scope (its own and its sub-scopes')",
+        labels=["scope"],
+    )
+    scope_limit = GaugeMetricFamily(
+        "conduit_scope_slots_limit", "The scope's concurrency limit", labels=["scope"]
+    )
+    scope_waiting = GaugeMetricFamily(
+        "conduit_scope_waiting",
+        "Ready Work the daemon's last pass refused for the scope's limit",
+        labels=["scope"],
+    )
+    for scope in capacity.scopes:
+        scope_in_use.add_metric([scope.name], scope.in_use)
+        if scope.limit is not None:
+            scope_limit.add_metric([scope.name], scope.limit)
+        scope_waiting.add_metric([scope.name], scope.waiting)
+    work = GaugeMetricFamily("conduit_work", "Work per status", labels=["status"])
+    for status, count in sorted(counts.items()):
+        if status != "startable":
+            work.add_metric([status], count)
+    ready = GaugeMetricFamily(
+        "conduit_work_ready",
+        "Ready Work that could start now (has input, no backoff, hold or live attempt)",
+        value=counts.get("startable", 0),
+    )
+    by_kind: Counter[str] = Counter({"budget": 0, "gate": 0})
+    by_kind.update(str(hold.kind) for hold, _ in held)
+    by_kind["recovery"] = len(recoveries)
+    holds = GaugeMetricFamily(
+        "conduit_holds",
+        "What waits for a person: budget and gate holds, held recoveries",
+        labels=["kind"],
+    )
+    for kind, count in sorted(by_kind.items()):
+        holds.add_metric([kind], count)
+    return [
+        pool_in_use, pool_limit, pool_waiting, scope_in_use, scope_limit, scope_waiting,
+        work, ready, holds,
+    ]  # fmt: skip
+
+
+class _Exposition:
+    """One scrape's collectors: the process's instruments and the stored-state snapshot."""
+
+    def __init__(self, metrics: Metrics, stored: Sequence[Metric], store_up: bool) -> None:
+        self._metrics = metrics
+        self._stored = stored
+        self._store_up = store_up
+
+    def collect(self) -> Iterable[Metric]:
+        yield from self._metrics.registry.collect()
+        yield GaugeMetricFamily(
+            "conduit_store_up",
+            "1 when the store answered this scrape's reads",
+            value=1 if self._store_up else 0,
+        )
+        yield from self._stored
+
+
+class MetricsEndpoint:
+    """The ASGI app behind ``/metrics`` (``service`` is read per scrape: reload replaces it)."""
+
+    def __init__(
+        self,
+        service: Callable[[], ApiService],
+        token: str,
+        *,
+        open_access: bool = False,
+        metrics: Metrics = METRICS,
+    ) -> None:
+        self._service = service
+        self._authorized = bearer_check(token)
+        self._open = open_access
+        self._metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = Headers(scope=scope)
+        if not self._open and not self._authorized(headers):
+            await _send(send, 401, b'{"error":"missing or wrong bearer token","code":'
+                        b'"unauthorized"}', "application/json")  # fmt: skip
+            return
+        if scope.get("method") not in ("GET", "HEAD"):
+            await _send(send, 405, b'{"error":"method not allowed on /metrics (allowed: GET)",'
+                        b'"code":"method_not_allowed"}', "application/json",
+                        allow="GET")  # fmt: skip
+            return
+        stored: list[Metric] = []
+        store_up = True
+        try:
+            stored = await stored_state_metrics(self._service())
+        except ConduitError as exc:
+            store_up = False
+            log.debug("/metrics: stored-state gauges unavailable: [%s] %s", exc.code, exc.message)
+        body = generate_latest(_Exposition(self._metrics, stored, store_up))
+        await _send(send, 200, body if scope.get("method") == "GET" else b"", CONTENT_TYPE_LATEST)
+
+
+async def _send(
+    send: Send, status: int, body: bytes, content_type: str, *, allow: str | None = None
+) -> None:
+    headers = [
+        (b"content-type", content_type.encode()),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    if allow is not None:
+        headers.append((b"allow", allow.encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def with_metrics(app: ASGIApp, endpoint: MetricsEndpoint) -> ASGIApp:
+    """``app`` with ``/metrics`` answered by ``endpoint`` (before the API's own token guard, so
+    an open endpoint needs no token while every other path still does)."""
+
+    async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("path") == METRICS_PATH:
+            await endpoint(scope, receive, send)
+        else:
+            await app(scope, receive, send)
+
+    return dispatch

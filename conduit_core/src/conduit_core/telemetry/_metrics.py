@@ -1,0 +1,133 @@
+"""The daemon's hot-path instruments: counters and histograms, nothing that reads the store.
+
+One :class:`Metrics` per process (:data:`METRICS`), on its own ``CollectorRegistry`` rather than
+prometheus_client's global one, so importing conduit never adds series to an embedding
+application's registry and a test can read exactly conduit's. Gauges that mirror stored state
+(capacity, ready Work, holds) are not here: the ``/metrics`` endpoint computes them from the
+store at scrape (see ``http/_metrics.py``), so they always match what the API says.
+
+Every method is a few dictionary look-ups and an increment under prometheus_client's lock: cheap
+enough to call on every attempt, renewal and store write.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.process_collector import ProcessCollector
+
+__all__ = ["METRICS", "Metrics"]
+
+#: Attempt durations run from seconds to hours (the default timeout is one hour).
+_DURATION_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600)
+#: Claim-to-start is the admission, environment and launch path: milliseconds to seconds.
+_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+#: A Routine fires within its grace (60 s by default) unless the daemon was down for longer.
+_LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 86400)
+#: Store writes: a local SQLite commit is sub-millisecond, a remote PostgreSQL one milliseconds.
+_WRITE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+#: Operations per group-commit batch (GroupCommit caps a batch at 128).
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+class Metrics:
+    """The instruments; each ``record_*`` / ``*_inc`` method is safe from any thread."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.attempts_started = Counter(
+            "conduit_attempts_started",
+            "Attempts whose executor accepted the launch (fresh starts; relaunches are counted "
+            "by conduit_recoveries_total)",
+            ["binding", "executor"],
+            registry=r,
+        )
+        self.attempts_finished = Counter(
+            "conduit_attempts_finished",
+            "Attempts that ended, by outcome (the attempt's final status)",
+            ["binding", "executor", "outcome"],
+            registry=r,
+        )
+        self.attempt_duration = Histogram(
+            "conduit_attempt_duration_seconds",
+            "From an attempt's claim to its end, recoveries included",
+            ["binding", "executor", "outcome"],
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.claim_to_start = Histogram(
+            "conduit_attempt_claim_to_start_seconds",
+            "From an attempt's claim to its executor accepting the launch",
+            ["binding", "executor"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.lease_renewals = Counter(
+            "conduit_lease_renewals", "Lease renewals the store accepted", registry=r
+        )
+        self.lease_losses = Counter(
+            "conduit_lease_losses",
+            "Leases lost while their attempt ran (a renewal refused: another owner or expiry)",
+            registry=r,
+        )
+        self.recoveries = Counter(
+            "conduit_recoveries",
+            "Recovery decisions: adopted, relaunched, held, resources_gone",
+            ["result"],
+            registry=r,
+        )
+        self.routine_lateness = Histogram(
+            "conduit_routine_fire_lateness_seconds",
+            "How long after its scheduled occurrence a Routine fired",
+            buckets=_LATENESS_BUCKETS,
+            registry=r,
+        )
+        self.routine_misfires = Counter(
+            "conduit_routine_misfires",
+            "Routine occurrences that never fired (skipped or coalesced into a later fire)",
+            ["routine", "policy"],
+            registry=r,
+        )
+        self.store_write_latency = Histogram(
+            "conduit_store_write_seconds",
+            "From a write's submission to its commit (queueing for the batch included)",
+            buckets=_WRITE_BUCKETS,
+            registry=r,
+        )
+        self.store_batch_size = Histogram(
+            "conduit_store_write_batch_size",
+            "Writes committed together in one group-commit transaction",
+            buckets=_BATCH_BUCKETS,
+            registry=r,
+        )
+        ProcessCollector(namespace="conduit", registry=r)
+
+    def attempt_started(self, binding: str, executor: str, claim_to_start_s: float) -> None:
+        self.attempts_started.labels(binding, executor).inc()
+        self.claim_to_start.labels(binding, executor).observe(max(claim_to_start_s, 0.0))
+
+    def attempt_finished(
+        self, binding: str, executor: str, outcome: str, duration_s: float
+    ) -> None:
+        self.attempts_finished.labels(binding, executor, outcome).inc()
+        self.attempt_duration.labels(binding, executor, outcome).observe(max(duration_s, 0.0))
+
+    def recovery(self, result: str) -> None:
+        self.recoveries.labels(result).inc()
+
+    def routine_fired(self, lateness_s: float) -> None:
+        self.routine_lateness.observe(max(lateness_s, 0.0))
+
+    def routine_misfired(self, routine: str, policy: str, occurrences: int) -> None:
+        if occurrences > 0:
+            self.routine_misfires.labels(routine, policy).inc(occurrences)
+
+    def store_batch(self, size: int) -> None:
+        self.store_batch_size.observe(size)
+
+    def store_write(self, seconds: float) -> None:
+        self.store_write_latency.observe(seconds)
+
+
+#: The process's instruments (a daemon is one process; tests read this registry).
+METRICS = Metrics()

@@ -189,7 +189,7 @@ def test_metrics_want_the_token_unless_configured_open(
     opened = make_daemon(settings_extra="metrics.open = true").start()
     status, _, body = scrape(opened, token=None)
     assert status == 200
-    assert "# TYPE conduit_attempts_started counter" in body
+    assert "# TYPE conduit_attempts_started_total counter" in body
     # Open metrics open nothing else: the API still wants the token.
     assert opened.raw("GET", "/v1/health", token=None)[0] == 401
 

@@ -554,3 +554,48 @@ async def test_a_stored_spec_this_version_no_longer_reads_halts_the_routine(
     healed = {r.id: r for r in await ticker(store, clock, owner="heir").boot_resume()}
     assert healed["old-running"].status is S.ERROR
     assert "cannot be read" in (healed["old-running"].last_error or "")
+
+
+# --- Metrics: fire lateness and misfires ---------------------------------------------------------
+
+
+def _metric(name: str, **labels: str) -> float:
+    from conduit_core.telemetry import METRICS
+
+    return METRICS.registry.get_sample_value(name, labels) or 0.0
+
+
+@pytest.mark.parametrize(
+    ("policy", "missed", "late_s"),
+    [
+        # Down 10:00 -> 15:20: 11:00 to 14:00 fold into the 15:00 fire, 20 minutes late.
+        (MisfirePolicy.COALESCE, 4, 20 * 60),
+        # skip: 11:00 to 15:00 never fire (15:00 is past the 60 s grace); nothing is late.
+        (MisfirePolicy.SKIP, 5, None),
+    ],
+)
+async def test_misfires_and_fire_lateness_are_counted(
+    source: ConduitRoutineSource,
+    store: Store,
+    clock: ManualClock,
+    policy: MisfirePolicy,
+    missed: int,
+    late_s: int | None,
+) -> None:
+    labels = {"routine": "hourly", "policy": str(policy)}
+    misfires = _metric("conduit_routine_misfires_total", **labels)
+    fires = _metric("conduit_routine_fire_lateness_seconds_count")
+    lateness = _metric("conduit_routine_fire_lateness_seconds_sum")
+    await source.create(create(misfire=policy))
+    clock.set(T0 + 5 * HOUR + 20 * MINUTE)
+    tick = ticker(store, clock)
+    await tick.boot_resume()
+    await tick.tick()
+    assert _metric("conduit_routine_misfires_total", **labels) - misfires == missed
+    fired = _metric("conduit_routine_fire_lateness_seconds_count") - fires
+    assert fired == (0 if late_s is None else 1)
+    if late_s is not None:
+        assert _metric("conduit_routine_fire_lateness_seconds_sum") - lateness == late_s
+        # Stored twin: the fire the ledger recorded is that late.
+        (work,) = await works_of(store, "hourly")
+        assert work.id == f"routine:hourly:{T0 + 5 * HOUR}"

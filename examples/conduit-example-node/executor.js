@@ -186,7 +186,7 @@ const HANDLERS = {
         if (status === null) throw codedError('job_vanished', 'the job ended without an exit status');
       }
       if (status !== null) {
-        handles.delete(m.handle);
+        // The handle stays valid: the core may have cancelled this wait and ask again.
         return {
           kind: 'finished',
           result: {

@@ -47,7 +47,7 @@ while (msg := read()) is not None:
             send({"kind": "teleported", "id": rid})
         elif MODE == "bad_field":
             send({"kind": "launched", "id": rid, "handle": 12})
-        elif MODE == "bad_result":
+        elif MODE in ("bad_result", "forgetful"):
             send({"kind": "launched", "id": rid, "handle": "h"})
         elif MODE == "oversized":
             out.write(struct.pack(">I", 2**31))
@@ -64,9 +64,16 @@ while (msg := read()) is not None:
             assert answer is not None
             code = answer["kind"] + ":" + answer.get("error", {}).get("message", "")  # type: ignore[attr-defined, operator]
             send({"kind": "failed", "id": rid, "error": {"code": "reported", "message": code}})
+    elif kind == "recover" and MODE == "forgetful":
+        # It finds the segment again, finished: the result travels inline.
+        result = {"outcome": "completed", "summary": "found again"}
+        send({"kind": "launched", "id": rid, "handle": "h2", "result": result})
     elif kind == "recover":
         # Recovery after a restart: this program cannot tell, so the attempt would be held.
         error = {"code": "cannot_tell", "message": "the rogue program knows nothing"}
+        send({"kind": "failed", "id": rid, "error": error})
+    elif kind == "wait" and MODE == "forgetful":
+        error = {"code": "unknown_handle", "message": "no such handle"}
         send({"kind": "failed", "id": rid, "error": error})
     elif kind == "wait":
         result = {"outcome": "completed", "usage": {"units": {"turns": 1}}}

@@ -171,6 +171,20 @@ async def test_a_result_with_a_reserved_unit_is_refused_on_receipt() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_wait_on_a_forgotten_handle_follows_the_segment_through_recovery() -> None:
+    # A program may answer a wait the core had cancelled and forget the handle: the next wait's
+    # unknown_handle sends the attempt through recover, which finds it (here: finished).
+    executor = _rogue("forgetful")
+    try:
+        handle = await executor.run(_ctx(RecordingCallbacks()))
+        result = await handle.wait()
+        assert result.summary == "found again"
+        assert executor.supervisor.state()["restarts"] == 0
+    finally:
+        await executor.supervisor.close()
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize(
     ("mode", "why"),
     [

@@ -230,4 +230,3 @@ def create_console(
 
 def _redirect(to: str) -> Response:
     return RedirectResponse(to, status_code=303, headers=SECURITY_HEADERS)
-

@@ -395,6 +395,22 @@ class RemoteHandle(Handle):
             check_data(self._executor.data_schema, result.data)
         return result
 
+    async def _reattach(self, conn: ProgramConnection) -> Result | None:
+        """Follow the segment through a recovery; its result when that found it finished."""
+        conn.forget(self._request)
+        try:
+            fresh = await self._executor.reattach(self._ctx, relaunch=None)
+        except NotStartedError as exc:
+            raise OperationError(
+                "executor_lost",
+                f"the executor program's recovery found nothing of this attempt: {exc}",
+            ) from exc
+        self._conn, self._handle, self._request = fresh._conn, fresh._handle, fresh._request
+        if fresh._result is not None:
+            self._conn.forget(self._request)
+            return self._checked(fresh._result)
+        return None
+
     async def wait(self) -> Result:
         if self._result is not None:  # it ended while launching: no wait travels
             self._conn.forget(self._request)
@@ -410,18 +426,9 @@ class RemoteHandle(Handle):
             try:
                 reply = await conn.request(build, within=None)
             except ProgramGone:
-                conn.forget(self._request)
-                try:
-                    fresh = await self._executor.reattach(self._ctx, relaunch=None)
-                except NotStartedError as exc:
-                    raise OperationError(
-                        "executor_lost",
-                        f"the restarted executor program found nothing of this attempt: {exc}",
-                    ) from exc
-                self._conn, self._handle, self._request = fresh._conn, fresh._handle, fresh._request
-                if fresh._result is not None:
-                    self._conn.forget(self._request)
-                    return self._checked(fresh._result)
+                result = await self._reattach(conn)
+                if result is not None:
+                    return result
                 continue
             except WireProtocolError as exc:
                 conn.forget(self._request)
@@ -431,6 +438,13 @@ class RemoteHandle(Handle):
                 if sent:
                     conn.send_nowait(partial(_cancel, request=sent[0]))
                 raise
+            if isinstance(reply, RequestFailed) and reply.error.code == "unknown_handle":
+                # The program no longer knows the handle (it answered a wait this side had
+                # cancelled, and forgot it): find the segment again through recovery.
+                result = await self._reattach(conn)
+                if result is not None:
+                    return result
+                continue
             conn.forget(self._request)
             if isinstance(reply, RequestFailed):
                 raise_wire_error(reply.error)

@@ -16,6 +16,7 @@ import os
 import sys
 import traceback
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, BinaryIO
 
@@ -74,6 +75,8 @@ __all__ = ["serve", "manifest_for"]
 
 _CALLBACK_REPLIES = ("callback_ok", "lease_lost", "callback_refused")
 _MAX_TEXT = 4096
+#: Finished handles kept answerable (a repeated wait); older ones are forgotten.
+_KEEP_FINISHED = 10_000
 
 
 def manifest_for(
@@ -176,6 +179,7 @@ class _Server:
         self._executors = dict(executors)
         self._result_data = result_data
         self._handles: dict[str, asyncio.Task[Result]] = {}
+        self._finished: OrderedDict[str, None] = OrderedDict()
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._callbacks: dict[int, asyncio.Future[Any]] = {}
         self._next_callback = 0
@@ -334,8 +338,12 @@ class _Server:
         if observed is None:
             raise OperationError("unknown_handle", f"no handle {handle_id!r} in this program")
         # Shielded: a cancelled wait stops this observer only, the next wait finds the task.
+        # The handle stays valid after its result went out (the core may have cancelled that
+        # wait and ask again); only the oldest finished ones are dropped, past a bound.
         result = await asyncio.shield(observed)
-        self._handles.pop(handle_id, None)
+        self._finished[handle_id] = None
+        while len(self._finished) > _KEEP_FINISHED:
+            self._handles.pop(self._finished.popitem(last=False)[0], None)
         return result
 
     async def _observe(self, handle: Handle) -> Result:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -40,40 +41,12 @@ async def stored_state_metrics(service: ApiService) -> list[Metric]:
     held = await service.store.held_work()
     recoveries = await service.store.held_recoveries()
 
-    pool_in_use = GaugeMetricFamily(
-        "conduit_pool_slots_in_use", "Attempts holding a slot of the pool", labels=["pool"]
-    )
-    pool_limit = GaugeMetricFamily(
-        "conduit_pool_slots_limit", "The pool's concurrency limit", labels=["pool"]
-    )
-    pool_waiting = GaugeMetricFamily(
-        "conduit_pool_waiting",
-        "Ready Work the daemon's last pass refused for the pool's limit",
-        labels=["pool"],
-    )
-    for pool in capacity.pools:
-        pool_in_use.add_metric([pool.name], pool.in_use)
-        if pool.limit is not None:
-            pool_limit.add_metric([pool.name], pool.limit)
-        pool_waiting.add_metric([pool.name], pool.waiting)
-    scope_in_use = GaugeMetricFamily(
-        "conduit_scope_slots_in_use",
+    pools = _slot_families("pool", capacity.pools, "Attempts holding a slot of the pool")
+    scopes = _slot_families(
+        "scope",
+        capacity.scopes,
         "Attempts holding a slot of the scope (its own and its sub-scopes')",
-        labels=["scope"],
     )
-    scope_limit = GaugeMetricFamily(
-        "conduit_scope_slots_limit", "The scope's concurrency limit", labels=["scope"]
-    )
-    scope_waiting = GaugeMetricFamily(
-        "conduit_scope_waiting",
-        "Ready Work the daemon's last pass refused for the scope's limit",
-        labels=["scope"],
-    )
-    for scope in capacity.scopes:
-        scope_in_use.add_metric([scope.name], scope.in_use)
-        if scope.limit is not None:
-            scope_limit.add_metric([scope.name], scope.limit)
-        scope_waiting.add_metric([scope.name], scope.waiting)
     work = GaugeMetricFamily("conduit_work", "Work per status", labels=["status"])
     for status, count in sorted(counts.items()):
         if status != "startable":
@@ -93,10 +66,37 @@ async def stored_state_metrics(service: ApiService) -> list[Metric]:
     )
     for kind, count in sorted(by_kind.items()):
         holds.add_metric([kind], count)
-    return [
-        pool_in_use, pool_limit, pool_waiting, scope_in_use, scope_limit, scope_waiting,
-        work, ready, holds,
-    ]  # fmt: skip
+    return [*pools, *scopes, work, ready, holds]
+
+
+class _SlotRow(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def in_use(self) -> int: ...
+    @property
+    def limit(self) -> int | None: ...
+    @property
+    def waiting(self) -> int: ...
+
+
+def _slot_families(kind: str, rows: Iterable[_SlotRow], in_use_help: str) -> list[Metric]:
+    """In use, limit and waiting of each pool (or scope), as ``/v1/capacity`` reports them."""
+    in_use = GaugeMetricFamily(f"conduit_{kind}_slots_in_use", in_use_help, labels=[kind])
+    limit = GaugeMetricFamily(
+        f"conduit_{kind}_slots_limit", f"The {kind}'s concurrency limit", labels=[kind]
+    )
+    waiting = GaugeMetricFamily(
+        f"conduit_{kind}_waiting",
+        f"Ready Work the daemon's last pass refused for the {kind}'s limit",
+        labels=[kind],
+    )
+    for row in rows:
+        in_use.add_metric([row.name], row.in_use)
+        if row.limit is not None:
+            limit.add_metric([row.name], row.limit)
+        waiting.add_metric([row.name], row.waiting)
+    return [in_use, limit, waiting]
 
 
 class _Exposition:

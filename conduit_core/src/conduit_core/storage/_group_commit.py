@@ -31,10 +31,22 @@ T = TypeVar("T")
 class Operation(Generic[T]):
     """One caller's write, its outcome, and the event that wakes the caller."""
 
-    __slots__ = ("error", "finished", "fn", "order", "result", "shared", "taken", "wakeup")
+    __slots__ = (
+        "error", "finished", "fn", "order", "result", "savepoint", "shared", "taken", "wakeup",
+    )  # fmt: skip
 
-    def __init__(self, fn: Callable[[Any], T], *, shared: bool = False, order: str = "") -> None:
+    def __init__(
+        self,
+        fn: Callable[[Any], T],
+        *,
+        shared: bool = False,
+        order: str = "",
+        savepoint: bool = True,
+    ) -> None:
         self.fn = fn
+        #: Whether a refusal may come after a write, so the operation needs its own savepoint
+        #: in a shared batch (false: it writes nothing before every check has passed).
+        self.savepoint = savepoint
         #: Safe to run beside other writers (it row-locks what it needs); see the backend.
         self.shared = shared
         #: Row-locked operations of a batch run sorted by this (the row they lock first), so
@@ -65,8 +77,15 @@ class GroupCommit:
         self._queue: deque[Operation[Any]] = deque()
         self._running = 0
 
-    async def submit(self, fn: Callable[[Any], T], *, shared: bool = False, order: str = "") -> T:
-        op: Operation[T] = Operation(fn, shared=shared, order=order)
+    async def submit(
+        self,
+        fn: Callable[[Any], T],
+        *,
+        shared: bool = False,
+        order: str = "",
+        savepoint: bool = True,
+    ) -> T:
+        op: Operation[T] = Operation(fn, shared=shared, order=order, savepoint=savepoint)
         submitted = time.perf_counter()
         self._queue.append(op)
         try:

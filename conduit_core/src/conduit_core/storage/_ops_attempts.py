@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import msgspec
 
@@ -40,6 +41,7 @@ from conduit_core.storage._sql import (
     Cx,
     changed_work,
     close_open_segment,
+    execution_params,
     first,
     first_segment,
     lease_of,
@@ -48,6 +50,7 @@ from conduit_core.storage._sql import (
     put_lease,
     save_execution,
     save_work,
+    touch_execution,
     with_new_segment,
 )
 
@@ -63,7 +66,7 @@ def find_lease(cx: Cx, execution_id: str) -> tuple[Lease, bool] | None:
 # lease row locks them in this order (the attempt row is the attempt's mutex), and a statement
 # that waited for them reads their newest versions, so a fence is checked on current rows.
 _FENCE_SQL = (
-    f"SELECT {', '.join('l.' + c for c in LEASE_COLUMNS.split(', '))}, e.data "
+    f"SELECT {', '.join('l.' + c for c in LEASE_COLUMNS.split(', '))}, e.data, e.rev "
     "FROM conduit_execution e JOIN conduit_lease l ON l.execution_id = e.id "
     "WHERE e.id = ? FOR UPDATE"
 )
@@ -81,6 +84,14 @@ def fenced_lease(
 
     The lease and the attempt are read and locked in one statement (one round trip).
     """
+    ex, stored, _ = fenced_revision(cx, lease, now_ms, check_expiry=check_expiry)
+    return ex, stored
+
+
+def fenced_revision(
+    cx: Cx, lease: Lease, now_ms: int, *, check_expiry: bool = True
+) -> tuple[Execution, Lease, int]:
+    """``fenced_lease`` and the attempt row's revision as read (``rev``, schema V4)."""
     where = f"attempt {lease.execution_id} epoch {lease.epoch}"
     row = first(cx, _FENCE_SQL, (lease.execution_id,))
     if row is None:
@@ -99,7 +110,7 @@ def fenced_lease(
         raise LeaseLostError(f"{where}: the attempt is {ex.status}")
     if ex.epoch != lease.epoch:
         raise LeaseLostError(f"{where}: the attempt is at epoch {ex.epoch}")
-    return ex, stored
+    return ex, stored, int(row[9])
 
 
 def renew_lease(cx: Cx, lease: Lease, now_ms: int) -> Lease:
@@ -168,6 +179,7 @@ def renew_leases(cx: Cx, leases: Sequence[Lease], now_ms: int) -> list[Lease]:
 
 def release_lease(cx: Cx, lease: Lease, now_ms: int) -> None:
     fenced(cx, lease, now_ms, check_expiry=False)
+    touch_execution(cx, lease.execution_id)
     # A released lease reads as expired, so recovery finds it through the expiry index.
     cx.run(
         "UPDATE conduit_lease SET released = 1, "
@@ -188,6 +200,11 @@ def release_leases_of(cx: Cx, owner: str, now_ms: int) -> int:
     )
     if not rows:
         return 0
+    cx.run(
+        "UPDATE conduit_execution SET rev = rev + 1 WHERE id IN "
+        "(SELECT execution_id FROM conduit_lease WHERE owner = ? AND released = 0)",
+        (owner,),
+    )
     # Released the way release_lease releases one: the owner's later writes are refused and
     # recovery finds the attempts through the expiry index at once.
     cx.run(
@@ -225,6 +242,7 @@ def claim_recovery(cx: Cx, execution_id: str, owner: str, now_ms: int, lease_ms:
         # token alone fences whoever tried before.
         lease = new_lease(ex, owner, now_ms, lease_ms)
         put_lease(cx, lease)
+        touch_execution(cx, ex.id)
         return Claim(execution=ex, lease=lease, work=load_work(cx, ex.work_id))
     epoch = ex.epoch + 1
     previous = ex.segments[-1] if ex.segments else None
@@ -302,13 +320,59 @@ def _kept_identity(before: Execution, after: Execution) -> Execution:
     )
 
 
-def update_attempt(cx: Cx, lease: Lease, change: ExecutionChange, now_ms: int) -> Execution:
-    before = fenced(cx, lease, now_ms)
+class Known(NamedTuple):
+    """An attempt row as its lease holder last read or wrote it: while the row is still at
+    ``rev`` its document is ``execution`` (every write of the row bumps ``rev``, and so does
+    every lease write but a renewal)."""
+
+    token: str
+    rev: int
+    execution: Execution
+
+
+# The fence of ``fenced`` as one statement's WHERE, over the attempt row at a known revision.
+_KNOWN_UPDATE_SQL = (
+    "UPDATE conduit_execution SET status = ?, live = ?, holds_slot = ?, data = ?, rev = rev + 1 "
+    "WHERE id = ? AND rev = ? AND epoch = ? AND live = 1 AND EXISTS (SELECT 1 FROM conduit_lease "
+    "l WHERE l.execution_id = ? AND l.epoch = ? AND l.token = ? AND l.released = 0 "
+    "AND l.expires_at_ms > ?)"
+)
+
+
+def update_attempt(
+    cx: Cx, lease: Lease, change: ExecutionChange, now_ms: int, known: Known | None = None
+) -> Known:
+    """Apply ``change`` to the attempt ``lease`` holds; the attempt as written, and its revision.
+
+    With ``known`` (what this holder last saw) the write is one statement: the row is updated
+    only while it is still at that revision, live at the lease's epoch, and the lease is this
+    one, unreleased and unexpired: the checks ``fenced`` makes, made by the database on the
+    current row (PostgreSQL rechecks a row another transaction updated meanwhile against the
+    whole WHERE before writing it; a lease write bumps ``rev`` too, so a concurrently changed
+    lease fails the recheck on the attempt row). Any other outcome falls back to the locked
+    read-modify-write, which raises the precise ``LeaseLostError``. Either way nothing is
+    written before every check passed, so the operation needs no savepoint of its own.
+    """
+    if known is not None and known.token == lease.token and known.execution.epoch == lease.epoch:
+        after = _kept_identity(known.execution, change(known.execution))
+        _check_live(after)
+        p = execution_params(after)
+        if cx.run(
+            _KNOWN_UPDATE_SQL,
+            (p[4], p[5], p[6], p[9], after.id, known.rev, lease.epoch,
+             after.id, lease.epoch, lease.token, now_ms),
+        ) == 1:  # fmt: skip
+            return Known(lease.token, known.rev + 1, after)
+    before, _, rev = fenced_revision(cx, lease, now_ms)
     after = _kept_identity(before, change(before))
+    _check_live(after)
+    save_execution(cx, after)
+    return Known(lease.token, rev + 1, after)
+
+
+def _check_live(after: Execution) -> None:
     if not after.status.live:
         raise ValueError(f"update_attempt cannot end an attempt ({after.status}); use finish")
-    save_execution(cx, after)
-    return after
 
 
 def finish_attempt(
@@ -325,12 +389,42 @@ def finish_attempt(
     return settle_attempt(cx, lease, lambda ex, work: settlement, now_ms)
 
 
+# ``_KNOWN_UPDATE_SQL``'s fence as a locking read of the attempt, its lease and its Work, in
+# that order (the order every writer locks them in): the Work's document, if the attempt row is
+# still at the known revision. A row updated meanwhile is rechecked against the whole WHERE.
+_KNOWN_SETTLE_SQL = (
+    "SELECT w.data FROM conduit_execution e JOIN conduit_lease l ON l.execution_id = e.id "
+    "JOIN conduit_work w ON w.id = e.work_id WHERE e.id = ? AND e.rev = ? AND e.epoch = ? "
+    "AND e.live = 1 AND l.epoch = ? AND l.token = ? AND l.released = 0 AND l.expires_at_ms > ? "
+    "FOR UPDATE"
+)
+
+
 def settle_attempt(
-    cx: Cx, lease: Lease, decide: Decision, now_ms: int, consumed: Sequence[str] = ()
+    cx: Cx,
+    lease: Lease,
+    decide: Decision,
+    now_ms: int,
+    consumed: Sequence[str] = (),
+    known: Known | None = None,
 ) -> Execution:
-    ex = fenced(cx, lease, now_ms)
-    # Locked before the consumed inputs are dropped: they change this Work's pending count.
-    work = load_work(cx, ex.work_id, lock=True)
+    """End the attempt ``lease`` holds as ``decide`` says. With ``known`` (what the holder
+    last wrote) the attempt's document is not re-read: one statement fences and locks the
+    attempt at that revision, its lease and its Work."""
+    fast = None
+    if known is not None and known.token == lease.token and known.execution.epoch == lease.epoch:
+        fast = first(
+            cx,
+            _KNOWN_SETTLE_SQL,
+            (lease.execution_id, known.rev, lease.epoch, lease.epoch, lease.token, now_ms),
+        )
+    if fast is not None:
+        assert known is not None
+        ex, work = known.execution, Codec.work.decode(fast[0])
+    else:
+        ex = fenced(cx, lease, now_ms)
+        # Locked before the consumed inputs are dropped: they change this Work's pending count.
+        work = load_work(cx, ex.work_id, lock=True)
     if consumed:
         settle_consumed(cx, ex.id, consumed, now_ms)
         work = load_work(cx, ex.work_id)

@@ -51,6 +51,7 @@ from conduit_core.storage._ops_work import (
     ineligibility,
     lock_work_rows,
     ready_work,
+    work_rows,
 )
 from conduit_core.storage._sql import Cx, dump, find_work, load_work, save_work
 from conduit_core.validation import saturating_add
@@ -229,19 +230,21 @@ def admission_candidates(
     """
     slots = Slots(cx, capacity, lock=False) if capacity is not None else None
     if work_ids is None:
-        works: list[Work | None] = list(ready_work(cx, limit, None))
-        ids = [w.id for w in works if w is not None]
+        ids = [w.id for w in ready_work(cx, limit, None)]
     else:
-        ids = list(work_ids)
-        works = [find_work(cx, i) for i in ids]
+        ids = list(dict.fromkeys(work_ids))
+    rows = work_rows(cx, ids)  # the Work with its hold and slot flags, in one statement
     out: list[Candidate] = []
-    for work_id, work in zip(ids, works, strict=True):
-        if work is None:
+    for work_id in ids:
+        if work_id not in rows:
             continue
+        work, held, holds_slot = rows[work_id]
         snapshot = snapshot_for(work)
         if snapshot is None:
             continue
-        refused = claim_refusal(cx, work, work_id, snapshot.pool, slots)
+        refused = claim_refusal(
+            cx, work, work_id, snapshot.pool, slots, rows_checked=not (held or holds_slot)
+        )
         if refused is None and slots is not None:
             slots.take(snapshot.pool, work.scope)
         out.append((work, snapshot, refused))
@@ -332,10 +335,12 @@ def _admit_one(
             message=f"start gate {request.holder!r} holds work {work_id!r}: {request.reason}",
         )
     if gated and not work.gated:
-        # The gates let it start: a budget hold below never asks them again.
+        # The gates let it start: a budget hold below never asks them again (written with the
+        # hold below, or with the claim).
         work = msgspec.structs.replace(work, gated=True)
-        save_work(cx, work)
     if not work.budget_pass and (over := _over_budget(cx, policy, work, now_ms)) is not None:
+        if gated:
+            save_work(cx, work)
         spec, used = over
         reason = (
             f"budget {spec.budget!r}: {used:g} of {spec.max:g} {spec.unit} used "

@@ -421,6 +421,16 @@ def claim_attempts(
     ]
 
 
+def work_rows(
+    cx: Cx, work_ids: Sequence[str], *, lock: bool = False, skip_locked: bool = False
+) -> dict[str, tuple[Work, bool, bool]]:
+    """Each Work with whether it is held and whether an attempt of it holds its slot, in one
+    statement; ``lock``: see ``lock_work_rows``."""
+    if lock:
+        return lock_work_rows(cx, work_ids, skip_locked=skip_locked)
+    return _work_rows(cx, work_ids, "")
+
+
 def lock_work_rows(
     cx: Cx, work_ids: Sequence[str], *, skip_locked: bool = False
 ) -> dict[str, tuple[Work, bool, bool]]:
@@ -430,6 +440,10 @@ def lock_work_rows(
     ``skip_locked``: leave out rows another claim holds. (The two flags come from the
     statement's snapshot; a row is never waited for with ``skip_locked``, and a claim that
     committed first would show in the locked row itself: not ready any more.)"""
+    return _work_rows(cx, work_ids, " FOR UPDATE OF w" + (" SKIP LOCKED" if skip_locked else ""))
+
+
+def _work_rows(cx: Cx, work_ids: Sequence[str], lock: str) -> dict[str, tuple[Work, bool, bool]]:
     ids = sorted(set(work_ids))
     if not ids:
         return {}
@@ -439,9 +453,9 @@ def lock_work_rows(
         "EXISTS (SELECT 1 FROM conduit_hold h WHERE h.work_id = w.id), "
         # Not only a live attempt: one ended with its stop unconfirmed blocks it too (6a).
         "EXISTS (SELECT 1 FROM conduit_execution e WHERE e.work_id = w.id AND e.holds_slot = 1) "
-        f"FROM conduit_work w WHERE w.id IN ({marks}) ORDER BY w.id FOR UPDATE OF w"
+        f"FROM conduit_work w WHERE w.id IN ({marks}) ORDER BY w.id"
     )
-    rows = cx.rows(sql + (" SKIP LOCKED" if skip_locked else ""), (*ids,))
+    rows = cx.rows(sql + lock, (*ids,))
     locked = [(Codec.work.decode(data), bool(held), bool(live)) for data, held, live in rows]
     return {entry[0].id: entry for entry in locked}
 

@@ -76,8 +76,13 @@ _V3 = (
         id TEXT PRIMARY KEY, work_id TEXT NOT NULL, data TEXT NOT NULL)""",
 )
 
+# The attempt row's revision: bumped by every write of the row and by every lease write except a
+# renewal, so a writer that knows the revision it last saw can write in one fenced statement
+# (see ``_ops_attempts.update_attempt``: the known-revision fast path).
+_V4 = ("ALTER TABLE conduit_execution ADD COLUMN rev BIGINT NOT NULL DEFAULT 0",)
+
 #: Ordered forward migrations; ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 #: Every table a conduit store owns (the meta table is created before any migration).

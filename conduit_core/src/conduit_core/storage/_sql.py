@@ -216,10 +216,16 @@ def insert_execution(cx: Cx, ex: Execution) -> None:
 def save_execution(cx: Cx, ex: Execution) -> None:
     p = execution_params(ex)
     cx.run(
-        "UPDATE conduit_execution SET epoch = ?, status = ?, live = ?, holds_slot = ?, data = ? "
-        "WHERE id = ?",
+        "UPDATE conduit_execution SET epoch = ?, status = ?, live = ?, holds_slot = ?, data = ?, "
+        "rev = rev + 1 WHERE id = ?",
         (p[3], p[4], p[5], p[6], p[9], ex.id),
     )
+
+
+def touch_execution(cx: Cx, execution_id: str) -> None:
+    """Bump the attempt's revision: its lease changed (released, re-tokened) but not its row, and
+    a writer holding an older revision must no longer take the one-statement fast path."""
+    cx.run("UPDATE conduit_execution SET rev = rev + 1 WHERE id = ?", (execution_id,))
 
 
 def find_execution(cx: Cx, execution_id: str, *, lock: bool = False) -> Execution | None:

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
+from conduit_core.errors import LeaseLostError
 from conduit_core.model import (
     AttemptSnapshot,
     BudgetLedger,
@@ -51,6 +52,8 @@ from conduit_core.storage._group_commit import GroupCommit, Operation
 from conduit_core.storage._sql import Cx, load_execution, load_work
 
 T = TypeVar("T")
+#: Remembered attempts (``SqlStore._known``) beyond this are forgotten at once (all of them).
+_KNOWN_MAX = 20_000
 
 
 class SqlStore(Store):
@@ -61,6 +64,8 @@ class SqlStore(Store):
         self._limiter = anyio.CapacityLimiter(threads)
         # Concurrent writes share a transaction (and a disk sync): see _group_commit. Fewer
         # batches in flight make each one larger; serializable batches in parallel conflict.
+        #: Per live attempt of this process, its row as last written (``update_attempt``).
+        self._known: dict[str, att.Known] = {}
         self._group = GroupCommit(
             self._run_batch, limiter=self._limiter, max_parallel=parallel_batches
         )
@@ -80,7 +85,10 @@ class SqlStore(Store):
             else ""
         )
         return await self._group.submit(
-            partial(_bind, fn, args), shared=fn in ROW_LOCKED, order=order
+            partial(_bind, fn, args),
+            shared=fn in ROW_LOCKED,
+            order=order,
+            savepoint=fn not in FAILS_CLEAN,
         )
 
     def _run_batch(self, ops: list[Operation[Any]]) -> None:
@@ -106,15 +114,18 @@ class SqlStore(Store):
         def body(cx: Cx) -> None:
             for op in ordered:
                 op.result = op.error = None
-                cx.run("SAVEPOINT conduit_op")
+                if op.savepoint:
+                    cx.run("SAVEPOINT conduit_op")
                 try:
                     op.result = op.fn(cx)
                 except Exception as exc:
                     if is_driver_error(exc):
                         raise  # the transaction's, not the operation's: retry or fail the batch
-                    cx.run("ROLLBACK TO SAVEPOINT conduit_op")
+                    if op.savepoint:
+                        cx.run("ROLLBACK TO SAVEPOINT conduit_op")
                     op.error = exc
-                cx.run("RELEASE SAVEPOINT conduit_op")
+                if op.savepoint:
+                    cx.run("RELEASE SAVEPOINT conduit_op")
 
         self.transaction(body, write=True, shared=shared)
 
@@ -185,9 +196,9 @@ class SqlStore(Store):
         lease_ms: int,
         capacity: CapacityLimits | None = None,
     ) -> list[Claim | ClaimRefusal]:
-        return await self._write(
+        return self._remember_claims(await self._write(
             ops.claim_attempts, list(requests), owner, now_ms, lease_ms, capacity
-        )
+        ))
 
     async def claim_ready(
         self,
@@ -199,9 +210,9 @@ class SqlStore(Store):
         lease_ms: int,
         capacity: CapacityLimits | None = None,
     ) -> list[Claim | ClaimRefusal]:
-        return await self._write(
+        return self._remember_claims(await self._write(
             ops.claim_ready, limit, snapshot_for, owner, now_ms, lease_ms, capacity
-        )
+        ))
 
     # --- Leases and recovery -----------------------------------------------------------------
 
@@ -249,7 +260,28 @@ class SqlStore(Store):
     async def update_attempt(
         self, lease: Lease, change: ExecutionChange, *, now_ms: int
     ) -> Execution:
-        return await self._write(att.update_attempt, lease, change, now_ms)
+        known = self._known.get(lease.execution_id)
+        try:
+            written = await self._write(att.update_attempt, lease, change, now_ms, known)
+        except LeaseLostError:
+            self._known.pop(lease.execution_id, None)
+            raise
+        self._remember(written)
+        return written.execution
+
+    def _remember(self, known: att.Known) -> None:
+        """Keep what a lease holder last wrote, for its next fenced write's fast path. Only
+        committed writes are remembered; a stale entry merely misses the fast path."""
+        if len(self._known) >= _KNOWN_MAX:
+            self._known.clear()
+        self._known[known.execution.id] = known
+
+    def _remember_claims(self, claims: list[Claim | ClaimRefusal]) -> list[Claim | ClaimRefusal]:
+        """A new attempt's row was inserted at revision 0 with exactly the claimed document."""
+        for claim in claims:
+            if isinstance(claim, Claim):
+                self._remember(att.Known(claim.lease.token, 0, claim.execution))
+        return claims
 
     async def finish_attempt(
         self,
@@ -262,6 +294,7 @@ class SqlStore(Store):
         wait: Wait | None = None,
         publish: Sequence[Event] = (),
     ) -> Execution:
+        self._known.pop(lease.execution_id, None)  # the attempt ends: nothing more to write
         return await self._write(
             att.finish_attempt, lease, end, now_ms, work, list(arm), wait, list(publish)
         )
@@ -269,7 +302,10 @@ class SqlStore(Store):
     async def settle_attempt(
         self, lease: Lease, decide: Decision, *, now_ms: int, consumed: Sequence[str] = ()
     ) -> Execution:
-        return await self._write(att.settle_attempt, lease, decide, now_ms, list(consumed))
+        known = self._known.pop(lease.execution_id, None)  # the attempt ends here
+        return await self._write(
+            att.settle_attempt, lease, decide, now_ms, list(consumed), known
+        )
 
     async def get_execution(self, execution_id: str) -> Execution:
         return await self._read_one(load_execution, execution_id)
@@ -287,6 +323,7 @@ class SqlStore(Store):
         return await self._read_one(att.unconfirmed_exclusions)
 
     async def hold_recovery(self, lease: Lease, hold: RecoveryHold, *, now_ms: int) -> Execution:
+        self._known.pop(lease.execution_id, None)
         return await self._write(att.hold_recovery, lease, hold, now_ms)
 
     async def held_recoveries(self) -> list[Execution]:
@@ -473,10 +510,10 @@ class SqlStore(Store):
         budgets: BudgetPolicy,
         gates_registered: bool,
     ) -> list[Claim | ClaimRefusal]:
-        return await self._write(
+        return self._remember_claims(await self._write(
             _budgets.admit_attempts, list(requests), owner, now_ms, lease_ms, capacity, budgets,
             gates_registered,
-        )  # fmt: skip
+        ))  # fmt: skip
 
     async def settle_budgets(self, budgets: BudgetPolicy, *, now_ms: int) -> int:
         return await self._write(_budgets.charge_pending, budgets, now_ms)
@@ -524,6 +561,13 @@ ROW_LOCKED: frozenset[Callable[..., Any]] = frozenset(
         _budgets.admit_attempts,
         _budgets.charge_pending,
     }
+)
+
+
+#: Operations that raise only before their first write (every check, then the writes), so in a
+#: batch they need no savepoint: a refusal leaves nothing of theirs to roll back.
+FAILS_CLEAN: frozenset[Callable[..., Any]] = frozenset(
+    {att.update_attempt, att.renew_lease, att.renew_leases}
 )
 
 

@@ -1,0 +1,188 @@
+"""The one-statement fenced writes: a lease holder writes from the attempt row it last saw.
+
+``SqlStore`` remembers, per attempt it holds, the row it last wrote (``Known``: lease token,
+revision, document) and writes the next change in one statement guarded by that revision. These
+cases pin the guard: a copy gone stale (another handle wrote the row, recovered it, or released
+its lease) never overwrites the newer row; the write falls back to the locked read and either
+applies the change to the current row or refuses with ``LeaseLostError``. The PostgreSQL case
+races for real: a lease release commits while the fast write waits for the row lock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import msgspec
+import pytest
+
+from conduit_core.errors import LeaseLostError
+from conduit_core.model import Execution, ExecutionStatus, WorkKind
+from conduit_core.storage import AttemptEnd, ClaimRequest, Store, open_store
+from conduit_core.storage import _ops_attempts as att
+from conduit_core.storage.conformance import LEASE_MS, T0, make_input, make_work, snapshot
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def two(store_url: str) -> AsyncIterator[tuple[Store, Store]]:
+    """Two handles on one store, as two daemons have."""
+    a = await open_store(store_url)
+    b = await open_store(store_url)
+    try:
+        yield a, b
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+def _set(field: str, value: dict[str, Any]) -> Callable[[Execution], Execution]:
+    return lambda ex: msgspec.structs.replace(ex, **{field: value})
+
+
+async def _claimed(store: Store, work_id: str = "w") -> Any:
+    await store.create_work(make_work(work_id, kind=WorkKind.TASK), first_input=make_input("1"))
+    return await store.claim_attempt(
+        ClaimRequest(work_id=work_id, snapshot=snapshot()), owner="a", now_ms=T0,
+        lease_ms=LEASE_MS,
+    )  # fmt: skip
+
+
+async def test_a_stale_copy_never_overwrites_a_newer_row(two: tuple[Store, Store]) -> None:
+    a, b = two
+    claim = await _claimed(a)
+    await a.update_attempt(claim.lease, _set("launch_intent", {"by": "a"}), now_ms=T0 + 1)
+    # Another handle writes the same attempt (same lease): a's remembered row is now stale.
+    await b.update_attempt(claim.lease, _set("recovery", {"by": "b"}), now_ms=T0 + 2)
+    written = await a.update_attempt(
+        claim.lease, _set("launch_intent", {"by": "a", "again": True}), now_ms=T0 + 3
+    )
+    stored = await a.get_execution(claim.execution.id)
+    assert stored.recovery == {"by": "b"}, "a's stale copy overwrote b's write"
+    assert stored.launch_intent == {"by": "a", "again": True}
+    assert written == stored
+    # And the settlement from the stale copy keeps b's write too.
+    await b.update_attempt(claim.lease, _set("recovery", {"by": "b", "n": 2}), now_ms=T0 + 4)
+    end = AttemptEnd(status=ExecutionStatus.COMPLETED, exclusion_confirmed=True)
+    settled = await a.finish_attempt(claim.lease, end, now_ms=T0 + 5, work=lambda w: w)
+    assert settled.recovery == {"by": "b", "n": 2}
+    assert (await a.get_execution(claim.execution.id)).status is ExecutionStatus.COMPLETED
+
+
+async def test_a_recovered_attempt_refuses_its_old_holder(two: tuple[Store, Store]) -> None:
+    a, b = two
+    claim = await _claimed(a)
+    await a.update_attempt(claim.lease, _set("launch_intent", {"by": "a"}), now_ms=T0 + 1)
+    recovered = await b.claim_recovery(
+        claim.execution.id, owner="b", now_ms=T0 + LEASE_MS + 1, lease_ms=LEASE_MS
+    )
+    assert recovered.execution.epoch == 2
+    # a's clock lags: by its own now the old lease has not expired, the row has moved on.
+    with pytest.raises(LeaseLostError):
+        await a.update_attempt(claim.lease, _set("recovery", {"by": "a"}), now_ms=T0 + 2)
+    end_a = AttemptEnd(status=ExecutionStatus.FAILED, exclusion_confirmed=True)
+    with pytest.raises(LeaseLostError):
+        await a.finish_attempt(claim.lease, end_a, now_ms=T0 + 3, work=lambda w: w)
+    stored = await b.get_execution(claim.execution.id)
+    assert stored.epoch == 2
+    assert stored.recovery is None
+    assert stored.status.live
+    # The new holder's own writes go through, from the row it claimed.
+    await b.update_attempt(recovered.lease, _set("recovery", {"by": "b"}), now_ms=T0 + 4)
+    assert (await a.get_execution(claim.execution.id)).recovery == {"by": "b"}
+
+
+async def test_a_released_lease_refuses_its_holder(two: tuple[Store, Store]) -> None:
+    a, b = two
+    claim = await _claimed(a)
+    await a.update_attempt(claim.lease, _set("launch_intent", {"by": "a"}), now_ms=T0 + 1)
+    await b.release_lease(claim.lease, now_ms=T0 + 2)
+    with pytest.raises(LeaseLostError):
+        await a.update_attempt(claim.lease, _set("recovery", {"by": "a"}), now_ms=T0 + 3)
+    assert (await a.get_execution(claim.execution.id)).recovery is None
+
+
+# --- PostgreSQL: the release commits while the fast write waits for the attempt row ---------
+
+
+def _release_in_open_transaction(url: str, lease: Any, *, touch: bool) -> Iterator[None]:
+    """Release ``lease`` in a transaction of its own connection and hold it open (yield)."""
+    import psycopg
+
+    from conduit_core.storage._postgres import _PgCx
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.cursor()
+        cur.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        cx = _PgCx(cur)
+        if touch:
+            att.release_lease(cx, lease, T0 + 2)
+        else:  # the release without its revision bump: the negative control
+            att.fenced(cx, lease, T0 + 2, check_expiry=False)
+            cx.run(
+                "UPDATE conduit_lease SET released = 1 WHERE execution_id = ?",
+                (lease.execution_id,),
+            )
+        yield
+        cur.execute("COMMIT")
+
+
+def _waiting_for_a_lock(url: str) -> bool:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchone()
+    return bool(row and row[0])
+
+
+async def _race(url: str, *, touch: bool) -> BaseException | Execution:
+    store = await open_store(url)
+    try:
+        claim = await _claimed(store)
+        await store.update_attempt(claim.lease, _set("launch_intent", {"n": 1}), now_ms=T0 + 1)
+        release = _release_in_open_transaction(url, claim.lease, touch=touch)
+        await anyio.to_thread.run_sync(next, release)  # released, not yet committed
+        outcome: list[BaseException | Execution] = []
+
+        async def write() -> None:
+            try:
+                outcome.append(
+                    await store.update_attempt(
+                        claim.lease, _set("recovery", {"late": True}), now_ms=T0 + 3
+                    )
+                )
+            except LeaseLostError as exc:
+                outcome.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write)
+            deadline = time.monotonic() + 20
+            while not await anyio.to_thread.run_sync(_waiting_for_a_lock, url):
+                assert time.monotonic() < deadline, "the fast write never waited for the row"
+                assert not outcome, f"the write did not wait for the release: {outcome}"
+                await anyio.sleep(0.01)
+            await anyio.to_thread.run_sync(next, release, None)  # commit the release
+        return outcome[0]
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+async def test_postgres_a_release_racing_a_fast_write_refuses_it(store_url: str) -> None:
+    outcome = await _race(store_url, touch=True)
+    assert isinstance(outcome, LeaseLostError), f"written after its lease was released: {outcome}"
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+async def test_postgres_negative_control_without_the_revision_bump(store_url: str) -> None:
+    """The detector sees the anomaly it guards against: a release that does not bump the
+    attempt's revision lets the waiting one-statement write through after the release."""
+    outcome = await _race(store_url, touch=False)
+    assert isinstance(outcome, Execution), f"the control did not reproduce the race: {outcome}"

@@ -43,6 +43,7 @@ from conduit_core.storage._contract import (
 )
 from conduit_core.storage._ops_misc import delete_hold, get_ledger, list_holds, put_hold
 from conduit_core.storage._ops_work import (
+    ClaimWrites,
     Slots,
     accept_event,
     cancel_work,
@@ -268,18 +269,22 @@ def admit_attempts(
     """
     charge_pending(cx, policy, now_ms)
     locked = lock_work_rows(cx, [r.work_id for r in requests], skip_locked=True)
-    slots = Slots(cx, capacity) if capacity is not None else None
+    writes = ClaimWrites(cx)  # the claims' rows, written together at the end
+    writes.prefetch(sorted(locked))
+    slots = Slots(cx, capacity, before_count=writes.flush) if capacity is not None else None
     if slots is not None:  # every limit this batch may need, locked at once in one order
         slots.prepare(
             (r.snapshot.pool, locked[r.work_id][0].scope) for r in requests if r.work_id in locked
         )
-    return [
+    claims = [
         _admit_one(cx, r, locked[r.work_id], owner, now_ms, lease_ms, slots, policy,
-                   gates_registered)
+                   gates_registered, writes)
         if r.work_id in locked
         else _claimed_elsewhere(cx, r.work_id)
         for r in requests
     ]  # fmt: skip
+    writes.flush()
+    return claims
 
 
 def _claimed_elsewhere(cx: Cx, work_id: str) -> ClaimRefusal:
@@ -302,9 +307,10 @@ def _admit_one(
     slots: Slots | None,
     policy: BudgetPolicy,
     gates_registered: bool,
+    writes: ClaimWrites,
 ) -> Claim | ClaimRefusal:
     """``locked``: the Work (its row locked), whether it is held, whether an attempt of it holds
-    its slot (live, or ended with its stop unconfirmed)."""
+    its slot (live, or ended with its stop unconfirmed). ``writes``: the batch's claim writes."""
     work, held, live = locked
     work_id = work.id
     reason = ineligibility(work) or (
@@ -371,6 +377,7 @@ def _admit_one(
         lease_ms,
         slots,
         rows_checked=True,  # _precheck above; since then at most the Work row was saved
+        writes=writes,
     )
     if isinstance(claim, Claim):
         for unit in ("turns", "attempts"):

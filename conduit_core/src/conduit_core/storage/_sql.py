@@ -146,12 +146,18 @@ def insert_work(cx: Cx, work: Work) -> None:
     )
 
 
+SAVE_WORK_SQL = (
+    "UPDATE conduit_work SET status = ?, scope = ?, claimable = ?, ready_since = ?, data = ? "
+    "WHERE id = ?"
+)
+
+
+def save_work_params(work: Work) -> tuple[Any, ...]:
+    return (*work_params(work)[1:], work.id)
+
+
 def save_work(cx: Cx, work: Work) -> None:
-    cx.run(
-        "UPDATE conduit_work SET status = ?, scope = ?, claimable = ?, ready_since = ?, data = ? "
-        "WHERE id = ?",
-        (*work_params(work)[1:], work.id),
-    )
+    cx.run(SAVE_WORK_SQL, save_work_params(work))
 
 
 def find_work(cx: Cx, work_id: str, *, lock: bool = False) -> Work | None:
@@ -204,13 +210,16 @@ def execution_params(ex: Execution) -> tuple[Any, ...]:
     )
 
 
+#: A new attempt row, at revision 0 (the column's default).
+INSERT_EXECUTION_SQL = (
+    "INSERT INTO conduit_execution "
+    "(id, work_id, attempt, epoch, status, live, holds_slot, pool, scope, data) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
 def insert_execution(cx: Cx, ex: Execution) -> None:
-    cx.run(
-        "INSERT INTO conduit_execution "
-        "(id, work_id, attempt, epoch, status, live, holds_slot, pool, scope, data) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        execution_params(ex),
-    )
+    cx.run(INSERT_EXECUTION_SQL, execution_params(ex))
 
 
 def save_execution(cx: Cx, ex: Execution) -> None:
@@ -242,24 +251,30 @@ def load_execution(cx: Cx, execution_id: str, *, lock: bool = False) -> Executio
     return ex
 
 
-def put_lease(cx: Cx, lease: Lease) -> None:
-    cx.run(
-        "INSERT INTO conduit_lease "
-        "(execution_id, work_id, epoch, owner, token, expires_at_ms, duration_ms, released) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, 0) ON CONFLICT (execution_id) DO UPDATE SET "
-        "epoch = excluded.epoch, owner = excluded.owner, token = excluded.token, "
-        "expires_at_ms = excluded.expires_at_ms, duration_ms = excluded.duration_ms, "
-        "released = 0",
-        (
-            lease.execution_id,
-            lease.work_id,
-            lease.epoch,
-            lease.owner,
-            lease.token,
-            lease.expires_at_ms,
-            lease.duration_ms,
-        ),
+PUT_LEASE_SQL = (
+    "INSERT INTO conduit_lease "
+    "(execution_id, work_id, epoch, owner, token, expires_at_ms, duration_ms, released) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, 0) ON CONFLICT (execution_id) DO UPDATE SET "
+    "epoch = excluded.epoch, owner = excluded.owner, token = excluded.token, "
+    "expires_at_ms = excluded.expires_at_ms, duration_ms = excluded.duration_ms, "
+    "released = 0"
+)
+
+
+def lease_params(lease: Lease) -> tuple[Any, ...]:
+    return (
+        lease.execution_id,
+        lease.work_id,
+        lease.epoch,
+        lease.owner,
+        lease.token,
+        lease.expires_at_ms,
+        lease.duration_ms,
     )
+
+
+def put_lease(cx: Cx, lease: Lease) -> None:
+    cx.run(PUT_LEASE_SQL, lease_params(lease))
 
 
 LEASE_COLUMNS = "execution_id, work_id, epoch, owner, token, expires_at_ms, duration_ms, released"

@@ -36,15 +36,15 @@ from conduit_core.runtime._counting import count_end
 from conduit_core.runtime._holder import HeldLease
 from conduit_core.runtime._options import SchedulerOptions
 from conduit_core.runtime._policy import Transition
-from conduit_core.storage import Claim, Store
+from conduit_core.storage import Claim, RecoveryRefusal, Store
 from conduit_core.telemetry import METRICS
 
 __all__ = ["Recovery", "may_relaunch"]
 
 log = logging.getLogger("conduit.runtime")
 
-#: Recovery claims in flight at once (each a store write; concurrent ones share transactions).
-CLAIMS_IN_FLIGHT = 128
+#: Recovery claims per store write (``Store.claim_recoveries``, one transaction each).
+CLAIMS_PER_WRITE = 1000
 
 
 def may_relaunch(execution: Execution) -> bool:
@@ -112,32 +112,24 @@ class Recovery:
         return await self._claim([ex.id for ex in held], self.clock.now_ms(), "held recovery")
 
     async def _claim(self, execution_ids: list[str], now: int, what: str) -> list[Claim]:
-        # Concurrent claims share store transactions (group commit): a restart that adopts a
-        # thousand attempts pays a few commits, not a thousand.
+        # Set-based: one store write claims a whole chunk (a few statements, not a few per
+        # attempt), so a restart that adopts a thousand attempts pays one transaction.
         claims: list[Claim] = []
-        limiter = anyio.CapacityLimiter(CLAIMS_IN_FLIGHT)
-
-        async def claim(execution_id: str) -> None:
-            async with limiter:
-                try:
-                    claims.append(
-                        await self.store.claim_recovery(
-                            execution_id,
-                            owner=self.options.owner,
-                            # The claim's own instant: its lease counts from the claim, not
-                            # from the read that found it (a batch's last claim is later).
-                            now_ms=max(now, self.clock.now_ms()),
-                            lease_ms=self.options.lease_ms,
-                        )
-                    )
-                except ConduitError as exc:
-                    log.info("%s of %s not claimed: %s", what, execution_id, exc)
-
-        async with anyio.create_task_group() as tg:
-            for execution_id in execution_ids:
-                tg.start_soon(claim, execution_id)
-        order = {execution_id: n for n, execution_id in enumerate(execution_ids)}
-        return sorted(claims, key=lambda c: order[c.execution.id])
+        for start in range(0, len(execution_ids), CLAIMS_PER_WRITE):
+            results = await self.store.claim_recoveries(
+                execution_ids[start : start + CLAIMS_PER_WRITE],
+                owner=self.options.owner,
+                # The claim's own instant: its lease counts from the claim, not from the read
+                # that found it.
+                now_ms=max(now, self.clock.now_ms()),
+                lease_ms=self.options.lease_ms,
+            )
+            for result in results:
+                if isinstance(result, RecoveryRefusal):
+                    log.info("%s of %s not claimed: %s", what, result.execution_id, result.message)
+                else:
+                    claims.append(result)
+        return claims
 
     # --- one recovery --------------------------------------------------------------------------
 

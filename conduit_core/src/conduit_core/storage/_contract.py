@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import msgspec
 
-from conduit_core.errors import ConduitError, LeaseLostError
+from conduit_core.errors import ConduitError, LeaseLostError, NotFoundError
 from conduit_core.extension import PhaseOutcome, Result
 from conduit_core.model import (
     MAX_LAUNCH_PHASES,
@@ -55,6 +55,7 @@ __all__ = [
     "Decision",
     "ExecutionChange",
     "NotEligibleError",
+    "RecoveryRefusal",
     "Settlement",
     "StaleDispatchError",
     "Store",
@@ -132,6 +133,16 @@ class ClaimRefusal(msgspec.Struct, frozen=True, kw_only=True):
     message: str
     #: For capacity refusals: the pool, ``global`` or ``scope:<id>`` that is full.
     limit_name: str = ""
+
+
+class RecoveryRefusal(msgspec.Struct, frozen=True, kw_only=True):
+    """A batched recovery claim that was not taken; ``code`` is the error code
+    ``claim_recovery`` raises for it (``not_eligible``: finished, or its lease is live;
+    ``not_found``)."""
+
+    execution_id: str
+    code: str
+    message: str
 
 
 class AttemptEnd(msgspec.Struct, frozen=True, kw_only=True):
@@ -340,6 +351,30 @@ class Store(ABC):
         has finished. A held attempt (``recovery_hold``) is claimed again at the same epoch,
         in the same segment, with a new lease token.
         """
+
+    async def claim_recoveries(
+        self, execution_ids: Sequence[str], *, owner: str, now_ms: int, lease_ms: int
+    ) -> list[Claim | RecoveryRefusal]:
+        """``claim_recovery`` for many attempts at once: one entry per distinct id, in the order
+        given, each a ``Claim`` or the ``RecoveryRefusal`` that ``claim_recovery`` would have
+        raised. Each claim keeps ``claim_recovery``'s every rule (epoch + 1 and a recovered
+        segment, or a held recovery's same epoch with a new token). An error raised means
+        nothing is known (a store outage): the caller retries. The default claims one by one;
+        a backend does it set-based in one transaction.
+        """
+        out: list[Claim | RecoveryRefusal] = []
+        for execution_id in dict.fromkeys(execution_ids):
+            try:
+                out.append(
+                    await self.claim_recovery(
+                        execution_id, owner=owner, now_ms=now_ms, lease_ms=lease_ms
+                    )
+                )
+            except (NotEligibleError, NotFoundError) as exc:
+                out.append(
+                    RecoveryRefusal(execution_id=execution_id, code=exc.code, message=exc.message)
+                )
+        return out
 
     @abstractmethod
     async def resume_attempt(

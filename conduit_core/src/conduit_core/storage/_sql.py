@@ -277,6 +277,19 @@ def put_lease(cx: Cx, lease: Lease) -> None:
     cx.run(PUT_LEASE_SQL, lease_params(lease))
 
 
+def put_leases(cx: Cx, leases: list[Lease]) -> None:
+    """``put_lease`` for the leases of distinct attempts, in one statement."""
+    if not leases:
+        return
+    cx.run(
+        PUT_LEASE_SQL.replace(
+            "VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
+            f"VALUES {', '.join('(?, ?, ?, ?, ?, ?, ?, 0)' for _ in leases)}",
+        ),
+        tuple(value for lease in leases for value in lease_params(lease)),
+    )
+
+
 LEASE_COLUMNS = "execution_id, work_id, epoch, owner, token, expires_at_ms, duration_ms, released"
 
 

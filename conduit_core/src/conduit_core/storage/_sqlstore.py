@@ -45,6 +45,7 @@ from conduit_core.storage._contract import (
     ClaimRequest,
     Decision,
     ExecutionChange,
+    RecoveryRefusal,
     Store,
     WorkChange,
 )
@@ -237,6 +238,13 @@ class SqlStore(Store):
         self, execution_id: str, *, owner: str, now_ms: int, lease_ms: int
     ) -> Claim:
         return await self._write(att.claim_recovery, execution_id, owner, now_ms, lease_ms)
+
+    async def claim_recoveries(
+        self, execution_ids: Sequence[str], *, owner: str, now_ms: int, lease_ms: int
+    ) -> list[Claim | RecoveryRefusal]:
+        if not execution_ids:
+            return []
+        return await self._write(att.claim_recoveries, list(execution_ids), owner, now_ms, lease_ms)
 
     async def resume_attempt(
         self,
@@ -551,6 +559,7 @@ ROW_LOCKED: frozenset[Callable[..., Any]] = frozenset(
         att.release_lease,
         att.release_leases_of,
         att.claim_recovery,
+        att.claim_recoveries,
         att.update_attempt,
         att.finish_attempt,
         att.settle_attempt,

@@ -8,6 +8,7 @@ Run beside :mod:`conduit_core.storage.conformance` (it provides the ``store`` fi
 
 from __future__ import annotations
 
+import anyio
 import msgspec
 import pytest
 
@@ -22,15 +23,19 @@ from conduit_core.model import (
 from conduit_core.storage._contract import (
     AttemptEnd,
     CapacityLimits,
+    Claim,
     ClaimRequest,
     NotEligibleError,
+    RecoveryRefusal,
     Settlement,
     Store,
 )
 from conduit_core.storage.conformance import (
     LEASE_MS,
     T0,
+    StoreFactory,
     _claim,
+    _complete,
     _feed,
     make_input,
     make_work,
@@ -38,6 +43,8 @@ from conduit_core.storage.conformance import (
 )
 
 __all__ = [
+    "test_claim_recoveries_claims_each_as_claim_recovery_would_and_refuses_the_rest",
+    "test_claim_recoveries_racing_claim_each_attempt_once",
     "test_renew_leases_renews_the_held_ones_and_leaves_out_the_lost",
     "test_a_dead_owners_leases_are_released_at_once_and_only_its_own",
     "test_a_held_recovery_keeps_its_epoch_and_slot_and_blocks_its_work",
@@ -228,3 +235,99 @@ async def test_renew_leases_renews_the_held_ones_and_leaves_out_the_lost(store: 
     # Negative control: the recovered attempt's new holder still holds it.
     assert await store.renew_leases([other.lease], now_ms=at + 1) != []
     assert await store.renew_leases([], now_ms=at) == []
+
+
+async def test_claim_recoveries_claims_each_as_claim_recovery_would_and_refuses_the_rest(
+    store: Store,
+) -> None:
+    """``claim_recoveries``: one call, one entry per distinct id in the order given; each claim
+    keeps ``claim_recovery``'s rules (epoch + 1 and a recovered segment; a held recovery keeps
+    its epoch and segment under a new token), each refusal is the error it would have raised."""
+    at = T0 + LEASE_MS
+    held = await _held(store, retry_at_ms=at + 500)  # Work "w", epoch 2, held
+    claims = {}
+    for name in ("expired", "released", "live", "done"):
+        await store.create_work(make_work(name))
+        claims[name] = await _claim(store, name, at - LEASE_MS // 2 if name == "live" else T0)
+    await store.release_lease(claims["released"].lease, now_ms=T0 + 1)
+    await _complete(store, claims["done"], T0 + 2)
+    ids = {name: claim.execution.id for name, claim in claims.items()}
+    now = at + 500
+    order = [ids["live"], held.id, "nope", ids["expired"], ids["done"], ids["released"]]
+    results = await store.claim_recoveries(
+        [*order, ids["expired"]], owner="heir", now_ms=now, lease_ms=LEASE_MS
+    )
+    assert [r.execution.id if isinstance(r, Claim) else r.execution_id for r in results] == order
+    refused = {r.execution_id: r.code for r in results if isinstance(r, RecoveryRefusal)}
+    assert refused == {
+        ids["live"]: "not_eligible",
+        "nope": "not_found",
+        ids["done"]: "not_eligible",
+    }
+    got = {r.execution.id: r for r in results if isinstance(r, Claim)}
+    for name in ("expired", "released"):
+        new, old = got[ids[name]], claims[name]
+        ex = new.execution
+        assert (ex.epoch, ex.status, new.lease.epoch) == (2, ExecutionStatus.RECOVERING, 2)
+        assert (new.lease.owner, new.lease.expires_at_ms) == ("heir", now + LEASE_MS)
+        assert new.lease.token != old.lease.token
+        lost, recovered = ex.segments
+        assert lost.ended_at_ms == recovered.started_at_ms == now
+        assert (recovered.recovered, recovered.epoch, recovered.ended_at_ms) == (True, 2, None)
+        assert new.work.id == name
+        # What was returned is what was stored, and the old holder is fenced out.
+        assert await store.get_execution(ex.id) == ex
+        assert await store.get_lease(ex.id) == new.lease
+        with pytest.raises(LeaseLostError):
+            await store.renew_lease(old.lease, now_ms=now + 1)
+        assert await store.renew_lease(new.lease, now_ms=now + 1)
+    again = got[held.id]
+    assert again.execution.epoch == again.lease.epoch == 2  # the same recovery, tried again
+    assert len(again.execution.segments) == len(held.segments)
+    assert again.execution.recovery_hold == held.recovery_hold
+    assert again.lease.owner == "heir"
+    assert await store.get_execution(held.id) == again.execution
+    # The refused ones are untouched: the live one's holder still holds it.
+    assert await store.renew_lease(claims["live"].lease, now_ms=now + 1)
+    assert (await store.get_execution(ids["done"])).status is ExecutionStatus.COMPLETED
+    # Claimed ones are held now: a second call refuses them all; an empty call is a no-op.
+    second = await store.claim_recoveries(list(got), owner="x", now_ms=now + 2, lease_ms=LEASE_MS)
+    assert {r.code for r in second if isinstance(r, RecoveryRefusal)} == {"not_eligible"}
+    assert len(second) == len(got)
+    assert await store.claim_recoveries([], owner="x", now_ms=now, lease_ms=LEASE_MS) == []
+
+
+async def test_claim_recoveries_racing_claim_each_attempt_once(
+    store_factory: StoreFactory,
+) -> None:
+    """Two handles claim the same expired attempts at once, from both ends, in rounds: every
+    attempt is claimed by exactly one of them, at epoch 2, and holds the winner's lease."""
+    a = await store_factory.open()
+    b = await store_factory.open()
+    at = T0 + LEASE_MS
+
+    async def claimer(name: str, store: Store, wanted: list[str], won: list[Claim]) -> None:
+        for chunk in (wanted[:12], wanted[12:]):
+            results = await store.claim_recoveries(chunk, owner=name, now_ms=at, lease_ms=LEASE_MS)
+            won.extend(r for r in results if isinstance(r, Claim))
+
+    try:
+        for round_ in range(4):
+            ids = []
+            for n in range(24):
+                await a.create_work(make_work(f"r{round_}-{n:02}"))
+                ids.append((await _claim(a, f"r{round_}-{n:02}")).execution.id)
+            won: dict[str, list[Claim]] = {"a": [], "b": []}
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(claimer, "a", a, ids, won["a"])
+                tg.start_soon(claimer, "b", b, ids[::-1], won["b"])
+            claimed = [c.execution.id for c in won["a"] + won["b"]]
+            assert sorted(claimed) == sorted(ids)  # each once, none lost
+            for owner, mine in won.items():
+                for claim in mine:
+                    assert claim.execution.epoch == 2
+                    assert await a.get_lease(claim.execution.id) == claim.lease
+                    assert claim.lease.owner == owner
+    finally:
+        await a.aclose()
+        await b.aclose()

@@ -1,0 +1,99 @@
+"""Set-based recovery claims (``Store.claim_recoveries``): chunking and statements per chunk.
+
+The rules of each claim are conformance cases (``conformance_recovery``); these pin what the SQL
+backends add: a claim of many attempts costs a few statements per chunk, not a few per attempt,
+and chunk boundaries change nothing.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import anyio.to_thread
+import pytest
+
+from conduit_core.storage import Claim, RecoveryRefusal, SqlStore, open_store
+from conduit_core.storage import _ops_attempts as att
+from conduit_core.storage._sql import Cx, Row
+from conduit_core.storage.conformance import LEASE_MS, T0, _claim, make_work
+
+pytestmark = pytest.mark.anyio
+
+
+class _Counting:
+    """A Cx that counts the statements sent through it."""
+
+    def __init__(self, cx: Cx) -> None:
+        self._cx = cx
+        self.locks_rows = cx.locks_rows
+        self.statements = 0
+
+    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
+        self.statements += 1
+        return self._cx.rows(sql, params)
+
+    def run(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        self.statements += 1
+        return self._cx.run(sql, params)
+
+    def many(self, sql: str, params: list[tuple[Any, ...]]) -> None:
+        self.statements += 1
+        self._cx.many(sql, params)
+
+
+async def _expired(store: SqlStore, count: int) -> list[str]:
+    ids = []
+    for n in range(count):
+        await store.create_work(make_work(f"w{n:03}"))
+        ids.append((await _claim(store, f"w{n:03}")).execution.id)
+    return ids
+
+
+async def test_a_chunk_of_attempts_costs_five_statements(store_url: str) -> None:
+    async with await open_store(store_url) as store:
+        assert isinstance(store, SqlStore)
+        ids = await _expired(store, 60)
+        counted: list[int] = []
+
+        def claim(cx: Cx) -> list[Claim | RecoveryRefusal]:
+            counting = _Counting(cx)
+            out = att.claim_recoveries(counting, ids, "heir", T0 + LEASE_MS, LEASE_MS)
+            counted.append(counting.statements)
+            return out
+
+        call = partial(store.transaction, claim, write=True, shared=True)
+        results = await anyio.to_thread.run_sync(call)
+        assert all(isinstance(r, Claim) for r in results)
+        # Lock the attempts, lock their leases, write the attempts, upsert the leases, read
+        # the Work rows: five statements for sixty attempts (about seven each, one by one).
+        assert counted[-1] == 5
+        assert [(await store.get_execution(i)).epoch for i in ids] == [2] * 60
+
+
+async def test_chunk_boundaries_change_nothing(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(att, "_RECOVER_CHUNK", 3)
+    async with await open_store(store_url) as store:
+        assert isinstance(store, SqlStore)
+        ids = await _expired(store, 8)
+        # Two of them taken already, one unknown id: refusals in the middle of chunks.
+        early = await store.claim_recoveries(
+            [ids[2], ids[6]], owner="first", now_ms=T0 + LEASE_MS, lease_ms=LEASE_MS
+        )
+        assert all(isinstance(r, Claim) for r in early)
+        wanted = [*ids[::-1], "unknown"]
+        results = await store.claim_recoveries(
+            wanted, owner="heir", now_ms=T0 + LEASE_MS, lease_ms=LEASE_MS
+        )
+        assert [r.execution.id if isinstance(r, Claim) else r.execution_id for r in results] == (
+            wanted
+        )
+        codes = {r.execution_id: r.code for r in results if isinstance(r, RecoveryRefusal)}
+        assert codes == {ids[2]: "not_eligible", ids[6]: "not_eligible", "unknown": "not_found"}
+        for r in results:
+            if isinstance(r, Claim):
+                assert (r.lease.owner, r.execution.epoch) == ("heir", 2)
+                assert r.work.id == r.execution.work_id
+                assert await store.get_lease(r.execution.id) == r.lease

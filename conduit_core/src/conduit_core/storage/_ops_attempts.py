@@ -289,6 +289,33 @@ def claim_recoveries(
     return [done[execution_id] for execution_id in wanted]
 
 
+def _replace_leases(cx: Cx, leases: list[Lease], existing: set[str]) -> None:
+    """Write the claims' new leases: the rows that exist (locked) by one ``UPDATE … FROM
+    (VALUES …)``, cheaper than an upsert's conflict path; the others inserted."""
+    stored = [lease for lease in leases if lease.execution_id in existing]
+    if stored:
+        cx.run(
+            "UPDATE conduit_lease SET epoch = CAST(v.column2 AS INTEGER), owner = v.column3, "
+            "token = v.column4, expires_at_ms = CAST(v.column5 AS BIGINT), "
+            "duration_ms = CAST(v.column6 AS BIGINT), released = 0 "
+            f"FROM (VALUES {', '.join('(?, ?, ?, ?, ?, ?)' for _ in stored)}) AS v "
+            "WHERE conduit_lease.execution_id = v.column1",
+            tuple(
+                value
+                for lease in stored
+                for value in (
+                    lease.execution_id,
+                    lease.epoch,
+                    lease.owner,
+                    lease.token,
+                    lease.expires_at_ms,
+                    lease.duration_ms,
+                )
+            ),
+        )
+    put_leases(cx, [lease for lease in leases if lease.execution_id not in existing])
+
+
 def _claim_chunk(
     cx: Cx, ids: list[str], owner: str, now_ms: int, lease_ms: int
 ) -> dict[str, Claim | RecoveryRefusal]:
@@ -340,7 +367,7 @@ def _claim_chunk(
         "WHERE conduit_execution.id = v.column1",
         tuple(value for p in rows for value in (p[0], p[3], p[4], p[5], p[6], p[9])),
     )
-    put_leases(cx, [lease for _, lease in claimed])
+    _replace_leases(cx, [lease for _, lease in claimed], set(found))
     work_ids = sorted({ex.work_id for ex, _ in claimed})
     works = {
         work.id: work

@@ -13,6 +13,7 @@ from typing import Any
 import anyio.to_thread
 import pytest
 
+from conduit_core.errors import LeaseLostError
 from conduit_core.storage import Claim, RecoveryRefusal, SqlStore, open_store
 from conduit_core.storage import _ops_attempts as att
 from conduit_core.storage._sql import Cx, Row
@@ -58,7 +59,7 @@ async def test_a_chunk_of_attempts_costs_five_statements(store_url: str) -> None
 
         def claim(cx: Cx) -> list[Claim | RecoveryRefusal]:
             counting = _Counting(cx)
-            out = att.claim_recoveries(counting, ids, "heir", T0 + LEASE_MS, LEASE_MS)
+            out, _ = att.claim_recoveries(counting, ids, "heir", T0 + LEASE_MS, LEASE_MS)
             counted.append(counting.statements)
             return out
 
@@ -97,3 +98,37 @@ async def test_chunk_boundaries_change_nothing(
                 assert (r.lease.owner, r.execution.epoch) == ("heir", 2)
                 assert r.work.id == r.execution.work_id
                 assert await store.get_lease(r.execution.id) == r.lease
+
+
+async def test_a_recovered_attempts_next_write_is_one_statement(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recovery claim leaves the claimed row's revision with the store, so the adoption's
+    write (the executor's recovery metadata) takes the one-statement path, not the locked read;
+    a claim that another handle superseded since falls back and is refused."""
+    async with await open_store(store_url) as store, await open_store(store_url) as other:
+        assert isinstance(store, SqlStore)
+        ids = await _expired(store, 3)
+        at = T0 + LEASE_MS
+        claims = await store.claim_recoveries(ids, owner="heir", now_ms=at, lease_ms=LEASE_MS)
+        assert all(isinstance(c, Claim) for c in claims)
+        first, second, third = (c for c in claims if isinstance(c, Claim))
+        # Negative control: released by another handle since (its revision moved on).
+        await other.release_lease(second.lease, now_ms=at + 1)
+        slow: list[str] = []
+        locked_read = att.fenced_revision
+
+        def counted(cx: Cx, lease: Any, now_ms: int, **kw: Any) -> Any:
+            slow.append(lease.execution_id)
+            return locked_read(cx, lease, now_ms, **kw)
+
+        monkeypatch.setattr(att, "fenced_revision", counted)
+        written = await store.persist_recovery(first.lease, {"pid": 1}, now_ms=at + 1)
+        assert written.recovery == {"pid": 1}
+        assert written.segments == first.execution.segments
+        assert slow == []  # the fast path
+        # The released one falls back to the locked read and is refused there.
+        with pytest.raises(LeaseLostError):
+            await store.persist_recovery(second.lease, {"pid": 2}, now_ms=at + 2)
+        assert slow == [second.execution.id]
+        assert (await store.get_execution(third.execution.id)).epoch == 2

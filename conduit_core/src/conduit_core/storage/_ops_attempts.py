@@ -277,16 +277,19 @@ _RECOVER_CHUNK = 1_000
 
 def claim_recoveries(
     cx: Cx, execution_ids: Sequence[str], owner: str, now_ms: int, lease_ms: int
-) -> list[Claim | RecoveryRefusal]:
+) -> tuple[list[Claim | RecoveryRefusal], dict[str, int]]:
     """``claim_recovery`` for many attempts, set-based: five statements per chunk of up to
     ``_RECOVER_CHUNK`` instead of about seven per attempt. One entry per distinct id, in the
-    order given; an attempt that ``claim_recovery`` would refuse is a ``RecoveryRefusal``."""
+    order given (an attempt that ``claim_recovery`` would refuse is a ``RecoveryRefusal``), and
+    the revision each claimed row was written at (the holder's ``Known`` row)."""
     wanted = list(dict.fromkeys(execution_ids))
     done: dict[str, Claim | RecoveryRefusal] = {}
+    revs: dict[str, int] = {}
     ids = sorted(wanted)
     for start in range(0, len(ids), _RECOVER_CHUNK):
-        done.update(_claim_chunk(cx, ids[start : start + _RECOVER_CHUNK], owner, now_ms, lease_ms))
-    return [done[execution_id] for execution_id in wanted]
+        chunk = ids[start : start + _RECOVER_CHUNK]
+        done.update(_claim_chunk(cx, chunk, owner, now_ms, lease_ms, revs))
+    return [done[execution_id] for execution_id in wanted], revs
 
 
 def _replace_leases(cx: Cx, leases: list[Lease], existing: set[str]) -> None:
@@ -317,7 +320,7 @@ def _replace_leases(cx: Cx, leases: list[Lease], existing: set[str]) -> None:
 
 
 def _claim_chunk(
-    cx: Cx, ids: list[str], owner: str, now_ms: int, lease_ms: int
+    cx: Cx, ids: list[str], owner: str, now_ms: int, lease_ms: int, revs: dict[str, int]
 ) -> dict[str, Claim | RecoveryRefusal]:
     marks = ", ".join("?" for _ in ids)
     # The attempt rows first, locked in id order (each attempt's mutex, see _FENCE_SQL: two
@@ -325,7 +328,7 @@ def _claim_chunk(
     # leases, read by a statement of their own once every attempt lock is held, so each is the
     # newest version (every writer of a lease holds its attempt's lock).
     attempts = cx.rows(
-        f"SELECT id, data FROM conduit_execution WHERE id IN ({marks}) ORDER BY id FOR UPDATE",
+        f"SELECT id, data, rev FROM conduit_execution WHERE id IN ({marks}) ORDER BY id FOR UPDATE",
         tuple(ids),
     )
     leases = cx.rows(
@@ -343,7 +346,8 @@ def _claim_chunk(
         for execution_id in ids
     }
     claimed: list[tuple[Execution, Lease]] = []
-    for execution_id, data in attempts:
+    for execution_id, data, rev in attempts:
+        revs[execution_id] = int(rev) + 1  # as written below (the row is locked until commit)
         try:
             claimed.append(
                 _recovered(
@@ -351,13 +355,14 @@ def _claim_chunk(
                 )
             )
         except NotEligibleError as exc:
+            del revs[execution_id]
             out[execution_id] = RecoveryRefusal(
                 execution_id=execution_id, code=exc.code, message=exc.message
             )
     if not claimed:
         return out
-    # Every claimed attempt written by one statement (a held recovery's row is rewritten as it
-    # was: its epoch and segment stay), every lease by one upsert.
+    # Every claimed attempt written by one statement, its revision bumped (a held recovery's
+    # row is rewritten as it was: its epoch and segment stay), every lease by one more.
     rows = [execution_params(ex) for ex, _ in claimed]
     cx.run(
         "UPDATE conduit_execution SET epoch = CAST(v.column2 AS INTEGER), status = v.column3, "

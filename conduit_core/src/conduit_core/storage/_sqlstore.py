@@ -244,7 +244,16 @@ class SqlStore(Store):
     ) -> list[Claim | RecoveryRefusal]:
         if not execution_ids:
             return []
-        return await self._write(att.claim_recoveries, list(execution_ids), owner, now_ms, lease_ms)
+        results, revs = await self._write(
+            att.claim_recoveries, list(execution_ids), owner, now_ms, lease_ms
+        )
+        for result in results:
+            if isinstance(result, Claim):
+                # The adoption's write (the executor's recovery metadata) is then one statement.
+                self._remember(
+                    att.Known(result.lease.token, revs[result.execution.id], result.execution)
+                )
+        return results
 
     async def resume_attempt(
         self,

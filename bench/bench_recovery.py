@@ -36,6 +36,7 @@ from collections import Counter
 from pathlib import Path
 
 import anyio
+import psutil
 from chaos_drill import (  # type: ignore[import-not-found]
     _create_database,
     _drop_database,
@@ -143,6 +144,10 @@ async def measure(args: argparse.Namespace, kind: str, lease: float) -> dict[str
         if args.profile_seconds:  # from the moment it serves: adoption, not imports
             profiler = _profile(run, args.profile_seconds, root)
         adopted = await run.wait_until(store, "running@2", args.timeout)
+        # CPU the restarted daemon spent from its start until all were adopted (startup
+        # included): the work done, which a loaded machine stretches in time but not in CPU.
+        assert run.daemon is not None
+        cpu = psutil.Process(run.daemon.pid).cpu_times()
         starts = Counter((root / "starts.log").read_text().split())
         result: dict[str, object] = {
             "store": kind,
@@ -156,6 +161,7 @@ async def measure(args: argparse.Namespace, kind: str, lease: float) -> dict[str
                 if adopted is None or answered is None
                 else round(adopted - restarted - answered, 2)
             ),
+            "daemon_cpu_s": None if adopted is None else round(cpu.user + cpu.system, 2),
             "started_twice": sum(n > 1 for n in starts.values()),
             "states": dict(await run.states(store)),
         }

@@ -44,7 +44,7 @@ from conduit_core.storage._sql import (
     is_claimable,
     lease_params,
     load_work,
-    next_counter,
+    next_event_seq,
     save_execution,
     save_work,
     save_work_params,
@@ -68,11 +68,12 @@ def accept_event(cx: Cx, event: Event) -> Event:
     if row is not None:
         return Codec.event.decode(row[0])
     pending = event.pending and event.work_id is not None
-    stored = msgspec.structs.replace(event, seq=next_counter(cx, "event_seq"), pending=pending)
     if pending:
         assert event.work_id is not None
         work = load_work(cx, event.work_id, lock=True)
         save_work(cx, msgspec.structs.replace(work, pending_inputs=work.pending_inputs + 1))
+    # Numbered after the Work's lock: one Work's input commits in ``seq`` order.
+    stored = msgspec.structs.replace(event, seq=next_event_seq(cx), pending=pending)
     cx.run(
         "INSERT INTO conduit_event (id, delivery_id, seq, work_id, pending, data) "
         "VALUES (?, ?, ?, ?, ?, ?)",

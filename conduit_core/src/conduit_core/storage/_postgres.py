@@ -74,6 +74,7 @@ def _pg_sql(sql: str) -> str:
 class _PgCx:
     __slots__ = ("_cur",)
     locks_rows = True
+    has_sequences = True
 
     def __init__(self, cur: psycopg.Cursor[Any]) -> None:
         self._cur = cur

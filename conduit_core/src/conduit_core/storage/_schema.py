@@ -6,7 +6,9 @@ in ``data``. Flags are INTEGER 0/1 on both backends so the same SQL runs on each
 
 from __future__ import annotations
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "STORE_KIND", "TABLES"]
+from typing import NamedTuple
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "STORE_KIND", "TABLES", "PerBackend"]
 
 #: Written to ``conduit_meta`` so a conduit store is told apart from a foreign database.
 STORE_KIND = "conduit"
@@ -81,8 +83,28 @@ _V3 = (
 # (see ``_ops_attempts.update_attempt``: the known-revision fast path).
 _V4 = ("ALTER TABLE conduit_execution ADD COLUMN rev BIGINT NOT NULL DEFAULT 0",)
 
+
+class PerBackend(NamedTuple):
+    """A migration statement that differs by backend (``None``: nothing to do there)."""
+
+    sqlite: str | None
+    postgres: str | None
+
+
+# Event sequence numbers from a sequence where the backend has one: ``nextval`` takes no row
+# lock, so concurrent submitters no longer queue on the ``event_seq`` counter row until commit.
+# It starts after the counter's last number; SQLite (one writer) keeps the counter row.
+_V5 = (
+    PerBackend(None, "CREATE SEQUENCE conduit_event_seq"),
+    PerBackend(
+        None,
+        "SELECT setval('conduit_event_seq', (SELECT COALESCE(MAX(value), 0) + 1 "
+        "FROM conduit_counter WHERE name = 'event_seq'), false)",
+    ),
+)
+
 #: Ordered forward migrations; ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
+MIGRATIONS: tuple[tuple[str | PerBackend, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 #: Every table a conduit store owns (the meta table is created before any migration).

@@ -24,7 +24,13 @@ from conduit_core.model import (
     Work,
     WorkStatus,
 )
-from conduit_core.storage._schema import META_DDL, MIGRATIONS, SCHEMA_VERSION, STORE_KIND
+from conduit_core.storage._schema import (
+    META_DDL,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    STORE_KIND,
+    PerBackend,
+)
 from conduit_core.validation import AMOUNT_CEILING
 
 T = TypeVar("T")
@@ -40,6 +46,8 @@ class Cx(Protocol):
 
     #: Whether concurrent writers exist, so invariants need row locks (see docs/architecture.md).
     locks_rows: bool
+    #: Whether the backend has sequences (PostgreSQL): numbers taken without a row lock.
+    has_sequences: bool
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]: ...
 
@@ -336,6 +344,14 @@ def first_segment(epoch: int, now_ms: int, wake_event_id: str | None = None) -> 
 # --- Counters and schema --------------------------------------------------------------------
 
 
+def next_event_seq(cx: Cx) -> int:
+    """The next event sequence number: unique, increasing in the order they are taken. Taken
+    under the Work's row lock, so one Work's events commit in ``seq`` order."""
+    if cx.has_sequences:
+        return int(cx.rows("SELECT nextval('conduit_event_seq')")[0][0])
+    return next_counter(cx, "event_seq")
+
+
 def next_counter(cx: Cx, name: str) -> int:
     row = first(
         cx, "UPDATE conduit_counter SET value = value + 1 WHERE name = ? RETURNING value", (name,)
@@ -368,7 +384,13 @@ def migrate(cx: Cx, url: str) -> None:
         raise newer_schema_error(url, version)
     for statements in MIGRATIONS[version:]:
         for statement in statements:
-            cx.run(statement)
+            sql = (
+                (statement.postgres if cx.has_sequences else statement.sqlite)
+                if isinstance(statement, PerBackend)
+                else statement
+            )
+            if sql is not None:
+                cx.run(sql)
     if version < SCHEMA_VERSION:
         upsert_meta(cx, "schema_version", str(SCHEMA_VERSION))
         upsert_meta(cx, "store_kind", STORE_KIND)

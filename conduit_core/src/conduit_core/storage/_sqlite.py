@@ -36,6 +36,7 @@ class _SqliteCx:
     __slots__ = ("_conn",)
     #: One writer by nature: nothing to lock row by row (see ``Cx.locks_rows``).
     locks_rows = False
+    has_sequences = False
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn

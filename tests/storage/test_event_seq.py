@@ -106,3 +106,21 @@ async def test_postgres_submitters_do_not_wait_for_each_other(store_url: str) ->
         assert [e.id for e in await store.pending_inputs("a")] == ["e100"]
     finally:
         await store.aclose()
+
+
+async def test_blocks_of_numbers_come_from_the_same_source(store_url: str) -> None:
+    """A block (a batch of fires' first inputs) and single accepts never reuse a number."""
+    from conduit_core.storage._sql import next_event_seqs
+
+    store = await open_store(store_url)
+    try:
+        await store.create_work(make_work("w", kind=WorkKind.STANDING))
+        one = (await store.accept_event(_event(1, "w"))).seq
+        block = store.transaction(lambda cx: next_event_seqs(cx, 3))  # type: ignore[attr-defined]
+        two = (await store.accept_event(_event(2, "w"))).seq
+        assert block == sorted(block)
+        assert len(set(block)) == 3
+        assert one < block[0]
+        assert block[-1] < two
+    finally:
+        await store.aclose()

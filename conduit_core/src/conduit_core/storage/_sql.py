@@ -347,9 +347,28 @@ def first_segment(epoch: int, now_ms: int, wake_event_id: str | None = None) -> 
 def next_event_seq(cx: Cx) -> int:
     """The next event sequence number: unique, increasing in the order they are taken. Taken
     under the Work's row lock, so one Work's events commit in ``seq`` order."""
+    return next_event_seqs(cx, 1)[0]
+
+
+def next_event_seqs(cx: Cx, n: int) -> list[int]:
+    """``n`` event sequence numbers, increasing, in one statement (see ``next_event_seq``):
+    every event of a store is numbered here, from one source per backend."""
+    if n <= 0:
+        return []
     if cx.has_sequences:
-        return int(cx.rows("SELECT nextval('conduit_event_seq')")[0][0])
-    return next_counter(cx, "event_seq")
+        rows = cx.rows("SELECT nextval('conduit_event_seq') FROM generate_series(1, ?)", (n,))
+        return sorted(int(r[0]) for r in rows)
+    row = first(
+        cx,
+        "UPDATE conduit_counter SET value = value + ? WHERE name = 'event_seq' RETURNING value",
+        (n,),
+    )
+    if row is None:
+        cx.run("INSERT INTO conduit_counter (name, value) VALUES ('event_seq', ?)", (n,))
+        last = n
+    else:
+        last = int(row[0])
+    return list(range(last - n + 1, last + 1))
 
 
 def next_counter(cx: Cx, name: str) -> int:

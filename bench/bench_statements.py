@@ -1,0 +1,122 @@
+"""Statements and transactions per attempt through the Scheduler: a count, not a timing.
+
+    .venv/bin/python bench/bench_statements.py --store postgres --concurrency 4 64 --n 1000
+    /work/base/.venv/bin/python bench/bench_statements.py ...   # another checkout: before/after
+
+Runs ``bench_scheduler``'s workload (N no-op Work enqueued, then drained at the given
+concurrency by a real Scheduler with the bundled plugins) and counts, while the attempts run
+(the enqueue is not counted), the SQL statements the store sent (a batched ``executemany`` counts
+once: one round trip) and the write and read transactions, per attempt, then the most frequent
+statements. Unlike attempts/s, the figure does not depend on how loaded the machine is, so it
+compares two checkouts exactly (it varies a little with how claims and writes happen to batch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import bench_scheduler
+from bench_scheduler import fresh_url  # type: ignore[import-not-found]
+
+_COUNTING = {"on": False}
+STATEMENTS: Counter[str] = Counter()
+TRANSACTIONS: Counter[str] = Counter()
+
+
+def _norm(sql: str) -> str:
+    return re.sub(r"\s+", " ", sql.strip())[:100]
+
+
+def _count_cx(cls: type[Any]) -> None:
+    for name in ("rows", "run", "many"):
+        original = getattr(cls, name)
+
+        def counted(self: Any, sql: str, params: Any = (), _o: Callable[..., Any] = original,
+                    _many: bool = name == "many") -> Any:  # fmt: skip
+            if _COUNTING["on"]:
+                STATEMENTS[("many: " if _many else "") + _norm(sql)] += 1
+            return _o(self, sql, params)
+
+        setattr(cls, name, counted)
+
+
+def _count_transactions() -> None:
+    from conduit_core.storage._sqlstore import SqlStore
+
+    original = SqlStore._run_batch
+    read = SqlStore._read
+    read_one = SqlStore._read_one
+
+    def run_batch(self: Any, ops: Any) -> None:
+        if _COUNTING["on"]:
+            TRANSACTIONS["write"] += 1
+        original(self, ops)
+
+    async def counted_read(self: Any, fn: Any, *args: Any) -> Any:
+        if _COUNTING["on"]:
+            TRANSACTIONS["read"] += 1
+        return await read(self, fn, *args)
+
+    async def counted_read_one(self: Any, fn: Any, *args: Any) -> Any:
+        if _COUNTING["on"]:
+            TRANSACTIONS["read (one statement)"] += 1
+        return await read_one(self, fn, *args)
+
+    SqlStore._run_batch = run_batch  # type: ignore[method-assign]
+    SqlStore._read = counted_read  # type: ignore[method-assign]
+    SqlStore._read_one = counted_read_one  # type: ignore[method-assign]
+
+
+async def _process_counted(sched: Any, n: int, concurrency: int) -> int:
+    _COUNTING["on"] = True
+    try:
+        return await _process(sched, n, concurrency)
+    finally:
+        _COUNTING["on"] = False
+
+
+_process = bench_scheduler.process
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--n", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[4, 64])
+    parser.add_argument("--top", type=int, default=12, help="most frequent statements shown")
+    args = parser.parse_args()
+    if args.store == "sqlite":
+        from conduit_core.storage._sqlite import _SqliteCx as cx_class
+    else:
+        from conduit_core.storage._postgres import _PgCx as cx_class
+    _count_cx(cx_class)
+    _count_transactions()
+    bench_scheduler.process = _process_counted
+    for concurrency in args.concurrency:
+        STATEMENTS.clear()
+        TRANSACTIONS.clear()
+        url, keep = fresh_url(args.store)
+        try:
+            anyio.run(bench_scheduler.bench_one, url, args.n, concurrency)
+        finally:
+            cleanup = getattr(keep, "cleanup", None)
+            if cleanup:
+                cleanup()
+        per = {k: round(v / args.n, 2) for k, v in sorted(TRANSACTIONS.items())}
+        print(
+            f"{args.store:8} concurrency={concurrency:<3} n={args.n} "
+            f"statements/attempt={sum(STATEMENTS.values()) / args.n:.2f} transactions/attempt={per}"
+        )
+        for sql, count in STATEMENTS.most_common(args.top):
+            print(f"    {count / args.n:6.2f}  {sql}")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -2,3 +2,4 @@
 
 from conduit_core.storage.conformance import *  # noqa: F403
 from conduit_core.storage.conformance_recovery import *  # noqa: F403
+from conduit_core.storage.conformance_routines import *  # noqa: F403

@@ -32,7 +32,7 @@ from conduit_core.storage._contract import (
 )
 from conduit_core.storage._open import mask_url, open_store, open_store_sync
 from conduit_core.storage._ops_budgets import needs_gates
-from conduit_core.storage._ops_routines import RoutineRun
+from conduit_core.storage._ops_routines import RoutineRun, RoutineUpdate
 from conduit_core.storage._schema import SCHEMA_VERSION
 from conduit_core.storage._sqlite import SqliteStore
 from conduit_core.storage._sqlstore import SqlStore
@@ -58,6 +58,7 @@ __all__ = [
     "NotEligibleError",
     "RecoveryRefusal",
     "RoutineRun",
+    "RoutineUpdate",
     "Settlement",
     "SqlStore",
     "SqliteStore",

@@ -44,7 +44,12 @@ from conduit_core.model import (
 from conduit_core.storage._admission import AdmitRequest, BudgetPolicy, PendingUsage
 
 if TYPE_CHECKING:
-    from conduit_core.storage._ops_routines import BoundWorkCheck, RoutineChange, RoutineRun
+    from conduit_core.storage._ops_routines import (
+        BoundWorkCheck,
+        RoutineChange,
+        RoutineRun,
+        RoutineUpdate,
+    )
 
 __all__ = [
     "AttemptEnd",
@@ -201,6 +206,14 @@ class Store(ABC):
     @abstractmethod
     async def create_work(self, work: Work, *, first_input: Event | None = None) -> Work:
         """Store new Work (code ``work_exists`` if the id is taken) with optional first input."""
+
+    @abstractmethod
+    async def create_works(
+        self, items: Sequence[tuple[Work, Event | None]]
+    ) -> list[Work | ConduitError]:
+        """``create_work`` for each ``(work, first_input)``, in order, in one transaction (a
+        Routine claim pass creates its fires' Work at once). Each result is the Work as stored
+        or the ``work_exists`` error of an id already taken (nothing written for that one)."""
 
     @abstractmethod
     async def accept_event(self, event: Event) -> Event:
@@ -703,6 +716,15 @@ class Store(ABC):
         the run-history row ``run`` and accept ``events``, atomically."""
 
     @abstractmethod
+    async def apply_routines(
+        self, updates: Sequence[RoutineUpdate]
+    ) -> list[Routine | ConduitError]:
+        """``apply_routine`` for each update, in order, in one transaction (a Routine claim
+        pass fires and settles many at once). Each result is the Routine as written or the
+        error that refused that update (``illegal_transition``, ``stale_routine_claim``,
+        ``not_found``), which wrote nothing; the other updates are written."""
+
+    @abstractmethod
     async def due_pass(self, *, now_ms: int) -> int:
         """Queue every idle Routine with ``next_run_at <= now``; returns how many."""
 
@@ -721,6 +743,15 @@ class Store(ABC):
     @abstractmethod
     async def running_routines(self) -> list[Routine]:
         """Routines whose fire is claimed or running."""
+
+    @abstractmethod
+    async def running_fires(
+        self, input_id: Callable[[Routine], str | None], *, ids: Sequence[str] | None = None
+    ) -> list[tuple[Routine, Work | None, bool]]:
+        """Each claimed or running Routine (only those of ``ids``, if given) with the Work its
+        fire fed (``None`` when it has none or that Work is gone) and whether the event
+        ``input_id(routine)`` is pending; one read, whatever the count (the ticker settles
+        finished fires from it)."""
 
     @abstractmethod
     async def next_due_at(self) -> int | None:

@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
-from conduit_core.errors import ConduitError
+from conduit_core.errors import ConduitError, NotFoundError
 from conduit_core.model import Event, Routine, RoutineStatus, Work
-from conduit_core.storage._ops_misc import get_routine
+from conduit_core.storage._ops_bulk import accept_events
 from conduit_core.storage._ops_work import accept_event
 from conduit_core.storage._sql import Codec, Cx, dump, find_work, first, save_work
 
@@ -22,7 +22,9 @@ __all__ = [
     "BoundWorkCheck",
     "RoutineChange",
     "RoutineRun",
+    "RoutineUpdate",
     "apply_routine",
+    "apply_routines",
     "claim_queued",
     "create_routine",
     "due_pass",
@@ -31,6 +33,7 @@ __all__ = [
     "put_routines",
     "routine_history",
     "routines_in",
+    "running_fires",
 ]
 
 S = RoutineStatus
@@ -57,6 +60,15 @@ class RoutineRun(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _run_decoder = msgspec.json.Decoder(RoutineRun)
+
+
+class RoutineUpdate(msgspec.Struct, frozen=True):
+    """One ``apply_routine`` of a batch: the change, the run-history row, the events."""
+
+    routine_id: str
+    change: RoutineChange
+    run: RoutineRun | None = None
+    events: Sequence[Event] = ()
 
 
 def _params(routine: Routine) -> tuple[str, int | None, str, str]:
@@ -98,7 +110,9 @@ def apply_routine(
     run: RoutineRun | None,
     events: Sequence[Event],
 ) -> Routine:
-    before = get_routine(cx, routine_id)
+    before = _routines_by_id(cx, (routine_id,), lock=True).get(routine_id)
+    if before is None:
+        raise NotFoundError("routine", routine_id)
     after = change(before)
     if after is not before:
         _save(cx, msgspec.structs.replace(after, id=before.id))
@@ -109,21 +123,80 @@ def apply_routine(
     return after
 
 
-def _put_run(cx: Cx, run: RoutineRun) -> None:
-    cx.run(
-        "INSERT INTO conduit_routine_run "
-        "(routine_id, scheduled_for_ms, work_id, outcome, started_at_ms, data) "
-        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (routine_id, scheduled_for_ms) DO UPDATE SET "
-        "work_id = excluded.work_id, outcome = excluded.outcome, data = excluded.data",
-        (
-            run.routine_id,
-            run.scheduled_for_ms,
-            run.work_id,
-            run.outcome,
-            run.started_at_ms,
-            dump(run),
-        ),
+_PUT_RUN = (
+    "INSERT INTO conduit_routine_run "
+    "(routine_id, scheduled_for_ms, work_id, outcome, started_at_ms, data) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (routine_id, scheduled_for_ms) DO UPDATE SET "
+    "work_id = excluded.work_id, outcome = excluded.outcome, data = excluded.data"
+)
+
+
+def _run_row(run: RoutineRun) -> tuple[str, int, str | None, str, int, str]:
+    return (
+        run.routine_id,
+        run.scheduled_for_ms,
+        run.work_id,
+        run.outcome,
+        run.started_at_ms,
+        dump(run),
     )
+
+
+def _put_run(cx: Cx, run: RoutineRun) -> None:
+    cx.run(_PUT_RUN, _run_row(run))
+
+
+#: Ids per ``IN (…)`` list and rows per set-based write.
+_CHUNK = 1_000
+
+
+def _routines_by_id(cx: Cx, ids: Sequence[str], *, lock: bool) -> dict[str, Routine]:
+    """The rows ``ids`` (missing ones left out); ``lock``: row-locked in id order till commit."""
+    found: dict[str, Routine] = {}
+    for chunk in _chunks(sorted(set(ids))):
+        marks = ", ".join("?" for _ in chunk)
+        sql = f"SELECT id, data FROM conduit_routine WHERE id IN ({marks}) ORDER BY id"
+        for routine_id, data in cx.rows(sql + (" FOR UPDATE" if lock else ""), chunk):
+            found[routine_id] = Codec.routine.decode(data)
+    return found
+
+
+def apply_routines(cx: Cx, updates: Sequence[RoutineUpdate]) -> list[Routine | ConduitError]:
+    """``apply_routine`` for each update, in order, in one transaction: one read of the rows,
+    one pipelined write per table. An update whose change refuses (or whose row is gone) is
+    returned as its error and writes nothing; the others are written."""
+    current = _routines_by_id(cx, [u.routine_id for u in updates], lock=True)
+    results: list[Routine | ConduitError] = []
+    changed: dict[str, Routine] = {}
+    runs: dict[tuple[str, int], RoutineRun] = {}
+    events: list[Event] = []
+    for update in updates:
+        before = current.get(update.routine_id)
+        if before is None:
+            results.append(NotFoundError("routine", update.routine_id))
+            continue
+        try:
+            after = update.change(before)
+        except ConduitError as exc:
+            results.append(exc)
+            continue
+        if after is not before:
+            after = msgspec.structs.replace(after, id=before.id)
+            current[before.id] = changed[before.id] = after
+        if update.run is not None:
+            runs[(update.run.routine_id, update.run.scheduled_for_ms)] = update.run
+        events.extend(update.events)
+        results.append(after)
+    if changed:
+        cx.many(
+            "UPDATE conduit_routine SET status = ?, next_run_at_ms = ?, data = ? WHERE id = ?",
+            [_params(r) for r in changed.values()],
+        )
+    if runs:
+        cx.many(_PUT_RUN, [_run_row(r) for r in runs.values()])
+    if events:
+        accept_events(cx, events)
+    return results
 
 
 def due_pass(cx: Cx, now_ms: int) -> int:
@@ -232,6 +305,45 @@ def routines_in(cx: Cx, statuses: Sequence[RoutineStatus]) -> list[Routine]:
         tuple(str(s) for s in statuses),
     )
     return [Codec.routine.decode(r[0]) for r in rows]
+
+
+def running_fires(
+    cx: Cx, input_id: Callable[[Routine], str | None], ids: Sequence[str] | None
+) -> list[tuple[Routine, Work | None, bool]]:
+    """Every claimed or running Routine (of ``ids`` if given) with the Work its fire fed
+    (``None``: none yet, or gone) and whether its fire's input (the event
+    ``input_id(routine)``) is still pending; one snapshot, three queries whatever the count."""
+    busy = (S.CLAIMED, S.RUNNING)
+    if ids is None:
+        routines = routines_in(cx, busy)
+    else:
+        found = _routines_by_id(cx, ids, lock=False)
+        routines = [found[i] for i in sorted(found) if found[i].status in busy]
+    work_ids = sorted({r.fired_work_id for r in routines if r.fired_work_id is not None})
+    inputs = {r.id: input_id(r) for r in routines}
+    works: dict[str, Work] = {}
+    for chunk in _chunks(work_ids):
+        marks = ", ".join("?" for _ in chunk)
+        for (data,) in cx.rows(f"SELECT data FROM conduit_work WHERE id IN ({marks})", chunk):
+            work = Codec.work.decode(data)
+            works[work.id] = work
+    pending: set[str] = set()
+    for chunk in _chunks(sorted({i for i in inputs.values() if i is not None})):
+        marks = ", ".join("?" for _ in chunk)
+        sql = f"SELECT id FROM conduit_event WHERE pending = 1 AND id IN ({marks})"
+        pending.update(str(r[0]) for r in cx.rows(sql, chunk))
+    return [
+        (
+            r,
+            works.get(r.fired_work_id) if r.fired_work_id is not None else None,
+            inputs[r.id] in pending,
+        )
+        for r in routines
+    ]
+
+
+def _chunks(values: Sequence[str]) -> list[tuple[str, ...]]:
+    return [tuple(values[o : o + _CHUNK]) for o in range(0, len(values), _CHUNK)]
 
 
 def next_due_at(cx: Cx) -> int | None:

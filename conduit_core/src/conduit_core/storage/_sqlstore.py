@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
-from conduit_core.errors import LeaseLostError
+from conduit_core.errors import ConduitError, LeaseLostError
 from conduit_core.model import (
     AttemptSnapshot,
     BudgetLedger,
@@ -32,6 +32,7 @@ from conduit_core.model import (
 )
 from conduit_core.storage import _ops_attempts as att
 from conduit_core.storage import _ops_budgets as _budgets
+from conduit_core.storage import _ops_bulk as bulk
 from conduit_core.storage import _ops_controls as controls
 from conduit_core.storage import _ops_misc as misc
 from conduit_core.storage import _ops_routines as rt
@@ -148,6 +149,13 @@ class SqlStore(Store):
 
     async def create_work(self, work: Work, *, first_input: Event | None = None) -> Work:
         return await self._write(ops.create_work, work, first_input)
+
+    async def create_works(
+        self, items: Sequence[tuple[Work, Event | None]]
+    ) -> list[Work | ConduitError]:
+        if not items:
+            return []
+        return await self._write(bulk.create_works, list(items))
 
     async def accept_event(self, event: Event) -> Event:
         return await self._write(ops.accept_event, event)
@@ -483,6 +491,13 @@ class SqlStore(Store):
     ) -> Routine:
         return await self._write(rt.apply_routine, routine_id, change, run, list(events))
 
+    async def apply_routines(
+        self, updates: Sequence[rt.RoutineUpdate]
+    ) -> list[Routine | ConduitError]:
+        if not updates:
+            return []
+        return await self._write(rt.apply_routines, list(updates))
+
     async def due_pass(self, *, now_ms: int) -> int:
         return await self._write(rt.due_pass, now_ms)
 
@@ -496,6 +511,11 @@ class SqlStore(Store):
 
     async def running_routines(self) -> list[Routine]:
         return await self._read(rt.routines_in, (RoutineStatus.CLAIMED, RoutineStatus.RUNNING))
+
+    async def running_fires(
+        self, input_id: Callable[[Routine], str | None], *, ids: Sequence[str] | None = None
+    ) -> list[tuple[Routine, Work | None, bool]]:
+        return await self._read(rt.running_fires, input_id, None if ids is None else list(ids))
 
     async def next_due_at(self) -> int | None:
         return await self._read(rt.next_due_at)
@@ -559,6 +579,7 @@ class SqlStore(Store):
 ROW_LOCKED: frozenset[Callable[..., Any]] = frozenset(
     {
         ops.create_work,
+        bulk.create_works,
         ops.accept_event,
         ops.update_work,
         ops.claim_attempts,
@@ -573,6 +594,8 @@ ROW_LOCKED: frozenset[Callable[..., Any]] = frozenset(
         att.finish_attempt,
         att.settle_attempt,
         att.confirm_stopped,
+        rt.apply_routine,
+        rt.apply_routines,
         misc.arm_timer,
         misc.disarm_timer,
         misc.fire_timer,

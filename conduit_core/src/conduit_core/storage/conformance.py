@@ -9,7 +9,8 @@ A third-party backend runs it by importing the cases into a test module and prov
     def store_factory(tmp_path):
         return StoreFactory(open=lambda: open_store(...), url=...)
 
-The held-recovery cases live in :mod:`conduit_core.storage.conformance_recovery`; import its
+The held-recovery cases live in :mod:`conduit_core.storage.conformance_recovery`, the Routine
+ledger's set-based writes in :mod:`conduit_core.storage.conformance_routines`; import their
 cases the same way.
 
 ``StoreFactory.open`` opens a new, independent handle on the same store each time it is called.

@@ -1,0 +1,117 @@
+"""Set-based writes of many new rows in one transaction: Work with their first inputs, events.
+
+A Routine claim pass fires up to a thousand Routines at once; writing each fire's Work, input and
+observability events with the one-row operations costs ~8 round trips per Work and per event on
+a server. These do the same writes with one existence check, one block of event sequence
+numbers (``next_event_seqs``) and one pipelined ``executemany`` per table. Their results equal
+the one-row operations' (``create_work``, ``accept_event``) applied in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import msgspec
+
+from conduit_core.errors import ConduitError
+from conduit_core.model import Event, Work
+from conduit_core.storage._ops_work import accept_event
+from conduit_core.storage._sql import Cx, dump, next_event_seqs, work_params
+
+__all__ = ["accept_events", "create_works"]
+
+#: Ids per ``IN (…)`` list (well under both backends' parameter limits).
+_CHUNK = 1_000
+
+_INSERT_WORK = (
+    "INSERT INTO conduit_work (id, status, scope, claimable, ready_since, data) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+_INSERT_EVENT = (
+    "INSERT INTO conduit_event (id, delivery_id, seq, work_id, pending, data) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+
+
+def _chunks(values: Sequence[str]) -> Iterator[Sequence[str]]:
+    for offset in range(0, len(values), _CHUNK):
+        yield values[offset : offset + _CHUNK]
+
+
+def _existing(cx: Cx, table: str, column: str, values: Sequence[str]) -> set[str]:
+    found: set[str] = set()
+    for chunk in _chunks(sorted(set(values))):
+        marks = ", ".join("?" for _ in chunk)
+        rows = cx.rows(f"SELECT {column} FROM {table} WHERE {column} IN ({marks})", tuple(chunk))
+        found.update(str(r[0]) for r in rows)
+    return found
+
+
+def _event_row(event: Event) -> tuple[Any, ...]:
+    return (event.id, event.delivery_id, event.seq, event.work_id, int(event.pending), dump(event))
+
+
+def create_works(cx: Cx, items: Sequence[tuple[Work, Event | None]]) -> list[Work | ConduitError]:
+    """``create_work`` for each ``(work, first_input)`` in order: the Work as stored, or a
+    ``work_exists`` error for an id already taken (nothing is written for that item)."""
+    taken = _existing(cx, "conduit_work", "id", [work.id for work, _ in items])
+    delivered = _existing(
+        cx, "conduit_event", "delivery_id", [e.delivery_id for _, e in items if e is not None]
+    )
+    results: list[Work | ConduitError] = []
+    works: list[Work] = []
+    inputs: list[Event] = []
+    for work, first_input in items:
+        if work.id in taken:
+            results.append(ConduitError(f"work {work.id!r} already exists", code="work_exists"))
+            continue
+        taken.add(work.id)
+        fresh = first_input is not None and first_input.delivery_id not in delivered
+        if fresh:
+            assert first_input is not None
+            delivered.add(first_input.delivery_id)
+            inputs.append(msgspec.structs.replace(first_input, work_id=work.id, pending=True))
+        stored = msgspec.structs.replace(work, pending_inputs=int(fresh), last_attempt=0)
+        works.append(stored)
+        results.append(stored)
+    if works:
+        cx.many(_INSERT_WORK, [work_params(w) for w in works])
+    if inputs:
+        seqs = next_event_seqs(cx, len(inputs))
+        cx.many(
+            _INSERT_EVENT,
+            [
+                _event_row(msgspec.structs.replace(e, seq=n))
+                for e, n in zip(inputs, seqs, strict=True)
+            ],
+        )
+    return results
+
+
+def accept_events(cx: Cx, events: Sequence[Event]) -> None:
+    """``accept_event`` for each event, in order. Events that feed no Work (``pending`` false or
+    no ``work_id``: observability records) are written set-based; the others one by one."""
+    delivered = _existing(
+        cx, "conduit_event", "delivery_id", [e.delivery_id for e in events if not _feeds(e)]
+    )
+    plain: list[Event] = []
+    for event in events:
+        if _feeds(event):
+            accept_event(cx, event)
+        elif event.delivery_id not in delivered:
+            delivered.add(event.delivery_id)
+            plain.append(msgspec.structs.replace(event, pending=False))
+    if plain:
+        seqs = next_event_seqs(cx, len(plain))
+        cx.many(
+            _INSERT_EVENT,
+            [
+                _event_row(msgspec.structs.replace(e, seq=n))
+                for e, n in zip(plain, seqs, strict=True)
+            ],
+        )
+
+
+def _feeds(event: Event) -> bool:
+    return event.pending and event.work_id is not None

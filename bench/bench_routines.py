@@ -33,7 +33,7 @@ import msgspec
 from conduit_core.config import Binding
 from conduit_core.model import Event, Routine, RoutineStatus, Work, WorkStatus, WorkTemplate
 from conduit_core.plugins import Plugins
-from conduit_core.routines import Ticker
+from conduit_core.routines import Ticker, fired_by
 from conduit_core.routines.ticker import CLAIM_BATCH
 from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock
 from conduit_core.storage import Claim, Store, open_store
@@ -60,6 +60,23 @@ class CompletingTarget:
         self.fired += 1
         return created
 
+    async def submit_many(self, items):  # type: ignore[no-untyped-def]
+        created = await self.store.create_works(items)
+        now = SystemClock().now_ms()
+
+        async def complete(work_id: str) -> None:
+            await self.store.update_work(
+                work_id, lambda w: msgspec.structs.replace(w, status=WorkStatus.COMPLETED),
+                now_ms=now,
+            )  # fmt: skip
+            self.fired += 1
+
+        async with anyio.create_task_group() as tg:
+            for work in created:
+                if isinstance(work, Work):
+                    tg.start_soon(complete, work.id)
+        return created
+
     async def accept_input(self, event: Event) -> tuple[Event, list[Claim]]:
         return await self.store.accept_event(event), []
 
@@ -67,9 +84,10 @@ class CompletingTarget:
 class AttemptRunner:
     """The daemon's part for fired Work: a real Scheduler claims and runs their attempts.
 
-    Each fire wakes the claim loop (the daemon's ``on_fired``); each attempt's end pokes the
-    ticker so its Routine re-arms at once. ``started`` keeps, per Work, the wall-clock instant
-    the scheduler began its attempt (its claim had committed).
+    Each fire wakes the claim loop (the daemon's ``on_fired``); each attempt's end tells the
+    ticker (``fire_ended``, as the daemon does) so its Routine re-arms at once. ``started``
+    keeps, per Work, the wall-clock instant the scheduler began its attempt (its claim had
+    committed).
     """
 
     def __init__(self, store: Store, concurrency: int) -> None:
@@ -100,6 +118,9 @@ class AttemptRunner:
         self.wake()
         return created
 
+    async def submit_many(self, items):  # type: ignore[no-untyped-def]
+        return await self.sched.submit_many(items)  # the ticker wakes us (on_fired) after
+
     async def accept_input(self, event: Event) -> tuple[Event, list[Claim]]:
         return await self.sched.accept_input(event)
 
@@ -125,8 +146,9 @@ class AttemptRunner:
             self._in_flight -= 1
             self.completed += 1
             self.wake()
-            if self.ticker is not None:
-                self.ticker.poke()
+            routine_id = fired_by(claim.work)
+            if self.ticker is not None and routine_id is not None:
+                self.ticker.fire_ended(routine_id)
 
 
 def routines(now: int, due_at: int) -> list[Routine]:

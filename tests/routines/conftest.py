@@ -51,13 +51,23 @@ SCOPES = {"root", "team-a"}
 class StoreTarget:
     """A fire target that writes straight to the store (the Scheduler's submit, minus plugins).
 
-    ``block`` holds submits of a Work id prefix until released (a slow fire).
+    ``block`` holds submits of a Work id prefix until released (a slow fire). Like the
+    Scheduler it submits many at once (the ticker's batched fires) unless ``batch`` is false
+    (then every fire goes one by one, as with a target that cannot batch).
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, batch: bool = True) -> None:
         self.store = store
         self.submitted: list[str] = []
         self.block: dict[str, Any] = {}
+        self.batches: list[int] = []
+        if batch:
+            self.submit_many = self._submit_many
+
+    async def _submit_many(self, items: list[tuple[Work, Event | None]]) -> list[Any]:
+        self.batches.append(len(items))
+        self.submitted += [work.id for work, _ in items]
+        return await self.store.create_works(items)
 
     async def submit(self, work: Work, first_input: Event | None = None) -> Work:
         for prefix, gate in self.block.items():

@@ -303,14 +303,14 @@ async def test_boot_resume_leaves_a_live_daemons_fire_alone(
 
 
 async def _race_two_tickers(
-    source: ConduitRoutineSource, store: Store, clock: ManualClock
+    source: ConduitRoutineSource, store: Store, clock: ManualClock, batch: bool
 ) -> tuple[dict[str, list[str]], list[str], list[Work]]:
     """Twenty due Routines, two tickers ticking at once. Returns what each ticker's target was
     asked to submit (every fire it dispatched), the ``core.routine.fired`` events stored, and
-    the Work rows."""
+    the Work rows. ``batch``: the targets submit each claim pass's fires at once."""
     for i in range(20):
         await source.create(create("*/5 * * * *", rid=f"r{i:02d}"))
-    targets = {owner: StoreTarget(store) for owner in ("a", "b")}
+    targets = {owner: StoreTarget(store, batch=batch) for owner in ("a", "b")}
     tickers = [
         Ticker(store, target, clock, owner=owner)  # type: ignore[arg-type]
         for owner, target in targets.items()
@@ -335,14 +335,15 @@ async def _race_two_tickers(
     return submitted, fired, await store.list_work(limit=1000)
 
 
+@pytest.mark.parametrize("batch", [True, False], ids=["batched", "one-by-one"])
 async def test_two_tickers_race_and_each_due_row_fires_once(
-    source: ConduitRoutineSource, store: Store, clock: ManualClock
+    source: ConduitRoutineSource, store: Store, clock: ManualClock, batch: bool
 ) -> None:
     """Each due row fires once, counted where a double fire would show: in the fires each
     ticker made and in the stored fire events. (Work rows cannot show it: a fire's Work id is
     deterministic, so a second fire of the same occurrence finds its Work and is swallowed as
     ``work_exists``.) The negative control below shows this detector catching double fires."""
-    submitted, fired, works = await _race_two_tickers(source, store, clock)
+    submitted, fired, works = await _race_two_tickers(source, store, clock, batch)
     expected = sorted(f"routine:r{i:02d}:{T0 + 5 * MINUTE}" for i in range(20))
     both = Counter(submitted["a"] + submitted["b"])
     assert sorted(both) == expected
@@ -353,8 +354,13 @@ async def test_two_tickers_race_and_each_due_row_fires_once(
     assert owners <= {"a", "b"}
 
 
+@pytest.mark.parametrize("batch", [True, False], ids=["batched", "one-by-one"])
 async def test_negative_control_double_fires_are_seen_without_claim_fencing(
-    source: ConduitRoutineSource, store: Store, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+    source: ConduitRoutineSource,
+    store: Store,
+    clock: ManualClock,
+    monkeypatch: pytest.MonkeyPatch,
+    batch: bool,
 ) -> None:
     """Switch the claim fencing off (test-only, by monkeypatch; restored after the test): a
     claim may take a row another ticker already claimed. The detector above sees the double
@@ -383,7 +389,7 @@ async def test_negative_control_double_fires_are_seen_without_claim_fencing(
         "_claim_sql",
         lambda count: fenced_sql(count).replace(" AND conduit_routine.status = v.column2", ""),
     )
-    submitted, fired, works = await _race_two_tickers(source, store, clock)
+    submitted, fired, works = await _race_two_tickers(source, store, clock, batch)
     both = Counter(submitted["a"] + submitted["b"])
     assert max(both.values()) == 2  # the detector sees occurrences fired twice
     # Blind to it: the Work rows the old check counted, and the stored fire events (the loser's
@@ -489,7 +495,7 @@ async def test_a_slow_fire_never_delays_another_routine(
 ) -> None:
     await source.create(create("*/5 * * * *", rid="slow"))
     await source.create(create("*/5 * * * *", rid="quick"))
-    target = StoreTarget(store)
+    target = StoreTarget(store, batch=False)  # fires that create Work one by one, as they may
     gate = anyio.Event()
     target.block["routine:slow:"] = gate
     tick = Ticker(store, target, clock, owner="a")
@@ -603,3 +609,143 @@ async def test_misfires_and_fire_lateness_are_counted(
         # Stored twin: the fire the ledger recorded is that late.
         (work,) = await works_of(store, "hourly")
         assert work.id == f"routine:hourly:{T0 + 5 * HOUR}"
+
+
+# --- Batched fires and settles ------------------------------------------------------------------
+
+
+async def _fire_records(store: Store, routine_id: str) -> tuple[Any, ...]:
+    """What a fire left: its Routine row, Work, first input and run, ids made comparable."""
+    routine = await store.get_routine(routine_id)
+    (work,) = await works_of(store, routine_id)
+    (first,) = await store.pending_inputs(work.id)
+    (run,) = await store.routine_history(routine_id)
+    kinds = sorted(e.type for e in await _routine_events(store) if f"/{routine_id}/" in e.id)
+    return (
+        (routine.status, routine.fired_work_id, routine.scheduled_for_ms, routine.claim_owner),
+        (work.id, work.scope, work.binding, work.pending_inputs, work.scheduled_by),
+        (first.id, first.type, first.payload),
+        (run.work_id, run.outcome, run.scheduled_for_ms),
+        kinds,
+    )
+
+
+@pytest.mark.parametrize("batch", [True, False], ids=["batched", "one-by-one"])
+async def test_a_claim_pass_fires_in_one_batch_with_the_same_records(
+    source: ConduitRoutineSource, store: Store, clock: ManualClock, batch: bool
+) -> None:
+    """A claim pass creates all its fires' Work in one submit (bound Routines still deliver
+    their input one by one) and records each fire exactly as a one-by-one fire does."""
+    for i in range(5):
+        await source.create(create("*/5 * * * *", rid=f"r{i}"))
+    await _manual_work(store, "w-bound")
+    await source.create(
+        create("once@2026-03-02T10:05:00Z", rid="bound", target=WorkTemplate(work_id="w-bound"))
+    )
+    target = StoreTarget(store, batch=batch)
+    clock.set(T0 + 5 * MINUTE + 10)
+    await Ticker(store, target, clock, owner="a").tick()  # type: ignore[arg-type]
+    assert target.batches == ([5] if batch else [])
+    assert sorted(target.submitted) == [f"routine:r{i}:{T0 + 5 * MINUTE}" for i in range(5)]
+    records = await _fire_records(store, "r3")
+    assert records == (
+        (S.RUNNING, f"routine:r3:{T0 + 5 * MINUTE}", T0 + 5 * MINUTE, "a"),
+        (f"routine:r3:{T0 + 5 * MINUTE}", "root", "echo", 1, "routine:r3"),
+        (f"routine:r3:{T0 + 5 * MINUTE}/input", "core.routine.fire", {"n": 1}),
+        (f"routine:r3:{T0 + 5 * MINUTE}", "running", T0 + 5 * MINUTE),
+        ["core.routine.dispatched", "core.routine.fired"],
+    )
+    bound = await store.get_routine("bound")
+    assert (bound.status, bound.fired_work_id) == (S.RUNNING, "w-bound")
+    assert [e.type for e in await store.pending_inputs("w-bound")] == ["core.routine.fire"]
+
+
+async def test_a_batched_fire_of_an_existing_work_is_recorded_once(
+    source: ConduitRoutineSource, store: Store, clock: ManualClock
+) -> None:
+    """A retried fire in a batch finds the Work its key names and records the fire (the one
+    Work, no second input); a fire whose Work cannot be created halts its Routine."""
+    await source.create(create("*/5 * * * *", rid="retried"))
+    await source.create(create("*/5 * * * *", rid="unbound"))
+    await StoreTarget(store).submit(
+        Work(id=f"routine:retried:{T0 + 5 * MINUTE}", scope="root", binding="echo",
+             scheduled_by="routine:retried", created_at_ms=T0, updated_at_ms=T0),
+    )  # fmt: skip
+
+    class Refusing(StoreTarget):
+        async def _submit_many(self, items: list[tuple[Work, Event | None]]) -> list[Any]:
+            results = await super()._submit_many(items)
+            return [
+                ConduitError("binding gone", code="unknown_binding")
+                if w.id.startswith("routine:unbound:")
+                else r
+                for (w, _), r in zip(items, results, strict=True)
+            ]
+
+    clock.set(T0 + 5 * MINUTE)
+    await Ticker(store, Refusing(store), clock, owner="a").tick()  # type: ignore[arg-type]
+    retried = await store.get_routine("retried")
+    assert (retried.status, retried.fired_work_id) == (
+        S.RUNNING,
+        f"routine:retried:{T0 + 5 * MINUTE}",
+    )
+    (work,) = await works_of(store, "retried")
+    assert work.pending_inputs == 0  # the dead fire's Work, found by its key
+    unbound = await store.get_routine("unbound")
+    assert (unbound.status, unbound.next_run_at_ms) == (S.ERROR, None)
+    assert "unknown_binding" in (unbound.last_error or "")
+
+
+async def test_ended_fires_are_settled_without_rereading_every_running_fire(
+    source: ConduitRoutineSource, store: Store, clock: ManualClock
+) -> None:
+    """Once the host reports ended fires, a tick settles those (one read of their rows); the
+    other running fires are reread only every ``running_recheck_ms``."""
+    for rid in ("told", "untold"):
+        await source.create(create("*/5 * * * *", rid=rid))
+    tick = ticker(store, clock, running_recheck_ms=60 * 60_000)
+    clock.set(T0 + 5 * MINUTE)
+    await tick.tick()
+    for rid in ("told", "untold"):
+        await finish_work(store, f"routine:{rid}:{T0 + 5 * MINUTE}", WorkStatus.COMPLETED, T0)
+    tick.fire_ended("told")
+    reads: list[Any] = []
+    running_fires = store.running_fires
+
+    async def counted(input_id: Any, *, ids: Any = None) -> Any:
+        reads.append(ids)
+        return await running_fires(input_id, ids=ids)
+
+    store.running_fires = counted  # type: ignore[method-assign]
+    await tick.tick()
+    await tick.tick()  # nothing reported since: nothing read
+    assert reads == [["told"]]
+    assert (await store.get_routine("told")).status is S.IDLE
+    assert (await store.get_routine("untold")).status is S.RUNNING  # until the next reread
+    tick.running_recheck_ms = 0
+    await tick.tick()
+    assert reads == [["told"], None]
+    assert (await store.get_routine("untold")).status is S.IDLE
+
+
+async def test_a_fire_reported_ended_before_it_was_recorded_is_settled_next(
+    source: ConduitRoutineSource, store: Store, clock: ManualClock
+) -> None:
+    """The scheduler may run a fired Work to its end before the ticker records the fire: the
+    report is kept until the Routine is ``running``, then settles it."""
+    await source.create(create("*/5 * * * *", rid="quick"))
+
+    class Quick(StoreTarget):
+        async def _submit_many(self, items: list[tuple[Work, Event | None]]) -> list[Any]:
+            results = await super()._submit_many(items)
+            for work, _ in items:
+                await finish_work(store, work.id, WorkStatus.COMPLETED, T0)
+                tick.fire_ended("quick")
+                tick.running_recheck_ms = 60 * 60_000
+                await tick.settle_running()  # the report arrives while the row is claimed
+            return results
+
+    tick = Ticker(store, Quick(store), clock, owner="a")  # type: ignore[arg-type]
+    clock.set(T0 + 5 * MINUTE)
+    await tick.tick()
+    assert (await store.get_routine("quick")).status is S.IDLE

@@ -17,7 +17,7 @@ from conduit_core.routines import (
     CrontabSource,
     ScheduleMultiplexer,
     Ticker,
-    is_fired_by_routine,
+    fired_by,
     parse_spec,
     reconcile_routines,
 )
@@ -70,8 +70,9 @@ class RoutinesHost:
         self.schedules = ScheduleMultiplexer([self.source, crontab, *extra])
 
     def _attempt_ended(self, claim: Claim) -> None:
-        if is_fired_by_routine(claim.work):
-            self.ticker.poke()
+        routine_id = fired_by(claim.work)
+        if routine_id is not None:
+            self.ticker.fire_ended(routine_id)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Reconcile ``[[routines]]`` into the ledger, then tick until cancelled."""

@@ -24,6 +24,7 @@ from conduit_core.routines.errors import (
 from conduit_core.routines.fire import (
     FireTarget,
     check_bound_owner,
+    fired_by,
     firing_owner,
     is_fired_by_routine,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "StaleRoutineClaimError",
     "Ticker",
     "check_bound_owner",
+    "fired_by",
     "firing_owner",
     "is_fired_by_routine",
     "misfire_next",

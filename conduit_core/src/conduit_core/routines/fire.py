@@ -24,7 +24,8 @@ from conduit_core.routines.errors import (
     IllegalTransitionError,
     StaleRoutineClaimError,
 )
-from conduit_core.storage import Claim, RoutineRun, Store
+from conduit_core.routines.occurrence import MisfireDecision
+from conduit_core.storage import Claim, RoutineRun, RoutineUpdate, Store
 from conduit_core.telemetry import METRICS
 
 __all__ = [
@@ -32,11 +33,15 @@ __all__ = [
     "FireTarget",
     "check_bound_owner",
     "fire_claimed",
+    "fire_claimed_many",
+    "fire_input_id",
     "fire_outcome",
+    "fired_by",
     "firing_owner",
     "is_fired_by_routine",
     "routine_event",
     "settle_fire",
+    "settle_update",
 ]
 
 log = logging.getLogger("conduit.routines")
@@ -96,6 +101,13 @@ def check_bound_owner(routine: Routine, work: Work | None) -> Work | None:
     return msgspec.structs.replace(work, scheduled_by=owner)
 
 
+def fired_by(work: Work) -> str | None:
+    """The id of the Routine that fires ``work`` (``None``: no Routine does)."""
+    if not is_fired_by_routine(work):
+        return None
+    return work.scheduled_by.removeprefix(_OWNER_PREFIX)
+
+
 def routine_event(routine: Routine, kind: str, key: str, now_ms: int, **payload: Any) -> Event:
     """A stored observability event ``core.routine.<kind>`` (unmatched: it feeds no Work)."""
     ident = f"routine-event/{routine.id}/{key}/{kind}"
@@ -130,6 +142,109 @@ def _fire_input(routine: Routine, key: str, work_id: str, scope: str, now_ms: in
     )
 
 
+def _unreadable(routine: Routine, token: str, spec: ConduitError, now_ms: int) -> RoutineUpdate:
+    error = f"stored spec cannot be read: [{spec.code}] {spec.message}"
+    return RoutineUpdate(
+        routine.id,
+        lambda r: ledger.fail_fire(r, token=token, error=error, now_ms=now_ms),
+        events=[routine_event(routine, "error", token, now_ms, error=error)],
+    )
+
+
+def _skipped(routine: Routine, token: str, decision: MisfireDecision, now_ms: int) -> RoutineUpdate:
+    event = routine_event(
+        routine,
+        "skipped",
+        token,
+        now_ms,
+        skipped=decision.skipped,
+        next_run_at_ms=decision.next_run_at_ms,
+    )
+    return RoutineUpdate(
+        routine.id,
+        lambda r: ledger.skip_fire(
+            r, token=token, next_run_at_ms=decision.next_run_at_ms, now_ms=now_ms
+        ),
+        events=[event],
+    )
+
+
+def _fired_event(routine: Routine, token: str, decision: MisfireDecision, now_ms: int) -> Event:
+    scheduled = decision.scheduled_for_ms
+    assert scheduled is not None
+    METRICS.routine_fired((now_ms - scheduled) / 1000)
+    return routine_event(
+        routine,
+        "fired",
+        token,
+        now_ms,
+        scheduled_for_ms=scheduled,
+        late_ms=now_ms - scheduled,
+        coalesced=decision.skipped,
+    )
+
+
+def _not_dispatched(
+    routine: Routine, token: str, scheduled: int, fired: Event, exc: ConduitError, now_ms: int
+) -> RoutineUpdate:
+    error = f"fire of {scheduled} could not dispatch: [{exc.code}] {exc.message}"
+    run = RoutineRun(
+        routine_id=routine.id,
+        scheduled_for_ms=scheduled,
+        outcome="error",
+        error=error,
+        started_at_ms=now_ms,
+        ended_at_ms=now_ms,
+    )
+    failed = routine_event(routine, "error", token, now_ms, error=error)
+
+    def start_then_fail(r: Routine) -> Routine:
+        started = ledger.start_fire(
+            r, token=token, scheduled_for_ms=scheduled, fired_work_id=None, now_ms=now_ms
+        )
+        return ledger.fail_fire(started, token=token, error=error, now_ms=now_ms)
+
+    return RoutineUpdate(routine.id, start_then_fail, run=run, events=[fired, failed])
+
+
+def _dispatched(
+    routine: Routine, token: str, scheduled: int, fired: Event, work_id: str, now_ms: int
+) -> RoutineUpdate:
+    run = RoutineRun(
+        routine_id=routine.id,
+        scheduled_for_ms=scheduled,
+        work_id=work_id,
+        outcome="running",
+        started_at_ms=now_ms,
+    )
+    dispatched = routine_event(
+        routine, "dispatched", token, now_ms, scheduled_for_ms=scheduled, work_id=work_id
+    )
+    return RoutineUpdate(
+        routine.id,
+        lambda r: ledger.start_fire(
+            r, token=token, scheduled_for_ms=scheduled, fired_work_id=work_id, now_ms=now_ms
+        ),
+        run=run,
+        events=[fired, dispatched],
+    )
+
+
+def _plan(routine: Routine, now_ms: int) -> RoutineUpdate | MisfireDecision:
+    """What a claimed row's fire does: an outcome written at once (unreadable spec, misfire
+    skip), or the decision to fire an occurrence."""
+    token = routine.claim_token
+    assert token is not None, "a fire needs a claimed row"
+    spec = ledger.readable_spec(routine)
+    if isinstance(spec, ConduitError):
+        return _unreadable(routine, token, spec, now_ms)
+    decision = ledger.plan_fire(routine, spec, now_ms)
+    METRICS.routine_misfired(routine.id, str(routine.misfire), decision.skipped)
+    if not decision.fire:
+        return _skipped(routine, token, decision, now_ms)
+    return decision
+
+
 async def fire_claimed(
     store: Store,
     target: FireTarget,
@@ -142,89 +257,79 @@ async def fire_claimed(
 
     Returns the Routine as written, or ``None`` when a newer claim or a deletion took the row.
     """
-    token = routine.claim_token
-    assert token is not None, "fire_claimed needs a claimed row"
-    spec = ledger.readable_spec(routine)
-    if isinstance(spec, ConduitError):
-        error = f"stored spec cannot be read: [{spec.code}] {spec.message}"
-        return await _apply(
-            store,
-            routine.id,
-            lambda r: ledger.fail_fire(r, token=token, error=error, now_ms=now_ms),
-            events=[routine_event(routine, "error", token, now_ms, error=error)],
-        )
-    decision = ledger.plan_fire(routine, spec, now_ms)
-    METRICS.routine_misfired(routine.id, str(routine.misfire), decision.skipped)
-    if not decision.fire:
-        event = routine_event(
-            routine,
-            "skipped",
-            token,
-            now_ms,
-            skipped=decision.skipped,
-            next_run_at_ms=decision.next_run_at_ms,
-        )
-        return await _apply(
-            store,
-            routine.id,
-            lambda r: ledger.skip_fire(
-                r, token=token, next_run_at_ms=decision.next_run_at_ms, now_ms=now_ms
-            ),
-            events=[event],
-        )
-    scheduled = decision.scheduled_for_ms
+    plan = _plan(routine, now_ms)
+    if isinstance(plan, RoutineUpdate):
+        return await _apply(store, plan)
+    token, scheduled = routine.claim_token, plan.scheduled_for_ms
+    assert token is not None
     assert scheduled is not None
     key = ledger.fire_key(routine.id, scheduled)
-    fired = routine_event(
-        routine,
-        "fired",
-        token,
-        now_ms,
-        scheduled_for_ms=scheduled,
-        late_ms=now_ms - scheduled,
-        coalesced=decision.skipped,
-    )
-    METRICS.routine_fired((now_ms - scheduled) / 1000)
+    fired = _fired_event(routine, token, plan, now_ms)
     try:
         work_id = await _dispatch(target, routine, key, now_ms, on_resumed)
     except ConduitError as exc:
-        error = f"fire of {scheduled} could not dispatch: [{exc.code}] {exc.message}"
-        run = RoutineRun(
-            routine_id=routine.id,
-            scheduled_for_ms=scheduled,
-            outcome="error",
-            error=error,
-            started_at_ms=now_ms,
-            ended_at_ms=now_ms,
-        )
-        failed = routine_event(routine, "error", token, now_ms, error=error)
+        return await _apply(store, _not_dispatched(routine, token, scheduled, fired, exc, now_ms))
+    return await _apply(store, _dispatched(routine, token, scheduled, fired, work_id, now_ms))
 
-        def start_then_fail(r: Routine) -> Routine:
-            started = ledger.start_fire(
-                r, token=token, scheduled_for_ms=scheduled, fired_work_id=None, now_ms=now_ms
-            )
-            return ledger.fail_fire(started, token=token, error=error, now_ms=now_ms)
 
-        return await _apply(store, routine.id, start_then_fail, run=run, events=[fired, failed])
-    run = RoutineRun(
-        routine_id=routine.id,
-        scheduled_for_ms=scheduled,
-        work_id=work_id,
-        outcome="running",
-        started_at_ms=now_ms,
-    )
-    dispatched = routine_event(
-        routine, "dispatched", token, now_ms, scheduled_for_ms=scheduled, work_id=work_id
-    )
-    return await _apply(
-        store,
-        routine.id,
-        lambda r: ledger.start_fire(
-            r, token=token, scheduled_for_ms=scheduled, fired_work_id=work_id, now_ms=now_ms
-        ),
-        run=run,
-        events=[fired, dispatched],
-    )
+async def fire_claimed_many(
+    store: Store,
+    target: FireTarget,
+    routines: Sequence[Routine],
+    *,
+    now_ms: int,
+    on_created: Callable[[], None] | None = None,
+) -> list[Routine]:
+    """Fire many claimed Routines in two store writes: their new Work with first inputs in one
+    (``target.submit_many``), every outcome (``running``, a skip, an error) in the other.
+
+    Only Routines that create Work are fired here, and only when ``target`` can submit many;
+    the rest (bound Routines deliver input and may resume a parked attempt) are returned for
+    :func:`fire_claimed`. ``on_created`` is called once the Work exists (wake the scheduler).
+    Each fire is the one :func:`fire_claimed` makes: same Work id and input (its fire key),
+    same events, same fenced transitions.
+    """
+    submit_many = getattr(target, "submit_many", None)
+    if submit_many is None:
+        return list(routines)
+    rest: list[Routine] = []
+    updates: list[RoutineUpdate] = []
+    fires: list[tuple[Routine, int, Event]] = []
+    items: list[tuple[Work, Event]] = []
+    for routine in routines:
+        if routine.target.work_id is not None or routine.target.binding is None:
+            rest.append(routine)
+            continue
+        plan = _plan(routine, now_ms)
+        if isinstance(plan, RoutineUpdate):
+            updates.append(plan)
+            continue
+        token, scheduled = routine.claim_token, plan.scheduled_for_ms
+        assert token is not None
+        assert scheduled is not None
+        key = ledger.fire_key(routine.id, scheduled)
+        fires.append((routine, scheduled, _fired_event(routine, token, plan, now_ms)))
+        work = _fire_work(routine, key, now_ms)
+        items.append((work, _fire_input(routine, key, key, work.scope, now_ms)))
+    if items:
+        created: list[Work | ConduitError] = await submit_many(items)
+        if on_created is not None:
+            on_created()
+        for (routine, scheduled, fired), (work, _), result in zip(
+            fires, items, created, strict=True
+        ):
+            token = routine.claim_token
+            assert token is not None
+            if isinstance(result, ConduitError) and result.code != "work_exists":
+                updates.append(_not_dispatched(routine, token, scheduled, fired, result, now_ms))
+                continue
+            if isinstance(result, ConduitError):
+                log.info("routine %s: work %s exists already (a retried fire)", routine.id, work.id)
+            updates.append(_dispatched(routine, token, scheduled, fired, work.id, now_ms))
+    for update, written in zip(updates, await store.apply_routines(updates), strict=True):
+        if isinstance(written, ConduitError):
+            log.info("routine %s: outcome not written (%s)", update.routine_id, written)
+    return rest
 
 
 async def _dispatch(
@@ -243,15 +348,7 @@ async def _dispatch(
         return template.work_id
     if template.binding is None:
         raise ConduitError(f"routine {routine.id!r} has no binding", code="unknown_binding")
-    work = Work(
-        id=key,
-        scope=scope,
-        binding=template.binding,
-        kind=template.kind,
-        scheduled_by=firing_owner(routine.id),
-        created_at_ms=now_ms,
-        updated_at_ms=now_ms,
-    )
+    work = _fire_work(routine, key, now_ms)
     try:
         await target.submit(work, _fire_input(routine, key, key, scope, now_ms))
     except ConduitError as exc:
@@ -259,6 +356,21 @@ async def _dispatch(
             raise
         log.info("routine %s: work %s exists already (a retried fire)", routine.id, key)
     return key
+
+
+def _fire_work(routine: Routine, key: str, now_ms: int) -> Work:
+    """The new Work a fire of a Routine with a binding creates (its id is the fire key)."""
+    template = routine.target
+    assert template.binding is not None
+    return Work(
+        id=key,
+        scope=template.scope or routine.scope,
+        binding=template.binding,
+        kind=template.kind,
+        scheduled_by=firing_owner(routine.id),
+        created_at_ms=now_ms,
+        updated_at_ms=now_ms,
+    )
 
 
 def fire_outcome(routine: Routine, work: Work, input_pending: bool) -> tuple[bool, str] | None:
@@ -280,24 +392,26 @@ def fire_outcome(routine: Routine, work: Work, input_pending: bool) -> tuple[boo
     return None
 
 
-async def settle_fire(store: Store, routine: Routine, *, now_ms: int) -> Routine | None:
-    """Settle a ``running`` Routine whose Work is done; ``None`` while it is still pending."""
+def fire_input_id(routine: Routine) -> str | None:
+    """The id of the input the Routine's current fire delivered (``None``: no fire started)."""
+    if routine.scheduled_for_ms is None:
+        return None
+    return f"{ledger.fire_key(routine.id, routine.scheduled_for_ms)}/input"
+
+
+def settle_update(
+    routine: Routine, work: Work | None, input_pending: bool, *, now_ms: int
+) -> RoutineUpdate | None:
+    """The outcome write that settles a ``running`` Routine whose fired Work (``None``: gone)
+    is done; ``None`` while it is still pending."""
     token, work_id, scheduled = routine.claim_token, routine.fired_work_id, routine.scheduled_for_ms
     if routine.status is not RoutineStatus.RUNNING or token is None or scheduled is None:
         return None
-    key = ledger.fire_key(routine.id, scheduled)
     outcome: tuple[bool, str] | None
-    try:
-        if work_id is None:
-            raise NotFoundError("work", "(none)")
-        work = await store.get_work(work_id)
-        try:
-            pending = (await store.get_event(f"{key}/input")).pending
-        except NotFoundError:
-            pending = False
-        outcome = fire_outcome(routine, work, pending)
-    except NotFoundError:
+    if work is None:
         outcome = (False, f"fired work {work_id} no longer exists")
+    else:
+        outcome = fire_outcome(routine, work, input_pending)
     if outcome is None:
         return None
     ok, detail = outcome
@@ -316,16 +430,14 @@ async def settle_fire(store: Store, routine: Routine, *, now_ms: int) -> Routine
     if ok and not isinstance(spec, ConduitError):
         readable = spec
         event = routine_event(routine, "completed", token, now_ms, work_id=work_id, detail=detail)
-        return await _apply(
-            store,
+        return RoutineUpdate(
             routine.id,
             lambda r: ledger.succeed_fire(r, token=token, spec=readable, now_ms=now_ms),
             run=run,
             events=[event],
         )
     event = routine_event(routine, "error", token, now_ms, work_id=work_id, error=detail)
-    return await _apply(
-        store,
+    return RoutineUpdate(
         routine.id,
         lambda r: ledger.fail_fire(r, token=token, error=detail, now_ms=now_ms),
         run=run,
@@ -333,17 +445,35 @@ async def settle_fire(store: Store, routine: Routine, *, now_ms: int) -> Routine
     )
 
 
-async def _apply(
-    store: Store,
-    routine_id: str,
-    change: Callable[[Routine], Routine],
-    *,
-    run: RoutineRun | None = None,
-    events: Sequence[Event] = (),
-) -> Routine | None:
+async def settle_fire(store: Store, routine: Routine, *, now_ms: int) -> Routine | None:
+    """Settle a ``running`` Routine whose Work is done; ``None`` while it is still pending."""
+    if routine.status is not RoutineStatus.RUNNING or routine.scheduled_for_ms is None:
+        return None
+    work: Work | None = None
+    pending = False
+    if routine.fired_work_id is not None:
+        try:
+            work = await store.get_work(routine.fired_work_id)
+        except NotFoundError:
+            work = None
+    input_id = fire_input_id(routine)
+    if work is not None and input_id is not None:
+        try:
+            pending = (await store.get_event(input_id)).pending
+        except NotFoundError:
+            pending = False
+    update = settle_update(routine, work, pending, now_ms=now_ms)
+    if update is None:
+        return None
+    return await _apply(store, update)
+
+
+async def _apply(store: Store, update: RoutineUpdate) -> Routine | None:
     """A fenced outcome write; a stale token or a removed row means someone else moved on."""
     try:
-        return await store.apply_routine(routine_id, change, run=run, events=events)
+        return await store.apply_routine(
+            update.routine_id, update.change, run=update.run, events=update.events
+        )
     except (StaleRoutineClaimError, IllegalTransitionError, NotFoundError) as exc:
-        log.info("routine %s: outcome not written (%s)", routine_id, exc)
+        log.info("routine %s: outcome not written (%s)", update.routine_id, exc)
         return None

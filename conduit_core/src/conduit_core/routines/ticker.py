@@ -25,9 +25,16 @@ from anyio.abc import TaskGroup, TaskStatus
 from conduit_core.errors import ConduitError
 from conduit_core.model import Routine, RoutineStatus
 from conduit_core.routines import ledger
-from conduit_core.routines.fire import FireTarget, OnResumed, fire_claimed, settle_fire
+from conduit_core.routines.fire import (
+    FireTarget,
+    OnResumed,
+    fire_claimed,
+    fire_claimed_many,
+    fire_input_id,
+    settle_update,
+)
 from conduit_core.runtime import Clock
-from conduit_core.storage import Store
+from conduit_core.storage import RoutineUpdate, Store
 
 __all__ = ["Ticker"]
 
@@ -39,6 +46,9 @@ MAX_SLEEP_MS = 60_000
 CLAIM_LEASE_MS = 5 * 60_000
 #: Rows per claim transaction; each batch's fires are dispatched as its claim commits.
 CLAIM_BATCH = 1_000
+#: Ticks a poke wakes are at least this far apart: a burst of pokes (a thousand fired attempts
+#: ending) is a few ticks, not a thousand. A tick the timer wakes (a row is due) runs at once.
+MIN_POKE_GAP_MS = 50
 
 
 class Ticker:
@@ -79,9 +89,22 @@ class Ticker:
         self.armed_ms: int | None = None
         self._wake = anyio.Event()
         self._tg: TaskGroup | None = None
+        # Routines whose fired Work ended (fire_ended); once any is reported, a tick settles
+        # only those, and rereads every running fire once per running_recheck_ms.
+        self._ended: set[str] = set()
+        self._hinted = False
+        self._swept_at: float | None = None
+        self._still_running = 0
 
     def poke(self) -> None:
         """Re-arm now: the next tick runs at once (a Routine was written)."""
+        self._wake.set()
+
+    def fire_ended(self, routine_id: str) -> None:
+        """The Work a fire of ``routine_id`` fed had an attempt end: settle that Routine at the
+        next tick (the host calls this for every attempt of Work a Routine fired)."""
+        self._hinted = True
+        self._ended.add(routine_id)
         self._wake.set()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -93,6 +116,7 @@ class Ticker:
             try:
                 while True:
                     self._wake = anyio.Event()
+                    began = anyio.current_time()
                     try:
                         delay_ms = await self.tick()
                     except (ConduitError, OSError) as exc:
@@ -100,6 +124,10 @@ class Ticker:
                         delay_ms = min(1_000, self.max_sleep_ms)
                     with anyio.move_on_after(delay_ms / 1000):
                         await self._wake.wait()
+                    if self._wake.is_set():  # poked: let a burst of pokes gather
+                        gap = MIN_POKE_GAP_MS / 1000 - (anyio.current_time() - began)
+                        if gap > 0:
+                            await anyio.sleep(gap)
             finally:
                 self._tg = None
 
@@ -117,11 +145,13 @@ class Ticker:
         """One pass; returns the delay (ms) until the next. Without :meth:`run`, it waits for
         the fires it dispatched (tests drive it this way)."""
         self.ticks += 1
-        if self._tg is not None:
-            await self._claim_due(self._tg)
-        else:
-            async with anyio.create_task_group() as tg:
-                await self._claim_due(tg)
+        next_due = await self.store.next_due_at()
+        if next_due is not None and next_due <= self.clock.now_ms():
+            if self._tg is not None:
+                await self._claim_due(self._tg)
+            else:
+                async with anyio.create_task_group() as tg:
+                    await self._claim_due(tg)
         running = await self.settle_running()
         delay = await self.next_delay(running)
         self.armed_ms = delay
@@ -142,9 +172,25 @@ class Ticker:
             claimed += batch
             if len(batch) < self.claim_batch:
                 break
-        for routine in claimed:
-            tg.start_soon(self._fire, routine, name=f"fire {routine.id}")
+        if claimed:
+            tg.start_soon(self._fire_all, claimed, tg, name=f"fire {len(claimed)} routines")
         return len(claimed)
+
+    async def _fire_all(self, claimed: list[Routine], tg: TaskGroup) -> None:
+        """Fire what was claimed: the Routines that create Work in two store writes for all
+        (when the target submits many), the others one by one, concurrently."""
+        try:
+            rest = await fire_claimed_many(
+                self.store, self.target, claimed, now_ms=self.clock.now_ms(),
+                on_created=self.on_fired,
+            )  # fmt: skip
+        except Exception:
+            log.exception("routine fires of %d routines failed", len(claimed))
+            return
+        for routine in rest:
+            tg.start_soon(self._fire, routine, name=f"fire {routine.id}")
+        if len(rest) < len(claimed):
+            self.poke()  # recheck soon: the running rows now need settling and renewing
 
     def _claim_change(self, now: int) -> Callable[[Routine], Routine]:
         def change(routine: Routine) -> Routine:
@@ -175,36 +221,50 @@ class Ticker:
             self.on_fired()
 
     async def settle_running(self) -> int:
-        """Settle running rows whose Work is done; renew the claims this ticker holds.
+        """Settle running rows whose Work is done; renew the claims this ticker holds once a
+        third of their lease has passed. One read and one write, however many are running.
 
-        Returns how many fires are still running (store-wide).
+        Once the host reports ended fires (:meth:`fire_ended`), only those are read, and every
+        running fire is reread (and claims renewed) once per :attr:`running_recheck_ms`.
+        Returns how many fires are still running (store-wide, as of the last full reread).
         """
+        sweep = (
+            not self._hinted
+            or self._swept_at is None
+            or anyio.current_time() - self._swept_at >= self.running_recheck_ms / 1000
+        )
+        ended, self._ended = self._ended, set()
+        if not sweep and not ended:
+            return self._still_running
+        if sweep:
+            self._swept_at = anyio.current_time()
+        fires = await self.store.running_fires(fire_input_id, ids=None if sweep else sorted(ended))
+        now = self.clock.now_ms()
+        updates: list[RoutineUpdate] = []
         still = 0
-        for routine in await self.store.running_routines():
-            now = self.clock.now_ms()
-            if routine.status is RoutineStatus.RUNNING:
-                try:
-                    settled = await settle_fire(self.store, routine, now_ms=now)
-                except ConduitError as exc:
-                    log.warning("routine %s: settle failed: %s", routine.id, exc)
-                    settled = None
-                if settled is not None:
-                    continue
+        for routine, work, pending in fires:
+            settled = settle_update(routine, work, pending, now_ms=now)
+            if settled is not None:
+                updates.append(settled)
+                continue
             still += 1
-            if routine.claim_owner == self.owner and routine.claim_token is not None:
-                await self._renew(routine, now)
-        return still
+            token = routine.claim_token
+            if routine.claim_owner != self.owner or token is None:
+                continue
+            if routine.status is RoutineStatus.CLAIMED and routine.id in ended:
+                self._ended.add(routine.id)  # its Work ended before its fire was recorded
+            expires = routine.claim_expires_at_ms or 0
+            if sweep and expires - now <= self.lease_ms * 2 // 3:
+                updates.append(RoutineUpdate(routine.id, self._renewal(token, now)))
+        for update, written in zip(updates, await self.store.apply_routines(updates), strict=True):
+            if isinstance(written, ConduitError):
+                log.info("routine %s: not settled or renewed: %s", update.routine_id, written)
+        if sweep:
+            self._still_running = still
+        return self._still_running
 
-    async def _renew(self, routine: Routine, now: int) -> None:
-        token = routine.claim_token
-        assert token is not None
-        try:
-            await self.store.apply_routine(
-                routine.id,
-                lambda r: ledger.renew_claim(r, token=token, now_ms=now, lease_ms=self.lease_ms),
-            )
-        except ConduitError as exc:
-            log.info("routine %s: claim not renewed: %s", routine.id, exc)
+    def _renewal(self, token: str, now: int) -> Callable[[Routine], Routine]:
+        return lambda r: ledger.renew_claim(r, token=token, now_ms=now, lease_ms=self.lease_ms)
 
     async def next_delay(self, running: int = 0) -> int:
         """``min(max(next_due - now, 0), max_sleep)``; shorter while fires are running."""

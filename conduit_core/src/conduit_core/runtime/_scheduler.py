@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -250,12 +250,34 @@ class Scheduler:
     async def submit(self, work: Work, first_input: Event | None = None) -> Work:
         """Create Work with its first input (the binding must exist). Every door (HTTP, CLI
         direct mode, Routines) comes through here, so the id grammar is enforced here."""
+        self._check_submit(work, first_input)
+        return await self.store.create_work(work, first_input=first_input)
+
+    async def submit_many(
+        self, items: Sequence[tuple[Work, Event | None]]
+    ) -> list[Work | ConduitError]:
+        """:meth:`submit` for each ``(work, first_input)`` in one store write (a Routine claim
+        pass fires many at once). Each result is the created Work or the error that refused
+        that one (``work_exists``, ``unknown_binding``, an invalid id or payload)."""
+        results: list[Work | ConduitError | None] = []
+        valid: list[tuple[Work, Event | None]] = []
+        for work, first_input in items:
+            try:
+                self._check_submit(work, first_input)
+            except ConduitError as exc:
+                results.append(exc)
+                continue
+            results.append(None)
+            valid.append((work, first_input))
+        created = iter(await self.store.create_works(valid))
+        return [next(created) if r is None else r for r in results]
+
+    def _check_submit(self, work: Work, first_input: Event | None) -> None:
         check_work_id(work.id, "id")
         if first_input is not None:
             check_payload("$.input", first_input.payload)
         if work.binding not in self.options.bindings:
             raise ConduitError(f"unknown binding {work.binding!r}", code="unknown_binding")
-        return await self.store.create_work(work, first_input=first_input)
 
     async def fire_due_timers(self, *, limit: int = 100) -> list[str]:
         """Fire due timers once each; a retry timer accepts ``core.retry`` as the Work's input."""

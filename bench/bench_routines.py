@@ -105,6 +105,8 @@ class AttemptRunner:
             ),
         )
         self.started: dict[str, int] = {}
+        #: When the last fired Work was created (its create committed).
+        self.created_at = 0
         self.completed = 0
         self.ticker: Ticker | None = None
         self._wake = anyio.Event()
@@ -115,11 +117,14 @@ class AttemptRunner:
 
     async def submit(self, work: Work, first_input: Event | None = None) -> Work:
         created = await self.sched.submit(work, first_input)
+        self.created_at = self.clock.now_ms()
         self.wake()
         return created
 
     async def submit_many(self, items):  # type: ignore[no-untyped-def]
-        return await self.sched.submit_many(items)  # the ticker wakes us (on_fired) after
+        created = await self.sched.submit_many(items)  # the ticker wakes us (on_fired) after
+        self.created_at = self.clock.now_ms()
+        return created
 
     async def accept_input(self, event: Event) -> tuple[Event, list[Claim]]:
         return await self.sched.accept_input(event)
@@ -276,6 +281,13 @@ async def main(
                         f"{pct(slate, 0.99):.0f} ms, max {max(slate):.0f} ms: all {DUE:,} fired "
                         f"Work started {max(slate) / 1000:.2f} s after the due second "
                         f"(echo executor, concurrency {concurrency})"
+                    )
+                    made = runner.created_at - round_due
+                    print(
+                        f"  of which: all {DUE:,} fired Work created {made}"
+                        f" ms after the due second, first attempt started {min(slate)} ms; then "
+                        f"{DUE:,} attempts started in {(max(slate) - min(slate)) / 1000:.2f} s "
+                        "(the scheduler's own pace)"
                     )
             print(
                 f"fire lateness over {len(late):,} fires ({rounds} rounds of {DUE:,} due "

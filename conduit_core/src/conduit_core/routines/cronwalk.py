@@ -39,18 +39,26 @@ class WallCron:
     weekdays: frozenset[int]
     #: Both day fields must match (one starts with ``*``); otherwise either one.
     day_and: bool
+    #: The days of month in order when they alone decide (every weekday matches and both must
+    #: match): the walk then jumps to the next matching day instead of stepping day by day.
+    only_days: tuple[int, ...] | None = None
 
     @classmethod
     def of(cls, fields: CronFields) -> WallCron:
         values = fields.values
+        weekdays = frozenset(values["day-of-week"])
+        only_days = None
+        if fields.day_and and weekdays >= frozenset(range(7)):
+            only_days = tuple(sorted(values["day-of-month"]))
         return cls(
             seconds=values.get("second", (0,)),
             minutes=values["minute"],
             hours=values["hour"],
             days=frozenset(values["day-of-month"]),
             months=values["month"],
-            weekdays=frozenset(values["day-of-week"]),
+            weekdays=weekdays,
             day_and=fields.day_and,
+            only_days=only_days,
         )
 
     def day_matches(self, moment: datetime) -> bool:
@@ -89,7 +97,15 @@ class WallCron:
                     t = datetime(year, month or self.months[0], 1)
                     continue
                 if not self.day_matches(t):
-                    t = datetime(t.year, t.month, t.day) + timedelta(days=1)
+                    day = None if self.only_days is None else _first_above(self.only_days, t.day)
+                    if self.only_days is None:
+                        t = datetime(t.year, t.month, t.day) + timedelta(days=1)
+                    elif day is not None and day <= calendar.monthrange(t.year, t.month)[1]:
+                        t = datetime(t.year, t.month, day)
+                    else:  # no matching day left in this month
+                        t = datetime(t.year, t.month, 1) + timedelta(
+                            days=calendar.monthrange(t.year, t.month)[1]
+                        )
                     continue
                 if t.hour not in self.hours:
                     hour = _first_above(self.hours, t.hour)
@@ -132,7 +148,13 @@ class WallCron:
                     t = datetime(year, month, last_day, 23, 59, 59)
                     continue
                 if not self.day_matches(t):
-                    t = datetime(t.year, t.month, t.day) - _SECOND
+                    day = None if self.only_days is None else _last_below(self.only_days, t.day)
+                    if self.only_days is None:
+                        t = datetime(t.year, t.month, t.day) - _SECOND
+                    elif day is not None:
+                        t = datetime(t.year, t.month, day, 23, 59, 59)
+                    else:  # no matching day earlier in this month
+                        t = datetime(t.year, t.month, 1) - _SECOND
                     continue
                 if t.hour not in self.hours:
                     hour = _last_below(self.hours, t.hour)

@@ -37,6 +37,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
+from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from conduit_core.model import MisfirePolicy
@@ -132,13 +133,15 @@ class Spec:
 
     def next_after(self, after_ms: int) -> int | None:
         """The first occurrence strictly after ``after_ms``; ``None`` when there is none."""
-        return next(self.iter_after(after_ms), None)
+        if self.once_ms is not None:
+            return self.once_ms if self.once_ms > after_ms else None
+        return _first_walked(self, after_ms, True)
 
     def prev_at_or_before(self, at_ms: int) -> int | None:
         """The last occurrence at or before ``at_ms``; ``None`` when there is none."""
         if self.once_ms is not None:
             return self.once_ms if self.once_ms <= at_ms else None
-        return next(_walk(self, at_ms, forward=False), None)
+        return _first_walked(self, at_ms, False)
 
     def iter_after(self, after_ms: int) -> Iterator[int]:
         """Occurrences strictly after ``after_ms``, in increasing order."""
@@ -162,11 +165,30 @@ class Spec:
         return found
 
 
+@lru_cache(maxsize=4096)
+def _first_walked(spec: Spec, origin_ms: int, forward: bool) -> int | None:
+    """The first occurrence ``_walk`` yields, remembered: the Routines one claim pass fires
+    share specs and scheduled times, and each is asked for its next (or latest) occurrence."""
+    return next(_walk(spec, origin_ms, forward=forward), None)
+
+
 def parse_spec(spec: str, timezone: str = "UTC") -> Spec:
     """Parse and validate ``spec`` in ``timezone``.
 
-    Raises ``invalid_cron_spec`` naming the problem, or ``invalid_timezone``.
+    Raises ``invalid_cron_spec`` naming the problem, or ``invalid_timezone``. A spec read before
+    is not read again (the ticker reads every claimed Routine's spec; specs repeat).
     """
+    if isinstance(spec, str) and isinstance(timezone, str):
+        return _parse_cached(spec, timezone)
+    return _parse(spec, timezone)
+
+
+@lru_cache(maxsize=4096)
+def _parse_cached(spec: str, timezone: str) -> Spec:
+    return _parse(spec, timezone)
+
+
+def _parse(spec: str, timezone: str) -> Spec:
     load_timezone(timezone)
     text = spec.strip() if isinstance(spec, str) else ""
     if not text:

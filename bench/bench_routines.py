@@ -239,9 +239,12 @@ async def main(
         store.claim_queued = timed_claim  # type: ignore[method-assign]
         runner = AttemptRunner(store, concurrency) if attempts else None
         target = runner or CompletingTarget(store)
+        # With --attempts the host reports each fired Work's end (fire_ended), as the daemon
+        # does, so the reread of all running fires keeps the daemon's 5 s; otherwise nothing
+        # reports and the reread settles the fires.
         ticker = Ticker(
-            store, target, clock, running_recheck_ms=200, claim_batch=claim_batch,
-            on_fired=runner.wake if runner else None,
+            store, target, clock, running_recheck_ms=5_000 if runner else 200,
+            claim_batch=claim_batch, on_fired=runner.wake if runner else None,
         )  # fmt: skip
         due_ids = [r.id for r in batch if not r.next_run_at_ms]
         late: list[int] = []

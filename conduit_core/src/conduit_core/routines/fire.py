@@ -48,6 +48,8 @@ log = logging.getLogger("conduit.routines")
 
 #: The event type of the input a fire delivers (to its new Work or to a bound Work).
 FIRE_INPUT_TYPE = "core.routine.fire"
+#: Fire outcomes per store write of a batched fire.
+OUTCOME_CHUNK = 250
 #: Prefix of the stored observability events: ``core.routine.fired`` and so on.
 EVENT_PREFIX = "core.routine."
 
@@ -326,9 +328,12 @@ async def fire_claimed_many(
             if isinstance(result, ConduitError):
                 log.info("routine %s: work %s exists already (a retried fire)", routine.id, work.id)
             updates.append(_dispatched(routine, token, scheduled, fired, work.id, now_ms))
-    for update, written in zip(updates, await store.apply_routines(updates), strict=True):
-        if isinstance(written, ConduitError):
-            log.info("routine %s: outcome not written (%s)", update.routine_id, written)
+    # In chunks: the scheduler, just woken, claims the new Work between them.
+    for offset in range(0, len(updates), OUTCOME_CHUNK):
+        chunk = updates[offset : offset + OUTCOME_CHUNK]
+        for update, written in zip(chunk, await store.apply_routines(chunk), strict=True):
+            if isinstance(written, ConduitError):
+                log.info("routine %s: outcome not written (%s)", update.routine_id, written)
     return rest
 
 

@@ -190,7 +190,8 @@ class Ticker:
         for routine in rest:
             tg.start_soon(self._fire, routine, name=f"fire {routine.id}")
         if len(rest) < len(claimed):
-            self.poke()  # recheck soon: the running rows now need settling and renewing
+            self._swept_at = None  # the next tick rereads every running fire, these included
+            self.poke()
 
     def _claim_change(self, now: int) -> Callable[[Routine], Routine]:
         def change(routine: Routine) -> Routine:
@@ -216,6 +217,7 @@ class Ticker:
         except Exception:
             log.exception("routine %s: fire failed", routine.id)
             return
+        self._swept_at = None  # the next tick rereads every running fire, this one included
         self.poke()  # recheck soon: the running row now needs settling and renewing
         if self.on_fired is not None:
             self.on_fired()
@@ -243,9 +245,9 @@ class Ticker:
         updates: list[RoutineUpdate] = []
         still = 0
         for routine, work, pending in fires:
-            settled = settle_update(routine, work, pending, now_ms=now)
-            if settled is not None:
-                updates.append(settled)
+            outcome = settle_update(routine, work, pending, now_ms=now)
+            if outcome is not None:
+                updates.append(outcome)
                 continue
             still += 1
             token = routine.claim_token
@@ -256,11 +258,13 @@ class Ticker:
             expires = routine.claim_expires_at_ms or 0
             if sweep and expires - now <= self.lease_ms * 2 // 3:
                 updates.append(RoutineUpdate(routine.id, self._renewal(token, now)))
+        settled = 0
         for update, written in zip(updates, await self.store.apply_routines(updates), strict=True):
             if isinstance(written, ConduitError):
                 log.info("routine %s: not settled or renewed: %s", update.routine_id, written)
-        if sweep:
-            self._still_running = still
+            elif written.status is not RoutineStatus.RUNNING:
+                settled += 1
+        self._still_running = still if sweep else max(self._still_running - settled, 0)
         return self._still_running
 
     def _renewal(self, token: str, now: int) -> Callable[[Routine], Routine]:

@@ -172,6 +172,9 @@ class Ticker:
             claimed += batch
             if len(batch) < self.claim_batch:
                 break
+            next_due = await self.store.next_due_at()  # a read: is another batch due?
+            if next_due is None or next_due > due_at:
+                break
         if claimed:
             tg.start_soon(self._fire_all, claimed, tg, name=f"fire {len(claimed)} routines")
         return len(claimed)

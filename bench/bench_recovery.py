@@ -8,9 +8,10 @@ For each store and ``lease_seconds``: N Work submitted straight into a fresh sto
 ``conduit daemon`` (``concurrency = job_concurrency = N``) runs them as ``sleep`` jobs until all
 N are running with their recovery metadata recorded; the daemon is SIGKILLed and a new one
 started at once on the same data dir. Printed, from the restart: when the API answers, and when
-every attempt is adopted (running again at the next epoch; read from the store every 0.1 s).
-It also checks that every job was adopted, not relaunched (each ``sleep`` started once). Then
-the daemon is stopped and the jobs are killed by their launch marker.
+every attempt is adopted (running again at the next epoch; read from the store every 0.1 s),
+and the CPU seconds the restarted daemon used until then. It also checks that every job was
+adopted, not relaunched (each ``sleep`` started once). Then the daemon is stopped and the jobs
+are killed by their launch marker.
 
 ``--profile-seconds S`` runs ``py-spy record`` on the restarted daemon for S seconds and prints
 its top frames (``pip install py-spy`` first). Run with another checkout's interpreter (e.g.

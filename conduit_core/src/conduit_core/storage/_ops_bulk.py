@@ -77,15 +77,7 @@ def create_works(cx: Cx, items: Sequence[tuple[Work, Event | None]]) -> list[Wor
         results.append(stored)
     if works:
         cx.many(_INSERT_WORK, [work_params(w) for w in works])
-    if inputs:
-        seqs = next_event_seqs(cx, len(inputs))
-        cx.many(
-            _INSERT_EVENT,
-            [
-                _event_row(msgspec.structs.replace(e, seq=n))
-                for e, n in zip(inputs, seqs, strict=True)
-            ],
-        )
+    _insert_numbered(cx, inputs)
     return results
 
 
@@ -102,15 +94,18 @@ def accept_events(cx: Cx, events: Sequence[Event]) -> None:
         elif event.delivery_id not in delivered:
             delivered.add(event.delivery_id)
             plain.append(msgspec.structs.replace(event, pending=False))
-    if plain:
-        seqs = next_event_seqs(cx, len(plain))
-        cx.many(
-            _INSERT_EVENT,
-            [
-                _event_row(msgspec.structs.replace(e, seq=n))
-                for e, n in zip(plain, seqs, strict=True)
-            ],
-        )
+    _insert_numbered(cx, plain)
+
+
+def _insert_numbered(cx: Cx, events: list[Event]) -> None:
+    """Number ``events`` in order from the store's one source and insert them (one round trip)."""
+    if not events:
+        return
+    seqs = next_event_seqs(cx, len(events))
+    cx.many(
+        _INSERT_EVENT,
+        [_event_row(msgspec.structs.replace(e, seq=n)) for e, n in zip(events, seqs, strict=True)],
+    )
 
 
 def _feeds(event: Event) -> bool:

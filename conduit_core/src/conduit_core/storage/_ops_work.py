@@ -496,13 +496,9 @@ def claim_attempts(
     ]
 
 
-def work_rows(
-    cx: Cx, work_ids: Sequence[str], *, lock: bool = False, skip_locked: bool = False
-) -> dict[str, tuple[Work, bool, bool]]:
+def work_rows(cx: Cx, work_ids: Sequence[str]) -> dict[str, tuple[Work, bool, bool]]:
     """Each Work with whether it is held and whether an attempt of it holds its slot, in one
-    statement; ``lock``: see ``lock_work_rows``."""
-    if lock:
-        return lock_work_rows(cx, work_ids, skip_locked=skip_locked)
+    statement, unlocked (``lock_work_rows`` locks them)."""
     return _work_rows(cx, work_ids, "")
 
 

@@ -358,27 +358,19 @@ def next_event_seqs(cx: Cx, n: int) -> list[int]:
     if cx.has_sequences:
         rows = cx.rows("SELECT nextval('conduit_event_seq') FROM generate_series(1, ?)", (n,))
         return sorted(int(r[0]) for r in rows)
-    row = first(
-        cx,
-        "UPDATE conduit_counter SET value = value + ? WHERE name = 'event_seq' RETURNING value",
-        (n,),
-    )
-    if row is None:
-        cx.run("INSERT INTO conduit_counter (name, value) VALUES ('event_seq', ?)", (n,))
-        last = n
-    else:
-        last = int(row[0])
+    last = add_to_counter(cx, "event_seq", n)
     return list(range(last - n + 1, last + 1))
 
 
-def next_counter(cx: Cx, name: str) -> int:
+def add_to_counter(cx: Cx, name: str, n: int) -> int:
+    """Add ``n`` to the counter row ``name`` (created at 0), locked until commit; its new value."""
     row = first(
-        cx, "UPDATE conduit_counter SET value = value + 1 WHERE name = ? RETURNING value", (name,)
+        cx, "UPDATE conduit_counter SET value = value + ? WHERE name = ? RETURNING value", (n, name)
     )
     if row is not None:
         return int(row[0])
-    cx.run("INSERT INTO conduit_counter (name, value) VALUES (?, 1)", (name,))
-    return 1
+    cx.run("INSERT INTO conduit_counter (name, value) VALUES (?, ?)", (name, n))
+    return n
 
 
 def schema_version(cx: Cx) -> int | None:

@@ -39,10 +39,9 @@ from pathlib import Path
 import anyio
 import psutil
 from chaos_drill import (  # type: ignore[import-not-found]
-    _create_database,
-    _drop_database,
     _free_port,
     drill_processes,
+    scratch_store,
     submit_items,
 )
 
@@ -115,12 +114,17 @@ class Run:
 
 async def measure(args: argparse.Namespace, kind: str, lease: float) -> dict[str, object]:
     root = Path(tempfile.mkdtemp(prefix="conduit-bench-recovery-"))
-    database = None
-    if kind == "sqlite":
-        url = str(root / "conduit.db")
-    else:
-        database = f"conduit_bench_rec_{uuid.uuid4().hex[:10]}"
-        url = _create_database(database)
+    try:
+        with scratch_store(kind, root, "conduit_bench_rec") as url:
+            return await _measure(args, kind, root, url, lease)
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+async def _measure(
+    args: argparse.Namespace, kind: str, root: Path, url: str, lease: float
+) -> dict[str, object]:
     run = Run(root, url, args.jobs, lease, args.job_seconds)
     store = await open_store(url)
     profiler: subprocess.Popen[bytes] | None = None
@@ -173,10 +177,6 @@ async def measure(args: argparse.Namespace, kind: str, lease: float) -> dict[str
     finally:
         await _stop(run, store)
         await store.aclose()
-        if database is not None:
-            _drop_database(database)
-        if not args.keep:
-            shutil.rmtree(root, ignore_errors=True)
 
 
 def _profile(run: Run, seconds: float, root: Path) -> subprocess.Popen[bytes]:

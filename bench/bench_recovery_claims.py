@@ -17,11 +17,10 @@ import json
 import shutil
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import anyio
-from chaos_drill import _create_database, _drop_database  # type: ignore[import-not-found]
+from chaos_drill import scratch_store  # type: ignore[import-not-found]
 
 from conduit_core.storage import Claim, ClaimRequest, Store, open_store
 from conduit_core.storage.conformance import LEASE_MS, T0, make_input, make_work, snapshot
@@ -64,23 +63,16 @@ async def _set_based(store: Store, ids: list[str], at: int) -> int:
 
 async def measure(kind: str, way: str, attempts: int) -> dict[str, object]:
     root = Path(tempfile.mkdtemp(prefix="conduit-bench-claims-"))
-    database = None
-    if kind == "sqlite":
-        url = str(root / "conduit.db")
-    else:
-        database = f"conduit_bench_claims_{uuid.uuid4().hex[:10]}"
-        url = _create_database(database)
     try:
-        async with await open_store(url) as store:
-            ids = await _lost(store, attempts)
-            started = time.perf_counter()
-            claim = _one_by_one if way == "one_by_one" else _set_based
-            claimed = await claim(store, ids, T0 + LEASE_MS)
-            seconds = time.perf_counter() - started
-        return {"store": kind, "way": way, "claimed": claimed, "ms": round(seconds * 1000)}
+        with scratch_store(kind, root, "conduit_bench_claims") as url:
+            async with await open_store(url) as store:
+                ids = await _lost(store, attempts)
+                started = time.perf_counter()
+                claim = _one_by_one if way == "one_by_one" else _set_based
+                claimed = await claim(store, ids, T0 + LEASE_MS)
+                seconds = time.perf_counter() - started
+            return {"store": kind, "way": way, "claimed": claimed, "ms": round(seconds * 1000)}
     finally:
-        if database is not None:
-            _drop_database(database)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -31,6 +31,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -315,15 +316,12 @@ class Drill:
 async def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="conduit-drill-") as tmp:
         root = Path(tmp)
-        database = None
-        if args.store_url:
-            store = args.store_url
-        elif args.store == "sqlite":
-            store = str(root / "conduit.db")
-        else:
-            database = f"conduit_drill_{uuid.uuid4().hex[:10]}"
-            store = _create_database(database)
-        try:
+        fresh = (
+            contextlib.nullcontext(args.store_url)
+            if args.store_url
+            else scratch_store(args.store, root, "conduit_drill")
+        )
+        with fresh as store:
             drill = Drill(args, root, store)
             await drill.submit()
             started = time.monotonic()
@@ -339,9 +337,6 @@ async def run(args: argparse.Namespace) -> int:
             )  # fmt: skip
             for orphan in orphans:
                 _kill(orphan)
-        finally:
-            if database is not None:
-                _drop_database(database)
         summary = {
             "store": args.store, "kills": drill.kills, **verdict.summary,
             "chaos_seconds": round(chaos_seconds, 1), "started_during_kills": started_in_chaos,
@@ -382,6 +377,21 @@ def _free_port() -> int:
 def _kill(orphan: str) -> None:
     with contextlib.suppress(ProcessLookupError, ValueError):
         os.kill(int(orphan.split()[1]), signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def scratch_store(kind: str, root: Path, prefix: str) -> Iterator[str]:
+    """A fresh store's URL: an SQLite file under ``root``, or a new PostgreSQL database named
+    ``<prefix>_<random>``, dropped on exit."""
+    if kind == "sqlite":
+        yield str(root / "conduit.db")
+        return
+    database = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    url = _create_database(database)
+    try:
+        yield url
+    finally:
+        _drop_database(database)
 
 
 def _create_database(name: str) -> str:

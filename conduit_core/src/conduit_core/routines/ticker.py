@@ -1,10 +1,19 @@
 """The ticker: the actuator of the Routine ledger. It holds no durable state.
 
-One timer, armed at ``min(max(next_due - now, 0), 60 s)``. Each tick: the due-pass (in SQL),
-atomic claims of queued rows (a lost claim is dropped, never retried), the claimed fires
-dispatched concurrently (the tick never waits for them), the settle pass over ``running`` rows
-whose Work finished, then re-arm. :meth:`Ticker.poke` re-arms at once (any write to a Routine
-pokes). The 60-second clamp is the rescan that picks up rows other processes wrote.
+One timer, armed at ``min(max(next_due - claim_ahead - now, 0), 60 s)``. Each tick: the
+due-pass (in SQL), atomic claims of queued rows (a lost claim is dropped, never retried), the
+claimed fires dispatched concurrently (the tick never waits for them), the settle pass over
+``running`` rows whose Work finished, then re-arm. :meth:`Ticker.poke` re-arms at once (any
+write to a Routine pokes). The 60-second clamp is the rescan that picks up rows other processes
+wrote.
+
+Claim ahead: a row due within ``claim_ahead_ms`` is claimed before its due instant, so the claim
+transaction (tens to hundreds of ms for a thousand rows under load) is paid before that instant;
+its fire still waits for the instant (a fire's Work never exists before its scheduled time), then
+re-reads the claimed rows and drops those no longer claimed under its token (deleted meanwhile).
+A claim taken ahead is an ordinary claim: leased and fenced, refused to pause/edit as ``busy``,
+given back (claimed -> queued) if the ticker is stopped before the instant, healed by any daemon
+once its lease expires if the ticker dies.
 
 At start, boot-resume heals the rows whose claim lease EXPIRED (claimed -> queued, recurring
 running -> idle, one-shot running -> error); live leases belong to other daemons and are left
@@ -49,6 +58,11 @@ CLAIM_BATCH = 1_000
 #: Ticks a poke wakes are at least this far apart: a burst of pokes (a thousand fired attempts
 #: ending) is a few ticks, not a thousand. A tick the timer wakes (a row is due) runs at once.
 MIN_POKE_GAP_MS = 50
+#: How long before its due instant a row is claimed (its fire still waits for the instant).
+CLAIM_AHEAD_MS = 500
+#: The longest single sleep while a claimed-ahead fire waits for its instant (a test's manual
+#: clock is moved by hand; the system clock is simply re-read).
+_WAIT_STEP_MS = 200
 
 
 class Ticker:
@@ -71,6 +85,7 @@ class Ticker:
         max_sleep_ms: int = MAX_SLEEP_MS,
         running_recheck_ms: int = 5_000,
         claim_batch: int = CLAIM_BATCH,
+        claim_ahead_ms: int = CLAIM_AHEAD_MS,
         on_fired: Callable[[], None] | None = None,
         on_resumed: OnResumed | None = None,
     ) -> None:
@@ -82,6 +97,7 @@ class Ticker:
         self.max_sleep_ms = max_sleep_ms
         self.running_recheck_ms = running_recheck_ms
         self.claim_batch = claim_batch
+        self.claim_ahead_ms = claim_ahead_ms
         self.on_fired = on_fired
         self.on_resumed = on_resumed
         self.ticks = 0
@@ -146,7 +162,7 @@ class Ticker:
         the fires it dispatched (tests drive it this way)."""
         self.ticks += 1
         next_due = await self.store.next_due_at()
-        if next_due is not None and next_due <= self.clock.now_ms():
+        if next_due is not None and next_due <= self.clock.now_ms() + self.claim_ahead_ms:
             if self._tg is not None:
                 await self._claim_due(self._tg)
             else:
@@ -158,26 +174,75 @@ class Ticker:
         return delay
 
     async def _claim_due(self, tg: TaskGroup) -> int:
-        """Claim what is due in batches of :attr:`claim_batch` (each batch one transaction that
-        also runs the due-pass: a due row is written once), then dispatch the fires.
+        """Claim what is due by now + :attr:`claim_ahead_ms` in batches of :attr:`claim_batch`
+        (each batch one transaction that also runs the due-pass: a due row is written once),
+        then dispatch the fires, each group at its due instant.
 
         Every claim batch commits before any fire starts: fires write to the same store, and
         dispatched between batches they queue ahead of the next claim and make it late."""
-        due_at = self.clock.now_ms()
+        horizon = self.clock.now_ms() + self.claim_ahead_ms
         claimed: list[Routine] = []
         while True:
             batch = await self.store.claim_queued(
-                self._claim_change(self.clock.now_ms()), limit=self.claim_batch, due_at_ms=due_at
+                self._claim_change(self.clock.now_ms()), limit=self.claim_batch, due_at_ms=horizon
             )
             claimed += batch
             if len(batch) < self.claim_batch:
                 break
             next_due = await self.store.next_due_at()  # a read: is another batch due?
-            if next_due is None or next_due > due_at:
+            if next_due is None or next_due > horizon:
                 break
-        if claimed:
-            tg.start_soon(self._fire_all, claimed, tg, name=f"fire {len(claimed)} routines")
+        groups: dict[int, list[Routine]] = {}
+        now = self.clock.now_ms()
+        for routine in claimed:
+            instant = routine.next_run_at_ms if routine.next_run_at_ms is not None else now
+            groups.setdefault(max(instant, now), []).append(routine)
+        for instant in sorted(groups):
+            group = groups[instant]
+            tg.start_soon(self._fire_at, instant, group, tg, name=f"fire {len(group)} routines")
         return len(claimed)
+
+    async def _fire_at(self, instant: int, claimed: list[Routine], tg: TaskGroup) -> None:
+        """Fire ``claimed`` once the clock reads ``instant`` (never before). Claimed ahead,
+        the rows are re-read first: one deleted or claimed anew meanwhile is not fired."""
+        if self.clock.now_ms() < instant:
+            try:
+                while (left := instant - self.clock.now_ms()) > 0:
+                    await anyio.sleep(min(left, _WAIT_STEP_MS) / 1000)
+            except anyio.get_cancelled_exc_class():
+                with anyio.move_on_after(5, shield=True):
+                    await self._give_back(claimed)
+                raise
+            claimed = await self._still_claimed(claimed)
+            if not claimed:
+                return
+        await self._fire_all(claimed, tg)
+
+    async def _still_claimed(self, claimed: list[Routine]) -> list[Routine]:
+        """The rows of ``claimed`` still claimed under the token this ticker claimed them with."""
+        fires = await self.store.running_fires(fire_input_id, ids=[r.id for r in claimed])
+        tokens = {r.id: r.claim_token for r, _, _ in fires if r.status is RoutineStatus.CLAIMED}
+        kept = [r for r in claimed if tokens.get(r.id) == r.claim_token]
+        if len(kept) < len(claimed):
+            log.info("%d routines claimed ahead changed before their fire", len(claimed) - len(kept))
+        return kept
+
+    async def _give_back(self, claimed: list[Routine]) -> None:
+        """claimed -> queued for fires not started (the ticker stops before their instant), so
+        the next ticker fires them without waiting for the claim lease to expire."""
+        now = self.clock.now_ms()
+        updates = [
+            RoutineUpdate(r.id, self._abandon(r.claim_token, now))
+            for r in claimed
+            if r.claim_token is not None
+        ]
+        try:
+            await self.store.apply_routines(updates)
+        except (ConduitError, OSError) as exc:
+            log.warning("claims of %d routines not given back: %s", len(updates), exc)
+
+    def _abandon(self, token: str, now: int) -> Callable[[Routine], Routine]:
+        return lambda r: ledger.abandon_claim(r, token=token, now_ms=now)
 
     async def _fire_all(self, claimed: list[Routine], tg: TaskGroup) -> None:
         """Fire what was claimed: the Routines that create Work in two store writes for all
@@ -274,11 +339,12 @@ class Ticker:
         return lambda r: ledger.renew_claim(r, token=token, now_ms=now, lease_ms=self.lease_ms)
 
     async def next_delay(self, running: int = 0) -> int:
-        """``min(max(next_due - now, 0), max_sleep)``; shorter while fires are running."""
+        """``min(max(next_due - claim_ahead - now, 0), max_sleep)``; shorter while fires are
+        running."""
         cap = self.max_sleep_ms
         if running:
             cap = min(cap, self.running_recheck_ms)
         next_due = await self.store.next_due_at()
         if next_due is None:
             return cap
-        return min(max(next_due - self.clock.now_ms(), 0), cap)
+        return min(max(next_due - self.claim_ahead_ms - self.clock.now_ms(), 0), cap)

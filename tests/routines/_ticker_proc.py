@@ -6,6 +6,10 @@ one JSON line per fire: ``{"owner", "work_id", "created"}``.
 
 ``python -m tests.routines._ticker_proc die URL OWNER``: tick once; the fire creates its Work
 and the process SIGKILLs itself before recording the fire (claim lease 300 ms).
+
+``python -m tests.routines._ticker_proc die-ahead URL OWNER``: tick with a 5 s claim-ahead; the
+process SIGKILLs itself as soon as a claim committed, before the claimed row's instant (claim
+lease 300 ms).
 """
 
 from __future__ import annotations
@@ -14,12 +18,13 @@ import json
 import os
 import signal
 import sys
+from typing import Any
 
 import anyio
 import msgspec
 
 from conduit_core.errors import ConduitError
-from conduit_core.model import Event, Work, WorkStatus
+from conduit_core.model import Event, Routine, Work, WorkStatus
 from conduit_core.routines import Ticker
 from conduit_core.runtime import SystemClock
 from conduit_core.storage import Claim, Store, open_store
@@ -56,6 +61,21 @@ class CompletingTarget:
 async def main(mode: str, url: str, owner: str, seconds: float) -> None:
     async with await open_store(url) as store:
         target = CompletingTarget(store, owner, die=mode == "die")
+        if mode == "die-ahead":
+            claim_queued = store.claim_queued
+
+            async def claim_then_die(*args: Any, **kwargs: Any) -> list[Routine]:
+                won = await claim_queued(*args, **kwargs)
+                if won:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return won
+
+            store.claim_queued = claim_then_die  # type: ignore[method-assign]
+            ticker = Ticker(store, target, SystemClock(), owner=owner, lease_ms=300,
+                            claim_ahead_ms=5_000)  # fmt: skip
+            with anyio.move_on_after(30):
+                await ticker.run()
+            return
         lease = 300 if mode == "die" else 60_000
         ticker = Ticker(store, target, SystemClock(), owner=owner, lease_ms=lease,
                         running_recheck_ms=50)  # fmt: skip

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
@@ -88,3 +89,42 @@ async def test_a_fire_killed_after_creating_its_work_is_retried_without_a_second
     assert (routine.status, routine.claim_owner, routine.fired_work_id) == (
         RoutineStatus.RUNNING, "heir", work.id,
     )  # fmt: skip
+
+
+async def test_a_ticker_killed_after_claiming_ahead_fires_once_through_its_heir(
+    store: Store, store_url: str
+) -> None:
+    clock = SystemClock()
+    source = ConduitRoutineSource(store, clock, bindings={"echo": "root"})
+    instant = (clock.now_ms() // 1000 + 3) * 1000
+    iso = datetime.fromtimestamp(instant / 1000, UTC).isoformat()
+    await source.create(
+        ScheduleCreate(id="once", spec=f"once@{iso}", target=WorkTemplate(binding="echo"))
+    )
+    proc = spawn("die-ahead", store_url, "doomed")
+    _, err = await anyio.to_thread.run_sync(lambda: proc.communicate(timeout=60))
+    assert proc.returncode == -9, err
+    routine = await store.get_routine("once")
+    assert (routine.status, routine.claim_owner) == (RoutineStatus.CLAIMED, "doomed")
+    assert await store.list_work() == []
+    # Another daemon heals the dead claim once its lease (300 ms) expired, and fires it once.
+    heir = Ticker(store, StoreTarget(store), clock, owner="heir")
+
+    async def fired() -> bool:
+        return (await store.get_routine("once")).status is RoutineStatus.RUNNING
+
+    async with anyio.create_task_group() as tg:
+        await eventually(lambda: _healed(heir), within=10)
+        await tg.start(heir.run)
+        await eventually(fired, within=15)
+        tg.cancel_scope.cancel()
+    (work,) = await store.list_work()
+    assert work.id == f"routine:once:{instant}"
+    assert work.created_at_ms >= instant
+    routine = await store.get_routine("once")
+    assert (routine.claim_owner, routine.fired_work_id) == ("heir", work.id)
+    assert [run.scheduled_for_ms for run in await store.routine_history("once")] == [instant]
+
+
+async def _healed(ticker: Ticker) -> bool:
+    return bool(await ticker.boot_resume())

@@ -109,6 +109,9 @@ class Settings(_Section, frozen=True, kw_only=True):
     timeout_seconds: PositiveSeconds = 3600.0
     #: Default delays between failures: three attempts in total.
     retry_delays_seconds: list[Delay] = msgspec.field(default_factory=lambda: [300.0, 600.0])
+    #: How long before its due instant the ticker claims a Routine's fire (it still fires at the
+    #: instant): the claim's own time is paid before the instant. 0 claims at the instant.
+    routine_claim_ahead_seconds: Annotated[float, msgspec.Meta(ge=0, le=60)] = 0.5
     http: HttpSettings = HttpSettings()
     metrics: MetricsSettings = MetricsSettings()
     tracing: TracingSettings = TracingSettings()

@@ -55,6 +55,7 @@ class RoutinesHost:
         self.config = config
         self.ticker = Ticker(
             store, scheduler, clock, owner=scheduler.options.owner,
+            claim_ahead_ms=_claim_ahead_ms(config),
             on_fired=host.wake, on_resumed=host.run_resumed,
         )  # fmt: skip
         self.source = ConduitRoutineSource(
@@ -84,10 +85,15 @@ class RoutinesHost:
         """New fires feed the new scheduler; the ledger follows the new config."""
         self.config = config
         self.ticker.target = scheduler
+        self.ticker.claim_ahead_ms = _claim_ahead_ms(config)
         self.source.bindings = _binding_scopes(config)
         self.source.scopes = set(config.scopes)
         await reconcile_routines(self.store, config, self.clock)
         self.ticker.poke()
+
+
+def _claim_ahead_ms(config: Config) -> int:
+    return round(config.settings.routine_claim_ahead_seconds * 1000)
 
 
 def _binding_scopes(config: Config) -> dict[str, str]:

@@ -207,7 +207,8 @@ class Ticker:
         the rows are re-read first: one deleted or claimed anew meanwhile is not fired."""
         if self.clock.now_ms() < instant:
             try:
-                while (left := instant - self.clock.now_ms()) > 0:
+                # A clock is read, not awaited: re-read it after each step until the instant.
+                while (left := instant - self.clock.now_ms()) > 0:  # noqa: ASYNC110
                     await anyio.sleep(min(left, _WAIT_STEP_MS) / 1000)
             except anyio.get_cancelled_exc_class():
                 with anyio.move_on_after(5, shield=True):
@@ -224,7 +225,8 @@ class Ticker:
         tokens = {r.id: r.claim_token for r, _, _ in fires if r.status is RoutineStatus.CLAIMED}
         kept = [r for r in claimed if tokens.get(r.id) == r.claim_token]
         if len(kept) < len(claimed):
-            log.info("%d routines claimed ahead changed before their fire", len(claimed) - len(kept))
+            lost = len(claimed) - len(kept)
+            log.info("%d routines claimed ahead changed before their fire", lost)
         return kept
 
     async def _give_back(self, claimed: list[Routine]) -> None:

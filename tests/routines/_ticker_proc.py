@@ -7,7 +7,7 @@ one JSON line per fire: ``{"owner", "work_id", "created"}``.
 ``python -m tests.routines._ticker_proc die URL OWNER``: tick once; the fire creates its Work
 and the process SIGKILLs itself before recording the fire (claim lease 300 ms).
 
-``python -m tests.routines._ticker_proc die-ahead URL OWNER``: tick with a 5 s claim-ahead; the
+``python -m tests.routines._ticker_proc die-ahead URL OWNER``: tick with a 10 s claim-ahead; the
 process SIGKILLs itself as soon as a claim committed, before the claimed row's instant (claim
 lease 300 ms).
 """
@@ -72,7 +72,7 @@ async def main(mode: str, url: str, owner: str, seconds: float) -> None:
 
             store.claim_queued = claim_then_die  # type: ignore[method-assign]
             ticker = Ticker(store, target, SystemClock(), owner=owner, lease_ms=300,
-                            claim_ahead_ms=5_000)  # fmt: skip
+                            claim_ahead_ms=10_000)  # fmt: skip
             with anyio.move_on_after(30):
                 await ticker.run()
             return

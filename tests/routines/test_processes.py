@@ -96,7 +96,9 @@ async def test_a_ticker_killed_after_claiming_ahead_fires_once_through_its_heir(
 ) -> None:
     clock = SystemClock()
     source = ConduitRoutineSource(store, clock, bindings={"echo": "root"})
-    instant = (clock.now_ms() // 1000 + 3) * 1000
+    # Far enough ahead that the racer (claiming 10 s ahead) claims before the instant even when
+    # its start-up is slow; the claim is checked to have come first.
+    instant = (clock.now_ms() // 1000 + 5) * 1000
     iso = datetime.fromtimestamp(instant / 1000, UTC).isoformat()
     await source.create(
         ScheduleCreate(id="once", spec=f"once@{iso}", target=WorkTemplate(binding="echo"))
@@ -106,6 +108,7 @@ async def test_a_ticker_killed_after_claiming_ahead_fires_once_through_its_heir(
     assert proc.returncode == -9, err
     routine = await store.get_routine("once")
     assert (routine.status, routine.claim_owner) == (RoutineStatus.CLAIMED, "doomed")
+    assert routine.updated_at_ms < instant  # claimed ahead of the instant
     assert await store.list_work() == []
     # Another daemon heals the dead claim once its lease (300 ms) expired, and fires it once.
     heir = Ticker(store, StoreTarget(store), clock, owner="heir")

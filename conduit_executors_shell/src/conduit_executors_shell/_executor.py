@@ -52,6 +52,7 @@ from conduit_executors_shell._processes import (
 )
 from conduit_executors_shell._results import job_result, timeout_result
 from conduit_executors_shell._workspace import Workspace, create_workspace, workspace_path
+from conduit_executors_shell._wrapper_checks import WrapperChecks
 
 __all__ = ["CURRENT_GENERATION", "EXECUTOR_NAME", "ShellExecutor", "ShellHandle"]
 
@@ -68,6 +69,9 @@ class ShellExecutor(Executor):
         self.generation = generation
         self._format = metadata_format(generation)
         self._children = _Children()
+        # Shared by every recovery and observation of this executor: the identity checks in
+        # flight at once (a restart adopting hundreds of jobs) cost one look, not one each.
+        self._wrappers = WrapperChecks()
 
     def __repr__(self) -> str:
         return f"ShellExecutor(generation={self.generation})"
@@ -114,8 +118,12 @@ class ShellExecutor(Executor):
         discovering = self.generation >= _DISCOVERING_GENERATION
         if ctx.recovery is not None:
             record = self._format.decode(ctx.recovery)
-            check = check_recorded_job if discovering else _prove_recoverable
-            await anyio.to_thread.run_sync(check, record, Workspace(Path(record.workspace)))
+            # A wrapper proven running is adopted whatever the workspace holds (as
+            # ``check_recorded_job`` would); any other case takes that full check.
+            # Generations 1 and 2 also require the workspace: they keep their own check.
+            if not (discovering and await self._wrappers.alive(record)):
+                check = check_recorded_job if discovering else _prove_recoverable
+                await anyio.to_thread.run_sync(check, record, Workspace(Path(record.workspace)))
         elif not discovering:
             raise OperationError(
                 "recovery_unprovable", "no recovery metadata was recorded for this attempt"
@@ -156,7 +164,9 @@ class ShellExecutor(Executor):
             return await self._stop_job(record, ctx.execution_id, config)
 
         deadline = _deadline(config, record, ctx.deadline_ms)
-        return ShellHandle(config, record, self._children, stop=stop, deadline=deadline)
+        return ShellHandle(
+            config, record, self._children, stop=stop, deadline=deadline, checks=self._wrappers
+        )
 
     async def _stop_job(
         self,
@@ -219,8 +229,10 @@ class ShellHandle(Handle):
         *,
         stop: Callable[[], Awaitable[StopEvidence]],
         deadline: float | None,
+        checks: WrapperChecks | None = None,
     ) -> None:
         self._config = config
+        self._checks = checks
         self._record = record
         self._children = children
         self._stop = stop
@@ -232,7 +244,10 @@ class ShellHandle(Handle):
         remaining = None if self._deadline is None else self._deadline - time.time()
         with anyio.move_on_after(remaining) as waiting:
             await wait_for_wrapper_exit(
-                self._record, lambda: self._children.reap(pid), our_child=pid in self._children
+                self._record,
+                lambda: self._children.reap(pid),
+                our_child=pid in self._children,
+                proven=self._checks.alive if self._checks is not None else None,
             )
         if waiting.cancelled_caught:
             return await self._time_out()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import anyio
 import anyio.to_thread
@@ -21,6 +21,7 @@ from conduit_executors_shell._launch import EXECUTION_TAG, LAUNCH_MARKER
 from conduit_executors_shell._metadata import JobRecord
 
 __all__ = [
+    "CREATE_TIME_TOLERANCE",
     "find_wrapper",
     "group_is_empty",
     "marked_processes",
@@ -32,7 +33,7 @@ __all__ = [
 # psutil derives create times from the boot time, which two processes may read a whole second
 # apart after a clock adjustment. A pid reused within that second by an unrelated process is also
 # required to lead our process group to be taken for ours, which it does not.
-_CREATE_TIME_TOLERANCE = 1.0
+CREATE_TIME_TOLERANCE = 1.0
 # How long SIGKILL gets to take effect before a stop is reported unverified.
 _KILL_DEADLINE_SECONDS = 5.0
 _POLL_FIRST_SECONDS = 0.005
@@ -43,7 +44,7 @@ def find_wrapper(record: JobRecord) -> psutil.Process | None:
     """The job's wrapper if that very process still exists (as a zombie, even), else ``None``."""
     try:
         process = psutil.Process(record.pid)
-        if abs(process.create_time() - record.create_time) > _CREATE_TIME_TOLERANCE:
+        if abs(process.create_time() - record.create_time) > CREATE_TIME_TOLERANCE:
             return None
         if os.getpgid(record.pid) != record.pgid:
             return None
@@ -83,12 +84,18 @@ def group_is_empty(pgid: int) -> bool:
 
 
 async def wait_for_wrapper_exit(
-    record: JobRecord, reap: Callable[[], object], *, our_child: bool
+    record: JobRecord,
+    reap: Callable[[], object],
+    *,
+    our_child: bool,
+    proven: Callable[[JobRecord], Awaitable[bool]] | None = None,
 ) -> None:
     """Wait until the wrapper has exited, without a busy loop: a pidfd where the OS has them.
 
     ``our_child``: this process started the wrapper and has not reaped it, so its pid cannot
-    have been reused and needs no identity check.
+    have been reused and needs no identity check. ``proven``: a batched identity check asked
+    after the pidfd was opened (``WrapperChecks.alive``); what it does not prove is checked by
+    ``find_wrapper``.
     """
     try:
         pidfd = os.pidfd_open(record.pid)
@@ -101,7 +108,11 @@ async def wait_for_wrapper_exit(
         return
     try:
         # The pidfd pins whatever process has the pid now; make sure that is still the wrapper.
-        if our_child or await anyio.to_thread.run_sync(find_wrapper, record) is not None:
+        if (
+            our_child
+            or (proven is not None and await proven(record))
+            or await anyio.to_thread.run_sync(find_wrapper, record) is not None
+        ):
             await anyio.wait_readable(pidfd)
     finally:
         os.close(pidfd)
@@ -182,7 +193,7 @@ class _Scanner:
         self._marker = marker
         self._trust_group = trust_group
         # Nothing created before the wrapper can belong to the job.
-        self._created_after = record.create_time - _CREATE_TIME_TOLERANCE if record else 0.0
+        self._created_after = record.create_time - CREATE_TIME_TOLERANCE if record else 0.0
         group = f"process group {record.pgid}" if record and trust_group else "no trusted group"
         self.description = f"execution {execution_id} ({group})"
 

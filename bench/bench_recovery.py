@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import json
 import os
 import shutil
@@ -139,14 +140,18 @@ async def _measure(
         run.daemon.send_signal(signal.SIGKILL)
         run.daemon.wait()
         restarted = time.monotonic()
+        restarted_at = time.time()
+        log_offset = run.log.tell()
         run.start_daemon()
+        if args.profile_seconds and args.profile_from == "start":
+            profiler = _profile(run, args.profile_seconds, root)
         answered = None
         while answered is None and time.monotonic() - restarted < 60:
             if run.listening():
                 answered = time.monotonic() - restarted
             else:
                 await anyio.sleep(0.02)
-        if args.profile_seconds:  # from the moment it serves: adoption, not imports
+        if args.profile_seconds and args.profile_from == "api":  # adoption, not imports
             profiler = _profile(run, args.profile_seconds, root)
         adopted = await run.wait_until(store, "running@2", args.timeout)
         # CPU the restarted daemon spent from its start until all were adopted (startup
@@ -167,6 +172,7 @@ async def _measure(
                 else round(adopted - restarted - answered, 2)
             ),
             "daemon_cpu_s": None if adopted is None else round(cpu.user + cpu.system, 2),
+            **_phases(root / "daemon.log", log_offset, restarted_at),
             "started_twice": sum(n > 1 for n in starts.values()),
             "states": dict(await run.states(store)),
         }
@@ -177,6 +183,31 @@ async def _measure(
     finally:
         await _stop(run, store)
         await store.aclose()
+
+
+def _phases(log: Path, offset: int, restarted_at: float) -> dict[str, float | None]:
+    """Seconds from the restart to the restarted daemon's log lines that mark its phases: its
+    predecessor's leases released (start-up done: imports, config, store), the first and the
+    last recovery spawned (the claims)."""
+    marks: dict[str, float | None] = {
+        "took_over_s": None, "first_recovery_s": None, "last_recovery_s": None,
+    }  # fmt: skip
+    with log.open("rb") as lines:
+        lines.seek(offset)
+        for raw in lines:
+            line = raw.decode(errors="replace")
+            if "predecessor owner=" in line:
+                key = "took_over_s"
+            elif "attempt recover " in line:
+                key = "last_recovery_s" if marks["first_recovery_s"] else "first_recovery_s"
+            else:
+                continue
+            try:
+                at = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            except ValueError:
+                continue
+            marks[key] = round(at - restarted_at, 2)
+    return marks
 
 
 def _profile(run: Run, seconds: float, root: Path) -> subprocess.Popen[bytes]:
@@ -259,6 +290,9 @@ def main() -> int:
     parser.add_argument("--job-seconds", type=int, default=900)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--profile-seconds", type=float, default=0.0)
+    parser.add_argument("--profile-from", choices=("api", "start"), default="api",
+                        help="profile from the API's first answer (default) or from the "
+                        "restarted daemon's start (its imports and start-up included)")  # fmt: skip
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--keep", action="store_true", help="keep the run's folder (logs)")
     return anyio.run(main_async, parser.parse_args())

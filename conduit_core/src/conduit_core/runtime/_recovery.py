@@ -140,8 +140,8 @@ class Recovery:
         Returns the ended attempt, or the still unfinished one when its recovery is held.
         """
         async with self.runner.hold(claim.lease) as held:
-            # Bounded: a restart that recovers a thousand attempts asks the executors (process
-            # tables, container engines) a few dozen at a time; observing them is not bounded.
+            # Bounded (``recovery_concurrency``): a restart that recovers a thousand attempts asks
+            # the executors a few hundred at a time; observing them is not bounded.
             async with self._deciding:
                 launched: Attempt | Execution | None = None
                 if not may_relaunch(claim.execution):

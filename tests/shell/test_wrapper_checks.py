@@ -294,3 +294,18 @@ async def test_a_check_asked_during_a_look_waits_for_the_next_and_cancelling_str
 async def _in_scope(scope: anyio.CancelScope, ask: Any, pid: int) -> None:
     with scope:
         await ask(pid)
+
+
+async def test_a_failing_look_proves_nothing_and_leaves_the_next_look_working() -> None:
+    calls: list[int] = []
+
+    def failing_once(records: Sequence[JobRecord]) -> list[bool]:
+        calls.append(len(records))
+        if len(calls) == 1:
+            raise OSError("no /proc")
+        return [True] * len(records)
+
+    checks = WrapperChecks(failing_once)
+    assert await checks.alive(_pid_record(2)) is False  # unproven: the caller's single path
+    assert await checks.alive(_pid_record(2)) is True
+    assert calls == [1, 1]

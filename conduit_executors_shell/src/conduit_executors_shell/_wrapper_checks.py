@@ -108,16 +108,21 @@ class WrapperChecks:
         with anyio.CancelScope(shield=True):
             await anyio.lowlevel.checkpoint()  # the checks asked in this pass join this look
             batch, self._waiting = self._waiting, []
+            answers = [False] * len(batch)  # unproven: each caller takes the single-job path
             try:
-                answers = await anyio.to_thread.run_sync(self._look, [c.record for c in batch])
+                looked = await anyio.to_thread.run_sync(self._look, [c.record for c in batch])
+                if len(looked) == len(batch):
+                    answers = looked
             except Exception:
-                answers = [False] * len(batch)  # unproven: each caller takes the single path
-            self.looks += 1
-            self.checks += len(batch)
-            for waiting, alive in zip(batch, answers, strict=True):
-                waiting.alive = alive
-                waiting.answered.set()
-            self._hand_over()
+                pass
+            finally:
+                # Whatever happened, every check of the batch is answered and the next look led.
+                self.looks += 1
+                self.checks += len(batch)
+                for waiting, alive in zip(batch, answers, strict=True):
+                    waiting.alive = alive
+                    waiting.answered.set()
+                self._hand_over()
         return check.alive
 
     def _hand_over(self) -> None:

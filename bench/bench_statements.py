@@ -26,6 +26,9 @@ from bench_scheduler import fresh_url  # type: ignore[import-not-found]
 
 _COUNTING = {"on": False}
 STATEMENTS: Counter[str] = Counter()
+#: Statements the client waited for (a read, a row count, or any statement where each is sent on
+#: its own); pipelined writes go with the next of these or with the commit.
+WAITED: Counter[str] = Counter()
 TRANSACTIONS: Counter[str] = Counter()
 
 
@@ -34,14 +37,21 @@ def _norm(sql: str) -> str:
 
 
 def _count_cx(cls: type[Any]) -> None:
-    for name in ("rows", "run", "many"):
-        original = getattr(cls, name)
+    for name in ("rows", "run", "count", "count_or_restart", "many"):
+        original = getattr(cls, name, None)
+        if original is None:
+            continue  # a checkout from before ``count`` (run returned the row count)
 
         def counted(self: Any, sql: str, params: Any = (), _o: Callable[..., Any] = original,
                     _many: bool = name == "many") -> Any:  # fmt: skip
             if _COUNTING["on"]:
                 STATEMENTS[("many: " if _many else "") + _norm(sql)] += 1
-            return _o(self, sql, params)
+                if _o.__name__ in ("rows", "count", "count_or_restart") or not PIPELINED:
+                    WAITED["statement"] += 1
+            result = _o(self, sql, params)
+            if _COUNTING["on"] and getattr(self, "committed", False):
+                WAITED["statement"] -= 1  # its transaction's commit went with it
+            return result
 
         setattr(cls, name, counted)
 
@@ -82,6 +92,7 @@ async def _process_counted(sched: Any, n: int, concurrency: int) -> int:
 
 
 _process = bench_scheduler.process
+PIPELINED = False
 
 
 def main() -> None:
@@ -95,12 +106,15 @@ def main() -> None:
         from conduit_core.storage._sqlite import _SqliteCx as cx_class
     else:
         from conduit_core.storage._postgres import _PgCx as cx_class
+    global PIPELINED
+    PIPELINED = hasattr(cx_class, "count")  # PostgreSQL transactions pipelined (issue 14)
     _count_cx(cx_class)
     _count_transactions()
     bench_scheduler.process = _process_counted
     for concurrency in args.concurrency:
         STATEMENTS.clear()
         TRANSACTIONS.clear()
+        WAITED.clear()
         url, keep = fresh_url(args.store)
         try:
             anyio.run(bench_scheduler.bench_one, url, args.n, concurrency)
@@ -109,9 +123,14 @@ def main() -> None:
             if cleanup:
                 cleanup()
         per = {k: round(v / args.n, 2) for k, v in sorted(TRANSACTIONS.items())}
+        # Round trips on a server: the waited statements, plus per transaction block its
+        # commit (and, unpipelined, its begin); a one-statement read is its statement alone.
+        blocks = TRANSACTIONS["write"] + TRANSACTIONS["read"]
+        trips = WAITED["statement"] + blocks * (1 if PIPELINED else 2)
         print(
             f"{args.store:8} concurrency={concurrency:<3} n={args.n} "
             f"statements/attempt={sum(STATEMENTS.values()) / args.n:.2f} transactions/attempt={per}"
+            + (f" round_trips/attempt={trips / args.n:.2f}" if args.store == "postgres" else "")
         )
         for sql, count in STATEMENTS.most_common(args.top):
             print(f"    {count / args.n:6.2f}  {sql}")

@@ -34,9 +34,13 @@ class _Counting:
         self.statements += 1
         return self._cx.rows(sql, params)
 
-    def run(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+    def run(self, sql: str, params: tuple[Any, ...] = ()) -> None:
         self.statements += 1
-        return self._cx.run(sql, params)
+        self._cx.run(sql, params)
+
+    def count(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        self.statements += 1
+        return self._cx.count(sql, params)
 
     def many(self, sql: str, params: list[tuple[Any, ...]]) -> None:
         self.statements += 1

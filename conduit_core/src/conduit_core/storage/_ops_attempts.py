@@ -488,7 +488,7 @@ def update_attempt(
         after = _kept_identity(known.execution, change(known.execution))
         _check_live(after)
         p = execution_params(after)
-        if cx.run(
+        if cx.count_or_restart(
             _KNOWN_UPDATE_SQL,
             (p[4], p[5], p[6], p[9], after.id, known.rev, lease.epoch,
              after.id, lease.epoch, lease.token, now_ms),

@@ -40,7 +40,7 @@ def arm_timer(cx: Cx, timer: Timer) -> None:
 
 
 def disarm_timer(cx: Cx, timer_id: str) -> bool:
-    return cx.run("DELETE FROM conduit_timer WHERE id = ?", (timer_id,)) > 0
+    return cx.count("DELETE FROM conduit_timer WHERE id = ?", (timer_id,)) > 0
 
 
 def due_timers(cx: Cx, now_ms: int, limit: int) -> list[Timer]:
@@ -96,7 +96,7 @@ def list_holds(cx: Cx, work_id: str | None) -> list[Hold]:
 
 
 def delete_hold(cx: Cx, work_id: str, kind: HoldKind, holder: str) -> bool:
-    deleted = cx.run(
+    deleted = cx.count(
         "DELETE FROM conduit_hold WHERE work_id = ? AND kind = ? AND holder = ?",
         (work_id, str(kind), holder),
     )
@@ -127,7 +127,7 @@ def matching_waits(cx: Cx, event_type: str | None, correlation_key: str | None) 
 
 
 def remove_wait(cx: Cx, execution_id: str) -> bool:
-    return cx.run("DELETE FROM conduit_wait WHERE execution_id = ?", (execution_id,)) > 0
+    return cx.count("DELETE FROM conduit_wait WHERE execution_id = ?", (execution_id,)) > 0
 
 
 # --- Control intents ------------------------------------------------------------------------
@@ -265,4 +265,4 @@ def list_routines(cx: Cx) -> list[Routine]:
 
 
 def delete_routine(cx: Cx, routine_id: str) -> bool:
-    return cx.run("DELETE FROM conduit_routine WHERE id = ?", (routine_id,)) > 0
+    return cx.count("DELETE FROM conduit_routine WHERE id = ?", (routine_id,)) > 0

@@ -24,6 +24,7 @@ aborted most concurrent claims as pivots, and the retries cost more than seriali
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
+from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from conduit_core.errors import StoreError
@@ -47,15 +49,19 @@ _MIGRATION_LOCK = 0x636F6E64  # "cond": serialises migrations of concurrent open
 # so they run concurrently and keep their invariants with row locks; every other write takes it
 # EXCLUSIVE and so still runs alone, as in a serial execution.
 _WRITE_LOCK = 0x636F6E77
-# One round trip (simple protocol, no parameters): begin, then take the writers' lock before any
-# snapshot of the transaction is taken.
-_BEGIN_WRITE = f"BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock({_WRITE_LOCK})"
+# Begin, then take the writers' lock before any snapshot of the transaction is taken (both are
+# queued in the pipeline and go with the transaction's first read).
+_BEGIN_WRITE = (
+    "BEGIN ISOLATION LEVEL READ COMMITTED",
+    f"SELECT pg_advisory_xact_lock({_WRITE_LOCK})",
+)
 _BEGIN_SHARED = (
-    f"BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock_shared({_WRITE_LOCK})"
+    "BEGIN ISOLATION LEVEL READ COMMITTED",
+    f"SELECT pg_advisory_xact_lock_shared({_WRITE_LOCK})",
 )
 # Far above any transaction of ours (milliseconds between statements), far below a lease.
 _IDLE_IN_TRANSACTION_MS = 10_000
-_BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+_BEGIN_READ = ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",)
 # Contention the database resolves by aborting one transaction; the whole transaction is rerun.
 # With writers serialized these no longer arise between conduit's own transactions; they are
 # kept for a database shared with other clients and for lost connections mid-batch.
@@ -72,23 +78,69 @@ def _pg_sql(sql: str) -> str:
 
 
 class _PgCx:
-    __slots__ = ("_cur",)
+    """A transaction's statements. Inside ``_run`` the connection is in pipeline mode: a
+    statement whose outcome nobody reads (``run``, ``many``) is queued and goes to the server
+    with the next one that returns something (``rows``, ``count``) or with the ``COMMIT``, so
+    a transaction costs a round trip per read instead of one per statement."""
+
+    __slots__ = ("_begin", "_cur", "_pipeline", "committed")
     locks_rows = True
     has_sequences = True
 
-    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
+    def __init__(
+        self,
+        cur: psycopg.Cursor[Any],
+        pipeline: psycopg.Pipeline | None = None,
+        *,
+        begin: tuple[str, ...] = (),
+    ) -> None:
         self._cur = cur
+        self._pipeline = pipeline
+        #: Set for an operation alone in its transaction: how to begin another one.
+        self._begin = begin
+        #: The transaction committed with ``count_or_restart``: nothing more may be sent.
+        self.committed = False
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
-        self._cur.execute(_pg_sql(sql), params)
-        return self._cur.fetchall()
+        self._execute(sql, params)
+        return self._cur.fetchall()  # in a pipeline: sends what is queued, waits for this
 
-    def run(self, sql: str, params: tuple[Any, ...] = ()) -> int:
-        self._cur.execute(_pg_sql(sql), params)
+    def run(self, sql: str, params: tuple[Any, ...] = ()) -> None:
+        self._execute(sql, params)
+
+    def count(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        self._execute(sql, params)
+        if self._pipeline is not None:
+            self._pipeline.sync()
         return self._cur.rowcount
 
+    def count_or_restart(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        if not self._begin or self._pipeline is None:
+            return self.count(sql, params)
+        # The statement and the COMMIT go in one round trip; the COMMIT on a cursor of its own,
+        # so this cursor keeps the statement's count. (An error in the statement makes the
+        # server skip the COMMIT: the transaction is rolled back, as any failed one.)
+        self._execute(sql, params)
+        self._cur.connection.cursor().execute("COMMIT")
+        self._pipeline.sync()
+        changed = self._cur.rowcount
+        if changed:
+            self.committed = True
+        else:  # nothing was written: the operation goes on in a fresh transaction
+            for statement in self._begin:
+                self._cur.execute(statement)
+        return changed
+
     def many(self, sql: str, params: list[tuple[Any, ...]]) -> None:
-        self._cur.executemany(_pg_sql(sql), params)
+        self._execute(sql, params, many=True)
+
+    def _execute(self, sql: str, params: Any, *, many: bool = False) -> None:
+        if self.committed:
+            raise RuntimeError(f"a statement after the operation committed: {sql[:60]}")
+        if many:
+            self._cur.executemany(_pg_sql(sql), params)
+        else:
+            self._cur.execute(_pg_sql(sql), params)
 
 
 class _OneStatementCx(_PgCx):
@@ -106,7 +158,10 @@ class _OneStatementCx(_PgCx):
         self._used = True
         return super().rows(sql, params)
 
-    def run(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+    def run(self, sql: str, params: tuple[Any, ...] = ()) -> None:
+        raise RuntimeError(f"a single-statement read tried to write: {sql[:60]}")
+
+    def count(self, sql: str, params: tuple[Any, ...] = ()) -> int:
         raise RuntimeError(f"a single-statement read tried to write: {sql[:60]}")
 
     def many(self, sql: str, params: list[tuple[Any, ...]]) -> None:
@@ -165,9 +220,16 @@ class PostgresStore(SqlStore):
                     migrate(_PgCx(cur), masked_url)
         return cls(conninfo, masked_url=masked_url, **options)
 
-    def transaction(self, fn: Callable[[Cx], T], *, write: bool = True, shared: bool = False) -> T:
+    def transaction(
+        self,
+        fn: Callable[[Cx], T],
+        *,
+        write: bool = True,
+        shared: bool = False,
+        alone: bool = False,
+    ) -> T:
         begin = (_BEGIN_SHARED if shared else _BEGIN_WRITE) if write else _BEGIN_READ
-        return self._retried(partial(_run, fn=fn, begin=begin))
+        return self._retried(partial(_run, fn=fn, begin=begin, alone=alone))
 
     def read_statement(self, fn: Callable[[Cx], T]) -> T:
         """One SELECT in autocommit: a single statement is its own consistent snapshot, the
@@ -227,17 +289,32 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.execute(f"SET idle_in_transaction_session_timeout = {_IDLE_IN_TRANSACTION_MS}")
 
 
-def _run(conn: psycopg.Connection[Any], fn: Callable[[Cx], T], begin: str) -> T:
-    """One transaction on an autocommit connection: ``begin``, ``fn``, then commit."""
+def _run(
+    conn: psycopg.Connection[Any], fn: Callable[[Cx], T], begin: tuple[str, ...], alone: bool
+) -> T:
+    """One transaction on an autocommit connection: ``begin``, ``fn``, then commit, pipelined
+    (see ``_PgCx``): the outcome is the same as sending each statement and waiting for it, as
+    the server runs them in order and stops at the first error, which is raised here."""
     cur = conn.cursor()
-    cur.execute(begin)
     try:
-        result = fn(_PgCx(cur))
+        with conn.pipeline() as pipeline:
+            try:
+                for statement in begin:
+                    cur.execute(statement)
+                cx = _PgCx(cur, pipeline, begin=begin if alone else ())
+                result = fn(cx)
+                if not cx.committed:
+                    cur.execute("COMMIT")
+                    pipeline.sync()
+            except psycopg.Error:
+                # Take the aborted pipeline's remaining results here, so leaving it is clean.
+                with contextlib.suppress(psycopg.Error):
+                    pipeline.sync()
+                raise
     except BaseException:
-        if not conn.closed:
+        if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
             conn.rollback()
         raise
-    cur.execute("COMMIT")
     return result
 
 

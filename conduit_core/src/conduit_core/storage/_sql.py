@@ -51,8 +51,22 @@ class Cx(Protocol):
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]: ...
 
-    def run(self, sql: str, params: tuple[Any, ...] = ()) -> int:
-        """Execute a statement and return its row count."""
+    def run(self, sql: str, params: tuple[Any, ...] = ()) -> None:
+        """Execute a statement whose outcome the caller does not read. A backend may send it
+        with the next statement that returns something (PostgreSQL pipelines them), so its
+        error may surface there or at commit: the transaction's error either way."""
+        ...
+
+    def count(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        """Execute a statement now and return its row count."""
+        ...
+
+    def count_or_restart(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        """``count`` for an operation's first statement, when that statement alone does the
+        operation if it changes a row: a backend may then commit with it (one round trip for
+        the whole transaction) and return its count; the operation issues nothing more. On a
+        count of 0 nothing was written, and the operation goes on in a transaction that may be
+        a fresh one (begun afresh, so it must not rely on anything read before)."""
         ...
 
     def many(self, sql: str, params: list[tuple[Any, ...]]) -> None: ...

@@ -44,8 +44,13 @@ class _SqliteCx:
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
         return self._conn.execute(_sqlite_sql(sql), params).fetchall()
 
-    def run(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+    def run(self, sql: str, params: tuple[Any, ...] = ()) -> None:
+        self._conn.execute(sql, params)
+
+    def count(self, sql: str, params: tuple[Any, ...] = ()) -> int:
         return self._conn.execute(sql, params).rowcount
+
+    count_or_restart = count  # the commit costs no round trip here
 
     def many(self, sql: str, params: list[tuple[Any, ...]]) -> None:
         self._conn.executemany(sql, params)
@@ -91,8 +96,16 @@ class SqliteStore(SqlStore):
             raise
         return store
 
-    def transaction(self, fn: Callable[[Cx], T], *, write: bool = True, shared: bool = False) -> T:
-        # ``shared`` changes nothing here: SQLite runs one writer at a time by nature.
+    def transaction(
+        self,
+        fn: Callable[[Cx], T],
+        *,
+        write: bool = True,
+        shared: bool = False,
+        alone: bool = False,
+    ) -> T:
+        # ``shared`` and ``alone`` change nothing here: SQLite runs one writer at a time by
+        # nature, and a commit is no round trip.
         begin = "BEGIN IMMEDIATE" if write else "BEGIN"
 
         def attempt() -> T:

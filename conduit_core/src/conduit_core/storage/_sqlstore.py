@@ -73,9 +73,17 @@ class SqlStore(Store):
         )
 
     @abstractmethod
-    def transaction(self, fn: Callable[[Cx], T], *, write: bool = True, shared: bool = False) -> T:
+    def transaction(
+        self,
+        fn: Callable[[Cx], T],
+        *,
+        write: bool = True,
+        shared: bool = False,
+        alone: bool = False,
+    ) -> T:
         """Run ``fn`` in one transaction, retrying it on contention (blocking). ``shared``: every
-        operation in it is row-locked (``ROW_LOCKED``), so it may run beside other writers."""
+        operation in it is row-locked (``ROW_LOCKED``), so it may run beside other writers.
+        ``alone``: ``fn`` is one operation, not a batch (see ``Cx.count_or_restart``)."""
 
     async def _write(self, fn: Callable[..., T], *args: Any) -> T:
         first_arg = args[0] if args else None
@@ -101,7 +109,7 @@ class SqlStore(Store):
             (op,) = ops
             op.result = op.error = None
             try:
-                op.result = self.transaction(op.fn, write=True, shared=op.shared)
+                op.result = self.transaction(op.fn, write=True, shared=op.shared, alone=True)
             except Exception as exc:
                 if is_driver_error(exc):
                     raise

@@ -1,0 +1,135 @@
+"""PostgreSQL transactions are pipelined: what that must not change.
+
+A write whose outcome nobody reads (``Cx.run``) is queued and reaches the server with the next
+read or with the commit, so its error surfaces later than the statement that caused it. These
+cases pin that a transaction is still all or nothing whichever statement fails and wherever the
+error surfaces, that the pooled connection is clean afterwards, and that ``count_or_restart``
+commits a lone operation with its statement or, when the statement changed nothing, lets the
+operation go on in a fresh transaction that is itself all or nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from conduit_core.storage._postgres import PostgresStore
+from conduit_core.storage._sql import Cx
+
+
+@pytest.fixture
+def pg(postgres_url: str) -> Iterator[PostgresStore]:
+    store = PostgresStore.open(postgres_url, masked_url="postgresql://test")
+    store.transaction(
+        lambda cx: cx.run("CREATE TABLE t_pipe (id INTEGER PRIMARY KEY, v INTEGER NOT NULL)")
+    )
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _ids(store: PostgresStore) -> list[int]:
+    return [r[0] for r in store.transaction(lambda cx: cx.rows("SELECT id FROM t_pipe ORDER BY id"))]
+
+
+def test_a_queued_write_that_fails_at_the_next_read_rolls_back_everything(
+    pg: PostgresStore,
+) -> None:
+    def body(cx: Cx) -> None:
+        cx.run("INSERT INTO t_pipe (id, v) VALUES (?, ?)", (1, 1))
+        cx.run("INSERT INTO t_pipe (id, v) VALUES (?, ?)", (2, None))  # NOT NULL: fails
+        cx.rows("SELECT 1")  # the queued error surfaces here
+
+    with pytest.raises(psycopg.errors.NotNullViolation):
+        pg.transaction(body)
+    assert _ids(pg) == []
+    # Every pooled connection is usable afterwards (none left in a failed transaction).
+    for _ in range(10):
+        pg.transaction(lambda cx: cx.rows("SELECT 1"))
+
+
+def test_a_queued_write_that_fails_at_commit_rolls_back_everything(pg: PostgresStore) -> None:
+    def body(cx: Cx) -> None:
+        cx.run("INSERT INTO t_pipe (id, v) VALUES (?, ?)", (1, 1))
+        cx.run("INSERT INTO t_pipe (id, v) VALUES (?, ?)", (2, None))  # surfaces at COMMIT
+
+    with pytest.raises(psycopg.errors.NotNullViolation):
+        pg.transaction(body)
+    assert _ids(pg) == []
+
+
+def test_an_operation_error_after_queued_writes_rolls_them_back(pg: PostgresStore) -> None:
+    class Refused(Exception):
+        pass
+
+    def body(cx: Cx) -> None:
+        cx.run("INSERT INTO t_pipe (id, v) VALUES (?, ?)", (1, 1))
+        raise Refused
+
+    with pytest.raises(Refused):
+        pg.transaction(body)
+    assert _ids(pg) == []
+
+
+def test_reads_see_the_queued_writes_before_them(pg: PostgresStore) -> None:
+    def body(cx: Cx) -> list[Any]:
+        cx.run("INSERT INTO t_pipe (id, v) VALUES (?, ?)", (1, 1))
+        cx.run("UPDATE t_pipe SET v = v + 1 WHERE id = ?", (1,))
+        return cx.rows("SELECT v FROM t_pipe WHERE id = ?", (1,))
+
+    assert pg.transaction(body) == [(2,)]
+
+
+def test_count_or_restart_commits_a_lone_operation_with_its_statement(pg: PostgresStore) -> None:
+    pg.transaction(lambda cx: cx.run("INSERT INTO t_pipe (id, v) VALUES (1, 0)"))
+
+    def body(cx: Cx) -> int:
+        changed = cx.count_or_restart("UPDATE t_pipe SET v = 5 WHERE id = ?", (1,))
+        with pytest.raises(RuntimeError, match="after the operation committed"):
+            cx.run("UPDATE t_pipe SET v = 6 WHERE id = ?", (1,))
+        return changed
+
+    assert pg.transaction(body, alone=True) == 1
+    assert pg.transaction(lambda cx: cx.rows("SELECT v FROM t_pipe")) == [(5,)]
+
+
+def test_count_or_restart_goes_on_in_a_fresh_transaction_that_is_all_or_nothing(
+    pg: PostgresStore,
+) -> None:
+    class Refused(Exception):
+        pass
+
+    def body(cx: Cx) -> None:
+        assert cx.count_or_restart("UPDATE t_pipe SET v = 5 WHERE id = ?", (99,)) == 0
+        cx.run("INSERT INTO t_pipe (id, v) VALUES (?, ?)", (2, 2))
+        raise Refused  # the fallback refuses: its write must not stay
+
+    with pytest.raises(Refused):
+        pg.transaction(body, alone=True)
+    assert _ids(pg) == []
+
+    def fallback(cx: Cx) -> int:
+        assert cx.count_or_restart("UPDATE t_pipe SET v = 5 WHERE id = ?", (99,)) == 0
+        cx.run("INSERT INTO t_pipe (id, v) VALUES (?, ?)", (3, 3))
+        return len(cx.rows("SELECT id FROM t_pipe"))
+
+    assert pg.transaction(fallback, alone=True) == 1
+    assert _ids(pg) == [3]
+
+
+def test_count_or_restart_in_a_batch_never_commits_early(pg: PostgresStore) -> None:
+    """Not alone (a group-commit batch): the statement is only counted, so a later failure
+    still rolls back every operation of the batch."""
+    pg.transaction(lambda cx: cx.run("INSERT INTO t_pipe (id, v) VALUES (1, 0)"))
+
+    def batch(cx: Cx) -> None:
+        assert cx.count_or_restart("UPDATE t_pipe SET v = 5 WHERE id = ?", (1,)) == 1
+        cx.run("INSERT INTO t_pipe (id, v) VALUES (?, ?)", (2, None))  # fails at commit
+
+    with pytest.raises(psycopg.errors.NotNullViolation):
+        pg.transaction(batch)
+    assert pg.transaction(lambda cx: cx.rows("SELECT id, v FROM t_pipe")) == [(1, 0)]

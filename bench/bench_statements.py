@@ -26,9 +26,8 @@ from bench_scheduler import fresh_url  # type: ignore[import-not-found]
 
 _COUNTING = {"on": False}
 STATEMENTS: Counter[str] = Counter()
-#: Statements the client waited for (a read, a row count, or any statement where each is sent on
-#: its own); pipelined writes go with the next of these or with the commit.
-WAITED: Counter[str] = Counter()
+#: Round trips to the server: the times the client sent what it had and waited for an answer.
+TRIPS: Counter[str] = Counter()
 TRANSACTIONS: Counter[str] = Counter()
 
 
@@ -37,7 +36,7 @@ def _norm(sql: str) -> str:
 
 
 def _count_cx(cls: type[Any]) -> None:
-    for name in ("rows", "run", "count", "count_or_restart", "many"):
+    for name in ("rows", "run", "count", "count_or_restart", "later", "many"):
         original = getattr(cls, name, None)
         if original is None:
             continue  # a checkout from before ``count`` (run returned the row count)
@@ -46,12 +45,7 @@ def _count_cx(cls: type[Any]) -> None:
                     _many: bool = name == "many") -> Any:  # fmt: skip
             if _COUNTING["on"]:
                 STATEMENTS[("many: " if _many else "") + _norm(sql)] += 1
-                if _o.__name__ in ("rows", "count", "count_or_restart") or not PIPELINED:
-                    WAITED["statement"] += 1
-            result = _o(self, sql, params)
-            if _COUNTING["on"] and getattr(self, "committed", False):
-                WAITED["statement"] -= 1  # its transaction's commit went with it
-            return result
+            return _o(self, sql, params)
 
         setattr(cls, name, counted)
 
@@ -92,7 +86,33 @@ async def _process_counted(sched: Any, n: int, concurrency: int) -> int:
 
 
 _process = bench_scheduler.process
-PIPELINED = False
+
+
+def _count_round_trips() -> None:
+    """A statement outside a pipeline is one round trip (``executemany`` too: psycopg pipelines
+    it); inside one (issue 14), a sync, or a fetch that has to wait for its result, is one."""
+    from psycopg import Cursor
+    from psycopg._pipeline_base import BasePipeline
+
+    def counting(original: Callable[..., Any], when: Callable[..., bool]) -> Callable[..., Any]:
+        def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if _COUNTING["on"] and when(self, *args, **kwargs):
+                TRIPS["trip"] += 1
+            return original(self, *args, **kwargs)
+
+        return counted
+
+    def unpiped(cur: Any, *args: Any, **kwargs: Any) -> bool:
+        return cur.connection._pipeline is None
+
+    Cursor.execute = counting(Cursor.execute, unpiped)  # type: ignore[method-assign]
+    Cursor.executemany = counting(Cursor.executemany, unpiped)  # type: ignore[method-assign]
+    BasePipeline._sync_gen = counting(  # type: ignore[method-assign]
+        BasePipeline._sync_gen, lambda pipeline: True
+    )
+    BasePipeline._fetch_gen = counting(  # type: ignore[method-assign]
+        BasePipeline._fetch_gen, lambda pipeline, flush: flush and bool(pipeline.result_queue)
+    )
 
 
 def main() -> None:
@@ -106,15 +126,15 @@ def main() -> None:
         from conduit_core.storage._sqlite import _SqliteCx as cx_class
     else:
         from conduit_core.storage._postgres import _PgCx as cx_class
-    global PIPELINED
-    PIPELINED = hasattr(cx_class, "count")  # PostgreSQL transactions pipelined (issue 14)
     _count_cx(cx_class)
     _count_transactions()
+    if args.store == "postgres":
+        _count_round_trips()
     bench_scheduler.process = _process_counted
     for concurrency in args.concurrency:
         STATEMENTS.clear()
         TRANSACTIONS.clear()
-        WAITED.clear()
+        TRIPS.clear()
         url, keep = fresh_url(args.store)
         try:
             anyio.run(bench_scheduler.bench_one, url, args.n, concurrency)
@@ -123,14 +143,10 @@ def main() -> None:
             if cleanup:
                 cleanup()
         per = {k: round(v / args.n, 2) for k, v in sorted(TRANSACTIONS.items())}
-        # Round trips on a server: the waited statements, plus per transaction block its
-        # commit (and, unpipelined, its begin); a one-statement read is its statement alone.
-        blocks = TRANSACTIONS["write"] + TRANSACTIONS["read"]
-        trips = WAITED["statement"] + blocks * (1 if PIPELINED else 2)
         print(
             f"{args.store:8} concurrency={concurrency:<3} n={args.n} "
             f"statements/attempt={sum(STATEMENTS.values()) / args.n:.2f} transactions/attempt={per}"
-            + (f" round_trips/attempt={trips / args.n:.2f}" if args.store == "postgres" else "")
+            + (f" round_trips/attempt={TRIPS['trip'] / args.n:.2f}" if TRIPS else "")
         )
         for sql, count in STATEMENTS.most_common(args.top):
             print(f"    {count / args.n:6.2f}  {sql}")

@@ -46,6 +46,10 @@ class _Counting:
         self.statements += 1
         self._cx.many(sql, params)
 
+    def later(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        self.statements += 1
+        return self._cx.later(sql, params)
+
 
 async def _expired(store: SqlStore, count: int) -> list[str]:
     ids = []

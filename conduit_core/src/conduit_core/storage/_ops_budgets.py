@@ -50,11 +50,11 @@ from conduit_core.storage._ops_work import (
     claim_one,
     claim_refusal,
     ineligibility,
-    lock_work_rows,
-    ready_work,
+    lock_work_rows_later,
+    ready_work_rows_later,
     work_rows,
 )
-from conduit_core.storage._sql import Cx, dump, find_work, load_work, save_work
+from conduit_core.storage._sql import Cx, Row, dump, find_work, load_work, save_work
 from conduit_core.validation import saturating_add
 
 __all__ = [
@@ -172,13 +172,19 @@ def _save_ledger(cx: Cx, ledger: BudgetLedger) -> None:
     )
 
 
+_STAGED_USAGE_SQL = "SELECT data FROM conduit_budget_pending ORDER BY id FOR UPDATE SKIP LOCKED"
+
+
 def charge_pending(cx: Cx, policy: BudgetPolicy, now_ms: int) -> int:
     """Charge every staged usage to its ledgers (dropped without budgets); returns how many.
 
     Each staged row is taken by one charger (locked, ``SKIP LOCKED``: concurrent chargers take
     different rows), charged, then deleted: charged once.
     """
-    rows = cx.rows("SELECT data FROM conduit_budget_pending ORDER BY id FOR UPDATE SKIP LOCKED")
+    return _charge_staged(cx, policy, now_ms, cx.rows(_STAGED_USAGE_SQL))
+
+
+def _charge_staged(cx: Cx, policy: BudgetPolicy, now_ms: int, rows: list[Row]) -> int:
     staged = [_pending_decoder.decode(r[0]) for r in rows]
     if not staged:
         return 0
@@ -230,11 +236,17 @@ def admission_candidates(
     only for Work capacity would let start.
     """
     slots = Slots(cx, capacity, lock=False) if capacity is not None else None
+    # The slot count and the candidates go to the server together.
+    counted = slots.count_later() if slots is not None else None
     if work_ids is None:
-        ids = [w.id for w in ready_work(cx, limit, None)]
+        found = ready_work_rows_later(cx, limit)  # each with its hold and slot flags
+        rows = found()
+        ids = list(rows)  # oldest first
     else:
         ids = list(dict.fromkeys(work_ids))
-    rows = work_rows(cx, ids)  # the Work with its hold and slot flags, in one statement
+        rows = work_rows(cx, ids)  # the Work with its hold and slot flags, in one statement
+    if counted is not None:
+        counted()
     out: list[Candidate] = []
     for work_id in ids:
         if work_id not in rows:
@@ -266,11 +278,18 @@ def admit_attempts(
 
     The Work rows are locked first (in id order), skipping rows another scheduler is claiming
     right now: that one will start them, this one refuses them at once instead of queueing.
+    The staged usage, the Work rows and their pending input are read in one round trip (in that
+    order: the input is read after its Work's lock), then the limits are locked and counted.
     """
-    charge_pending(cx, policy, now_ms)
-    locked = lock_work_rows(cx, [r.work_id for r in requests], skip_locked=True)
+    staged = cx.later(_STAGED_USAGE_SQL)
+    ids = sorted({r.work_id for r in requests})
+    locked_rows = lock_work_rows_later(cx, ids, skip_locked=True)
     writes = ClaimWrites(cx)  # the claims' rows, written together at the end
-    writes.prefetch(sorted(locked))
+    inputs = writes.prefetch_later(ids)
+    # Ledgers are locked after the Work rows, as ``_admit_one``'s budget check does.
+    _charge_staged(cx, policy, now_ms, staged())
+    locked = locked_rows()
+    inputs(locked)  # only the Work this batch locked
     slots = Slots(cx, capacity, before_count=writes.flush) if capacity is not None else None
     if slots is not None:  # every limit this batch may need, locked at once in one order
         slots.prepare(

@@ -33,6 +33,7 @@ from conduit_core.storage._sql import (
     SAVE_WORK_SQL,
     Codec,
     Cx,
+    Row,
     changed_work,
     close_open_segment,
     dump,
@@ -223,21 +224,26 @@ class Slots:
             )
         self._locked.update(new)
         if new or not self._counted:
-            self._count()
+            self.count_later()()
 
-    def _count(self) -> None:
-        """Count every slot holder afresh (this transaction's own claims included)."""
+    def count_later(self) -> Callable[[], None]:
+        """Count every slot holder afresh (this transaction's own claims included): the count
+        is sent now and taken in when the returned function is called."""
         if self._before_count is not None:
             self._before_count()
-        self.by_pool.clear()
-        self.by_scope.clear()
-        rows = self._cx.rows(
+        rows = self._cx.later(
             "SELECT pool, scope, COUNT(*) FROM conduit_execution WHERE holds_slot = 1 "
             "GROUP BY pool, scope"
         )
-        for pool, scope, count in rows:
-            self.take(pool, scope, int(count))
-        self._counted = True
+
+        def take_in() -> None:
+            self.by_pool.clear()
+            self.by_scope.clear()
+            for pool, scope, count in rows():
+                self.take(pool, scope, int(count))
+            self._counted = True
+
+        return take_in
 
     def _pool_key(self, pool: str | None) -> str | None:
         # A pool without a limit of its own shares the global limit with pool-less executors.
@@ -382,19 +388,29 @@ class ClaimWrites:
 
     def prefetch(self, work_ids: Sequence[str]) -> None:
         """Read the pending input of every Work the batch may claim, in one statement."""
-        self._pending = {work_id: [] for work_id in work_ids}
+        self.prefetch_later(work_ids)(work_ids)
+
+    def prefetch_later(self, work_ids: Sequence[str]) -> Callable[[Iterable[str]], None]:
+        """``prefetch``, sent now (after the statements that locked those Work rows) and taken
+        in for the Work the batch goes on with when the returned function is called."""
         if not work_ids:
-            return
-        marks = ", ".join("?" for _ in work_ids)
-        rows = self._cx.rows(
-            f"SELECT data FROM conduit_event WHERE pending = 1 AND work_id IN ({marks}) "
-            "ORDER BY seq",
-            tuple(work_ids),
-        )
-        for (data,) in rows:
-            event = Codec.event.decode(data)
-            if event.work_id is not None:
-                self._pending.setdefault(event.work_id, []).append(event)
+            rows: Callable[[], list[Row]] = list
+        else:
+            marks = ", ".join("?" for _ in work_ids)
+            rows = self._cx.later(
+                f"SELECT data FROM conduit_event WHERE pending = 1 AND work_id IN ({marks}) "
+                "ORDER BY seq",
+                tuple(work_ids),
+            )
+
+        def take_in(kept: Iterable[str]) -> None:
+            self._pending = {work_id: [] for work_id in kept}
+            for (data,) in rows():
+                event = Codec.event.decode(data)
+                if event.work_id in self._pending:
+                    self._pending[event.work_id].append(event)
+
+        return take_in
 
     def pending_inputs(self, work_id: str, limit: int | None) -> list[Event]:
         if self._pending is None or work_id not in self._pending:
@@ -514,21 +530,55 @@ def lock_work_rows(
     return _work_rows(cx, work_ids, " FOR UPDATE OF w" + (" SKIP LOCKED" if skip_locked else ""))
 
 
+def lock_work_rows_later(
+    cx: Cx, work_ids: Sequence[str], *, skip_locked: bool = False
+) -> Callable[[], dict[str, tuple[Work, bool, bool]]]:
+    """``lock_work_rows``, sent now, its rows taken when the returned function is called."""
+    lock = " FOR UPDATE OF w" + (" SKIP LOCKED" if skip_locked else "")
+    return _work_rows_later(cx, work_ids, lock)
+
+
 def _work_rows(cx: Cx, work_ids: Sequence[str], lock: str) -> dict[str, tuple[Work, bool, bool]]:
+    return _work_rows_later(cx, work_ids, lock)()
+
+
+# The Work with its hold flag and whether an attempt of it holds its slot: not only a live
+# attempt, one ended with its stop unconfirmed blocks it too (6a).
+_WORK_ROWS_SQL = (
+    "SELECT w.data, "
+    "EXISTS (SELECT 1 FROM conduit_hold h WHERE h.work_id = w.id), "
+    "EXISTS (SELECT 1 FROM conduit_execution e WHERE e.work_id = w.id AND e.holds_slot = 1) "
+    "FROM conduit_work w "
+)
+
+
+def _work_rows_later(
+    cx: Cx, work_ids: Sequence[str], lock: str
+) -> Callable[[], dict[str, tuple[Work, bool, bool]]]:
     ids = sorted(set(work_ids))
     if not ids:
-        return {}
+        return dict
     marks = ", ".join("?" for _ in ids)
-    sql = (
-        "SELECT w.data, "
-        "EXISTS (SELECT 1 FROM conduit_hold h WHERE h.work_id = w.id), "
-        # Not only a live attempt: one ended with its stop unconfirmed blocks it too (6a).
-        "EXISTS (SELECT 1 FROM conduit_execution e WHERE e.work_id = w.id AND e.holds_slot = 1) "
-        f"FROM conduit_work w WHERE w.id IN ({marks}) ORDER BY w.id"
+    rows = cx.later(_WORK_ROWS_SQL + f"WHERE w.id IN ({marks}) ORDER BY w.id" + lock, (*ids,))
+    return lambda: _decoded_rows(rows())
+
+
+def _decoded_rows(rows: list[Row]) -> dict[str, tuple[Work, bool, bool]]:
+    decoded = [(Codec.work.decode(data), bool(held), bool(live)) for data, held, live in rows]
+    return {entry[0].id: entry for entry in decoded}
+
+
+def ready_work_rows_later(
+    cx: Cx, limit: int
+) -> Callable[[], dict[str, tuple[Work, bool, bool]]]:
+    """``ready_work`` and ``work_rows`` of what it finds, in one statement (unlocked): the
+    startable Work, oldest first, each with its hold and slot flags."""
+    rows = cx.later(
+        _WORK_ROWS_SQL + f"WHERE w.claimable = 1 AND {_UNBLOCKED.replace('conduit_work.', 'w.')} "
+        "ORDER BY w.ready_since, w.id LIMIT ?",
+        (limit,),
     )
-    rows = cx.rows(sql + lock, (*ids,))
-    locked = [(Codec.work.decode(data), bool(held), bool(live)) for data, held, live in rows]
-    return {entry[0].id: entry for entry in locked}
+    return lambda: _decoded_rows(rows())
 
 
 # Work waiting for an unconfirmed stop is left out, so it never crowds the head of the queue.

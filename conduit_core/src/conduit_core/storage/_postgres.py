@@ -134,6 +134,13 @@ class _PgCx:
     def many(self, sql: str, params: list[tuple[Any, ...]]) -> None:
         self._execute(sql, params, many=True)
 
+    def later(self, sql: str, params: tuple[Any, ...] = ()) -> Callable[[], list[Row]]:
+        if self.committed:
+            raise RuntimeError(f"a statement after the operation committed: {sql[:60]}")
+        cur = self._cur.connection.cursor()  # its own cursor keeps its own result
+        cur.execute(_pg_sql(sql), params)
+        return cur.fetchall
+
     def _execute(self, sql: str, params: Any, *, many: bool = False) -> None:
         if self.committed:
             raise RuntimeError(f"a statement after the operation committed: {sql[:60]}")
@@ -166,6 +173,10 @@ class _OneStatementCx(_PgCx):
 
     def many(self, sql: str, params: list[tuple[Any, ...]]) -> None:
         raise RuntimeError(f"a single-statement read tried to write: {sql[:60]}")
+
+    def later(self, sql: str, params: tuple[Any, ...] = ()) -> Callable[[], list[Row]]:
+        found = self.rows(sql, params)
+        return lambda: found
 
 
 class PostgresStore(SqlStore):
@@ -304,8 +315,9 @@ def _run(
                 cx = _PgCx(cur, pipeline, begin=begin if alone else ())
                 result = fn(cx)
                 if not cx.committed:
+                    # Sent with leaving the pipeline (its one round trip), which raises any
+                    # error still pending.
                     cur.execute("COMMIT")
-                    pipeline.sync()
             except psycopg.Error:
                 # Take the aborted pipeline's remaining results here, so leaving it is clean.
                 with contextlib.suppress(psycopg.Error):

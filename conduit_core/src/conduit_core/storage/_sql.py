@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
@@ -70,6 +71,12 @@ class Cx(Protocol):
         ...
 
     def many(self, sql: str, params: list[tuple[Any, ...]]) -> None: ...
+
+    def later(self, sql: str, params: tuple[Any, ...] = ()) -> Callable[[], list[Row]]:
+        """Send a read now, take its rows when the returned function is called: reads that do
+        not depend on each other go to the server together (one round trip on PostgreSQL). The
+        server still runs every statement in the order sent."""
+        ...
 
 
 _encoder = msgspec.json.Encoder()

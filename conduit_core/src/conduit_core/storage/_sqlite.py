@@ -52,6 +52,10 @@ class _SqliteCx:
 
     count_or_restart = count  # the commit costs no round trip here
 
+    def later(self, sql: str, params: tuple[Any, ...] = ()) -> Callable[[], list[Row]]:
+        found = self.rows(sql, params)  # in process: no round trip to save
+        return lambda: found
+
     def many(self, sql: str, params: list[tuple[Any, ...]]) -> None:
         self._conn.executemany(sql, params)
 

@@ -2,7 +2,7 @@
 
 Isolation (see docs/architecture.md, "PostgreSQL: which lock keeps which invariant"):
 
-- Every **write** transaction begins ``READ COMMITTED`` and, in the same round trip, takes the
+- Every **write** transaction begins ``READ COMMITTED`` and, before any other statement, takes the
   store's transaction-scoped advisory lock ``_WRITE_LOCK``: **shared** for the row-locked
   operations (claims, fenced attempt writes, recovery claims, accepting input, firing timers —
   the hot path), **exclusive** for every other write. Row-locked operations run concurrently,

@@ -133,3 +133,19 @@ def test_count_or_restart_in_a_batch_never_commits_early(pg: PostgresStore) -> N
     with pytest.raises(psycopg.errors.NotNullViolation):
         pg.transaction(batch)
     assert pg.transaction(lambda cx: cx.rows("SELECT id, v FROM t_pipe")) == [(1, 0)]
+
+
+def test_a_lone_update_that_fails_leaves_nothing_and_a_clean_connection(
+    pg: PostgresStore,
+) -> None:
+    pg.transaction(lambda cx: cx.run("INSERT INTO t_pipe (id, v) VALUES (1, 0)"))
+
+    def body(cx: Cx) -> int:
+        return cx.count_or_restart("UPDATE t_pipe SET v = ? WHERE id = ?", (None, 1))
+
+    for _ in range(3):  # more times than the pool has idle connections at first
+        with pytest.raises(psycopg.errors.NotNullViolation):
+            pg.transaction(body, alone=True)
+    assert pg.transaction(lambda cx: cx.rows("SELECT v FROM t_pipe")) == [(0,)]
+    assert pg.transaction(lambda cx: cx.count_or_restart("UPDATE t_pipe SET v = 1"), alone=True)
+    assert pg.transaction(lambda cx: cx.rows("SELECT v FROM t_pipe")) == [(1,)]

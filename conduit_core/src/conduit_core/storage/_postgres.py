@@ -28,6 +28,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from functools import lru_cache, partial
 from typing import Any, TypeVar
 
@@ -78,28 +79,69 @@ def _pg_sql(sql: str) -> str:
 
 
 class _PgCx:
-    """A transaction's statements. Inside ``_run`` the connection is in pipeline mode: a
-    statement whose outcome nobody reads (``run``, ``many``) is queued and goes to the server
-    with the next one that returns something (``rows``, ``count``) or with the ``COMMIT``, so
-    a transaction costs a round trip per read instead of one per statement."""
+    """A transaction's statements, sent in psycopg's pipeline mode (``_run``; migrations and
+    ``_OneStatementCx`` send each statement on its own): a statement whose outcome nobody reads
+    (``run``, ``many``) is queued and goes to the server with the next one that returns
+    something (``rows``, ``count``, a ``later`` read taken) or with the ``COMMIT``, which goes
+    with leaving the pipeline. A transaction costs a round trip per read it waits for, plus one
+    for its commit."""
 
-    __slots__ = ("_begin", "_cur", "_pipeline", "committed")
+    __slots__ = ("_alone", "_begin", "_conn", "_cur", "_pipeline", "_pipeline_mode", "committed")
     locks_rows = True
     has_sequences = True
 
     def __init__(
         self,
         cur: psycopg.Cursor[Any],
-        pipeline: psycopg.Pipeline | None = None,
         *,
-        begin: tuple[str, ...] = (),
+        begin: tuple[str, ...] | None = None,
+        alone: bool = False,
     ) -> None:
+        self._conn = cur.connection
         self._cur = cur
-        self._pipeline = pipeline
-        #: Set for an operation alone in its transaction: how to begin another one.
+        #: ``None``: statements are sent one by one, outside any pipeline.
         self._begin = begin
+        #: The operation is alone in its transaction (``count_or_restart`` may commit it).
+        self._alone = alone
+        self._pipeline: psycopg.Pipeline | None = None
+        self._pipeline_mode: AbstractContextManager[psycopg.Pipeline] | None = None
         #: The transaction committed with ``count_or_restart``: nothing more may be sent.
         self.committed = False
+        if begin is not None:
+            self._open()
+
+    def _open(self) -> None:
+        """Enter pipeline mode and queue the transaction's ``BEGIN`` (and the writers' lock)."""
+        assert self._begin is not None
+        self._pipeline_mode = self._conn.pipeline()
+        self._pipeline = self._pipeline_mode.__enter__()
+        for statement in self._begin:
+            self._cur.execute(statement)
+
+    def _leave(self) -> None:
+        """Leave pipeline mode: what is queued is sent, every result taken (one round trip);
+        an error of any statement sent is raised here."""
+        mode, self._pipeline_mode, self._pipeline = self._pipeline_mode, None, None
+        if mode is not None:
+            mode.__exit__(None, None, None)
+
+    def commit(self) -> None:
+        if not self.committed:
+            self._cur.execute("COMMIT")
+            self._leave()
+
+    def abandon(self, exc: BaseException) -> None:
+        """Leave a failed transaction's pipeline (its results, errors included, discarded)."""
+        mode, pipeline = self._pipeline_mode, self._pipeline
+        self._pipeline_mode = self._pipeline = None
+        if mode is None or pipeline is None:
+            return
+        if isinstance(exc, psycopg.Error):
+            # An aborted pipeline: take its remaining results now, so leaving it is clean.
+            with contextlib.suppress(psycopg.Error):
+                pipeline.sync()
+        with contextlib.suppress(psycopg.Error):
+            mode.__exit__(None, None, None)
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
         self._execute(sql, params)
@@ -115,20 +157,19 @@ class _PgCx:
         return self._cur.rowcount
 
     def count_or_restart(self, sql: str, params: tuple[Any, ...] = ()) -> int:
-        if not self._begin or self._pipeline is None:
+        if not self._alone or self._pipeline is None:
             return self.count(sql, params)
-        # The statement and the COMMIT go in one round trip; the COMMIT on a cursor of its own,
-        # so this cursor keeps the statement's count. (An error in the statement makes the
-        # server skip the COMMIT: the transaction is rolled back, as any failed one.)
+        # The statement and the COMMIT (on a cursor of its own, so this one keeps the
+        # statement's count) are sent with leaving the pipeline: one round trip. An error in the
+        # statement makes the server skip the COMMIT: the transaction fails as any other.
         self._execute(sql, params)
-        self._cur.connection.cursor().execute("COMMIT")
-        self._pipeline.sync()
+        self._conn.cursor().execute("COMMIT")
+        self._leave()
         changed = self._cur.rowcount
         if changed:
             self.committed = True
         else:  # nothing was written: the operation goes on in a fresh transaction
-            for statement in self._begin:
-                self._cur.execute(statement)
+            self._open()
         return changed
 
     def many(self, sql: str, params: list[tuple[Any, ...]]) -> None:
@@ -137,7 +178,7 @@ class _PgCx:
     def later(self, sql: str, params: tuple[Any, ...] = ()) -> Callable[[], list[Row]]:
         if self.committed:
             raise RuntimeError(f"a statement after the operation committed: {sql[:60]}")
-        cur = self._cur.connection.cursor()  # its own cursor keeps its own result
+        cur = self._conn.cursor()  # its own cursor keeps its own result
         cur.execute(_pg_sql(sql), params)
         return cur.fetchall
 
@@ -306,23 +347,14 @@ def _run(
     """One transaction on an autocommit connection: ``begin``, ``fn``, then commit, pipelined
     (see ``_PgCx``): the outcome is the same as sending each statement and waiting for it, as
     the server runs them in order and stops at the first error, which is raised here."""
-    cur = conn.cursor()
+    cx = _PgCx(conn.cursor(), begin=begin, alone=alone)
     try:
-        with conn.pipeline() as pipeline:
-            try:
-                for statement in begin:
-                    cur.execute(statement)
-                cx = _PgCx(cur, pipeline, begin=begin if alone else ())
-                result = fn(cx)
-                if not cx.committed:
-                    # Sent with leaving the pipeline (its one round trip), which raises any
-                    # error still pending.
-                    cur.execute("COMMIT")
-            except psycopg.Error:
-                # Take the aborted pipeline's remaining results here, so leaving it is clean.
-                with contextlib.suppress(psycopg.Error):
-                    pipeline.sync()
-                raise
+        try:
+            result = fn(cx)
+            cx.commit()
+        except BaseException as exc:
+            cx.abandon(exc)
+            raise
     except BaseException:
         if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
             conn.rollback()

@@ -73,13 +73,17 @@ class SqliteStore(SqlStore):
     ) -> None:
         """Use :meth:`open` (or ``open_store``), which checks and migrates the file first."""
         self.path = Path(path)
-        super().__init__(f"sqlite://{self.path}", threads=1)
+        # Two threads: the writer, and a reader on a connection of its own, so a read never
+        # waits behind a write batch's disk sync (WAL readers see the last commit).
+        super().__init__(f"sqlite://{self.path}", threads=2)
         self.busy_budget_s = busy_budget_s
         self._lock = threading.Lock()
         self._conn = sqlite3.connect(
             self.path, timeout=0.05, isolation_level=None, check_same_thread=False
         )
         self._cx = _SqliteCx(self._conn)
+        self._read_lock = threading.Lock()
+        self._reader: sqlite3.Connection | None = None  # opened at the first read
         self._retry(lambda: self._conn.execute("PRAGMA journal_mode=WAL").fetchall())
         self._conn.execute(f"PRAGMA synchronous={synchronous}")
         # A large store must keep its hot index pages in memory for claims to stay flat.
@@ -113,18 +117,29 @@ class SqliteStore(SqlStore):
         begin = "BEGIN IMMEDIATE" if write else "BEGIN"
 
         def attempt() -> T:
-            with self._lock:
-                self._conn.execute(begin)
+            with self._lock if write else self._read_lock:
+                conn = self._conn if write else self._reading()
+                conn.execute(begin)
                 try:
-                    result = fn(self._cx)
-                    self._conn.execute("COMMIT")
+                    result = fn(self._cx if write else _SqliteCx(conn))
+                    conn.execute("COMMIT")
                 except BaseException:
-                    if self._conn.in_transaction:
-                        self._conn.execute("ROLLBACK")
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
                     raise
                 return result
 
         return self._retry(attempt)
+
+    def _reading(self) -> sqlite3.Connection:
+        if self._reader is None:
+            reader = sqlite3.connect(
+                self.path, timeout=0.05, isolation_level=None, check_same_thread=False
+            )
+            reader.execute("PRAGMA cache_size=-65536")
+            reader.execute("PRAGMA query_only=1")  # a read transaction never writes
+            self._reader = reader
+        return self._reader
 
     def _retry(self, attempt: Callable[[], T]) -> T:
         deadline = time.monotonic() + self.busy_budget_s
@@ -151,6 +166,9 @@ class SqliteStore(SqlStore):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+        with self._read_lock:
+            if self._reader is not None:
+                self._reader.close()
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:

@@ -302,6 +302,25 @@ async def test_boot_resume_leaves_a_live_daemons_fire_alone(
     assert healed["once"].status is S.ERROR
 
 
+def _meet_after(store: Store, method: str, *, parties: int) -> None:
+    """The first ``parties`` calls of ``store.<method>`` return together (a barrier)."""
+    original = getattr(store, method)
+    arrived = {"n": 0}
+    everyone = anyio.Event()
+
+    async def met(*args: Any, **kwargs: Any) -> Any:
+        result = await original(*args, **kwargs)
+        if arrived["n"] < parties:
+            arrived["n"] += 1
+            if arrived["n"] == parties:
+                everyone.set()
+            with anyio.fail_after(30):
+                await everyone.wait()
+        return result
+
+    setattr(store, method, met)
+
+
 async def _race_two_tickers(
     source: ConduitRoutineSource, store: Store, clock: ManualClock, batch: bool
 ) -> tuple[dict[str, list[str]], list[str], list[Work]]:
@@ -315,6 +334,10 @@ async def _race_two_tickers(
         Ticker(store, target, clock, owner=owner)  # type: ignore[arg-type]
         for owner, target in targets.items()
     ]
+    # The race, made certain rather than left to the machine's timing: both tickers find the
+    # rows due before either claims, and both claims return before either fires.
+    _meet_after(store, "next_due_at", parties=2)
+    _meet_after(store, "claim_queued", parties=2)
     clock.set(T0 + 5 * MINUTE)
     async with anyio.create_task_group() as tg:
         for t in tickers:

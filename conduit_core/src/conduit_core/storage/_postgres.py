@@ -115,8 +115,12 @@ class _PgCx:
         assert self._begin is not None
         self._pipeline_mode = self._conn.pipeline()
         self._pipeline = self._pipeline_mode.__enter__()
-        for statement in self._begin:
-            self._cur.execute(statement)
+        try:
+            for statement in self._begin:
+                self._cur.execute(statement)
+        except BaseException as exc:
+            self.abandon(exc)  # leave pipeline mode now, not when the GC finds it
+            raise
 
     def _leave(self) -> None:
         """Leave pipeline mode: what is queued is sent, every result taken (one round trip);

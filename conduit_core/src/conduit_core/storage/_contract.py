@@ -44,7 +44,7 @@ from conduit_core.model import (
 from conduit_core.storage._admission import AdmitRequest, BudgetPolicy, PendingUsage
 
 if TYPE_CHECKING:
-    from conduit_core.storage._ops_routines import (
+    from conduit_core.storage._routine_records import (
         BoundWorkCheck,
         RoutineChange,
         RoutineRun,

@@ -16,6 +16,12 @@ from conduit_core.errors import ConduitError, NotFoundError
 from conduit_core.model import Event, Routine, RoutineStatus, Work
 from conduit_core.storage._ops_bulk import accept_events
 from conduit_core.storage._ops_work import accept_event
+from conduit_core.storage._routine_records import (
+    BoundWorkCheck,
+    RoutineChange,
+    RoutineRun,
+    RoutineUpdate,
+)
 from conduit_core.storage._sql import Codec, Cx, dump, find_work, first, save_work
 
 __all__ = [
@@ -38,37 +44,7 @@ __all__ = [
 
 S = RoutineStatus
 
-#: A pure transition of one Routine row (may raise to refuse it; nothing is written then).
-RoutineChange = Callable[[Routine], Routine]
-#: Checks a new Routine against the existing Work it binds (``None`` when that Work is missing);
-#: returns the Work to save (stamped with its firing owner) or ``None`` to leave it; raises to
-#: refuse the Routine.
-BoundWorkCheck = Callable[[Routine, Work | None], Work | None]
-
-
-class RoutineRun(msgspec.Struct, frozen=True, kw_only=True):
-    """One fire of a Routine: its occurrence, the Work it fed, and how it ended."""
-
-    routine_id: str
-    scheduled_for_ms: int
-    work_id: str | None = None
-    #: ``running``, ``completed``, ``failed`` or ``error`` (the fire itself could not dispatch).
-    outcome: str
-    error: str | None = None
-    started_at_ms: int
-    ended_at_ms: int | None = None
-
-
 _run_decoder = msgspec.json.Decoder(RoutineRun)
-
-
-class RoutineUpdate(msgspec.Struct, frozen=True):
-    """One ``apply_routine`` of a batch: the change, the run-history row, the events."""
-
-    routine_id: str
-    change: RoutineChange
-    run: RoutineRun | None = None
-    events: Sequence[Event] = ()
 
 
 def _params(routine: Routine) -> tuple[str, int | None, str, str]:

@@ -515,7 +515,7 @@ def claim_attempts(
 def work_rows(cx: Cx, work_ids: Sequence[str]) -> dict[str, tuple[Work, bool, bool]]:
     """Each Work with whether it is held and whether an attempt of it holds its slot, in one
     statement, unlocked (``lock_work_rows`` locks them)."""
-    return _work_rows(cx, work_ids, "")
+    return _work_rows_later(cx, work_ids, "")()
 
 
 def lock_work_rows(
@@ -527,7 +527,7 @@ def lock_work_rows(
     ``skip_locked``: leave out rows another claim holds. (The two flags come from the
     statement's snapshot; a row is never waited for with ``skip_locked``, and a claim that
     committed first would show in the locked row itself: not ready any more.)"""
-    return _work_rows(cx, work_ids, " FOR UPDATE OF w" + (" SKIP LOCKED" if skip_locked else ""))
+    return lock_work_rows_later(cx, work_ids, skip_locked=skip_locked)()
 
 
 def lock_work_rows_later(
@@ -536,10 +536,6 @@ def lock_work_rows_later(
     """``lock_work_rows``, sent now, its rows taken when the returned function is called."""
     lock = " FOR UPDATE OF w" + (" SKIP LOCKED" if skip_locked else "")
     return _work_rows_later(cx, work_ids, lock)
-
-
-def _work_rows(cx: Cx, work_ids: Sequence[str], lock: str) -> dict[str, tuple[Work, bool, bool]]:
-    return _work_rows_later(cx, work_ids, lock)()
 
 
 # The Work with its hold flag and whether an attempt of it holds its slot: not only a live
@@ -573,11 +569,7 @@ def ready_work_rows_later(
 ) -> Callable[[], dict[str, tuple[Work, bool, bool]]]:
     """``ready_work`` and ``work_rows`` of what it finds, in one statement (unlocked): the
     startable Work, oldest first, each with its hold and slot flags."""
-    rows = cx.later(
-        _WORK_ROWS_SQL + f"WHERE w.claimable = 1 AND {_UNBLOCKED.replace('conduit_work.', 'w.')} "
-        "ORDER BY w.ready_since, w.id LIMIT ?",
-        (limit,),
-    )
+    rows = cx.later(_READY_WORK_ROWS_SQL, (limit,))
     return lambda: _decoded_rows(rows())
 
 
@@ -585,6 +577,12 @@ def ready_work_rows_later(
 _UNBLOCKED = (
     "NOT EXISTS (SELECT 1 FROM conduit_execution x "
     "WHERE x.work_id = conduit_work.id AND x.holds_slot = 1)"
+)
+
+
+_READY_WORK_ROWS_SQL = (
+    _WORK_ROWS_SQL + f"WHERE w.claimable = 1 AND {_UNBLOCKED.replace('conduit_work.', 'w.')} "
+    "ORDER BY w.ready_since, w.id LIMIT ?"
 )
 
 

@@ -247,10 +247,6 @@ INSERT_EXECUTION_SQL = (
 )
 
 
-def insert_execution(cx: Cx, ex: Execution) -> None:
-    cx.run(INSERT_EXECUTION_SQL, execution_params(ex))
-
-
 def save_execution(cx: Cx, ex: Execution) -> None:
     p = execution_params(ex)
     cx.run(

@@ -33,22 +33,22 @@ def _sqlite_sql(sql: str) -> str:
 
 
 class _SqliteCx:
-    __slots__ = ("_conn",)
+    __slots__ = ("conn",)
     #: One writer by nature: nothing to lock row by row (see ``Cx.locks_rows``).
     locks_rows = False
     has_sequences = False
 
     def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
+        self.conn = conn
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
-        return self._conn.execute(_sqlite_sql(sql), params).fetchall()
+        return self.conn.execute(_sqlite_sql(sql), params).fetchall()
 
     def run(self, sql: str, params: tuple[Any, ...] = ()) -> None:
-        self._conn.execute(sql, params)
+        self.conn.execute(sql, params)
 
     def count(self, sql: str, params: tuple[Any, ...] = ()) -> int:
-        return self._conn.execute(sql, params).rowcount
+        return self.conn.execute(sql, params).rowcount
 
     count_or_restart = count  # the commit costs no round trip here
 
@@ -57,7 +57,7 @@ class _SqliteCx:
         return lambda: found
 
     def many(self, sql: str, params: list[tuple[Any, ...]]) -> None:
-        self._conn.executemany(sql, params)
+        self.conn.executemany(sql, params)
 
 
 class SqliteStore(SqlStore):
@@ -78,16 +78,12 @@ class SqliteStore(SqlStore):
         super().__init__(f"sqlite://{self.path}", threads=2)
         self.busy_budget_s = busy_budget_s
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(
-            self.path, timeout=0.05, isolation_level=None, check_same_thread=False
-        )
+        self._conn = _connect(self.path)
         self._cx = _SqliteCx(self._conn)
         self._read_lock = threading.Lock()
-        self._reader: sqlite3.Connection | None = None  # opened at the first read
+        self._reader: _SqliteCx | None = None  # opened at the first read
         self._retry(lambda: self._conn.execute("PRAGMA journal_mode=WAL").fetchall())
         self._conn.execute(f"PRAGMA synchronous={synchronous}")
-        # A large store must keep its hot index pages in memory for claims to stay flat.
-        self._conn.execute("PRAGMA cache_size=-65536")
 
     @classmethod
     def open(cls, path: str | Path, **options: Any) -> SqliteStore:
@@ -118,10 +114,11 @@ class SqliteStore(SqlStore):
 
         def attempt() -> T:
             with self._lock if write else self._read_lock:
-                conn = self._conn if write else self._reading()
+                cx = self._cx if write else self._reading()
+                conn = cx.conn
                 conn.execute(begin)
                 try:
-                    result = fn(self._cx if write else _SqliteCx(conn))
+                    result = fn(cx)
                     conn.execute("COMMIT")
                 except BaseException:
                     if conn.in_transaction:
@@ -131,14 +128,11 @@ class SqliteStore(SqlStore):
 
         return self._retry(attempt)
 
-    def _reading(self) -> sqlite3.Connection:
+    def _reading(self) -> _SqliteCx:
         if self._reader is None:
-            reader = sqlite3.connect(
-                self.path, timeout=0.05, isolation_level=None, check_same_thread=False
-            )
-            reader.execute("PRAGMA cache_size=-65536")
+            reader = _connect(self.path)
             reader.execute("PRAGMA query_only=1")  # a read transaction never writes
-            self._reader = reader
+            self._reader = _SqliteCx(reader)
         return self._reader
 
     def _retry(self, attempt: Callable[[], T]) -> T:
@@ -168,7 +162,15 @@ class SqliteStore(SqlStore):
             self._conn.close()
         with self._read_lock:
             if self._reader is not None:
-                self._reader.close()
+                self._reader.conn.close()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """A connection of the store (the writer's or the reader's), in autocommit."""
+    conn = sqlite3.connect(path, timeout=0.05, isolation_level=None, check_same_thread=False)
+    # A large store must keep its hot index pages in memory for claims to stay flat.
+    conn.execute("PRAGMA cache_size=-65536")
+    return conn
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:

@@ -169,6 +169,13 @@ def cancel_work(cx: Cx, work_id: str, now_ms: int) -> Work:
 # --- Capacity -------------------------------------------------------------------------------
 
 
+#: Every slot holder, per pool and scope. On PostgreSQL it must be read with an index scan, never
+#: a bitmap scan: see ``_postgres._configure``.
+SLOT_COUNT_SQL = (
+    "SELECT pool, scope, COUNT(*) FROM conduit_execution WHERE holds_slot = 1 GROUP BY pool, scope"
+)
+
+
 class Slots:
     """Slot holders of the limits a transaction claims against, kept current as it claims.
 
@@ -231,10 +238,7 @@ class Slots:
         is sent now and taken in when the returned function is called."""
         if self._before_count is not None:
             self._before_count()
-        rows = self._cx.later(
-            "SELECT pool, scope, COUNT(*) FROM conduit_execution WHERE holds_slot = 1 "
-            "GROUP BY pool, scope"
-        )
+        rows = self._cx.later(SLOT_COUNT_SQL)
 
         def take_in() -> None:
             self.by_pool.clear()

@@ -81,9 +81,10 @@ async def test_a_cancelled_caller_whose_write_never_ran_leaves_nothing(
     async with await open_store(store_url) as store:
         batches.clear()  # opening the store wrote too
         async with anyio.create_task_group() as tg:
-            for i in range(40):
-                tg.start_soon(store.create_work, _work(i))
+            tg.start_soon(store.create_work, _work(0))
             assert await anyio.to_thread.run_sync(running.wait, 30)
+            for i in range(1, 40):
+                tg.start_soon(store.create_work, _work(i))
             await anyio.lowlevel.checkpoint()  # let every caller queue behind the held batch
             tg.cancel_scope.cancel()
             go.set()
@@ -139,3 +140,28 @@ def test_a_waiter_whose_write_another_leader_took_waits_instead_of_spinning() ->
     runner.join(10)
     assert not runner.is_alive(), "the waiter spun: its event loop never yielded"
     assert result == ["written"]
+
+
+async def test_writes_queued_in_the_same_turn_of_the_loop_share_one_transaction(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Eight callers woken together (as an attempt batch's ends wake theirs): the first to find a
+    # free batch slot lets the others queue before it leads, so one transaction takes all eight.
+    # Without that, the first two led batches of one each (two may run at once on PostgreSQL).
+    sizes: list[int] = []
+    original = _sqlstore.SqlStore._run_batch
+
+    def counting(self: _sqlstore.SqlStore, ops: list) -> None:  # type: ignore[type-arg]
+        sizes.append(len(ops))
+        original(self, ops)
+
+    monkeypatch.setattr(_sqlstore.SqlStore, "_run_batch", counting)
+    store: Store
+    async with await open_store(store_url) as store:
+        sizes.clear()  # opening the store wrote too
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(store.create_work, _work(i))
+        assert sizes == [8]
+        for i in range(8):
+            assert (await store.get_work(f"g{i}")).id == f"g{i}"

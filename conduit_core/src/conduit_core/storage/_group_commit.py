@@ -1,7 +1,8 @@
 """Group commit: concurrent writes share one transaction (and one disk sync).
 
 Each write is an operation (a function of the transaction's cursor). A caller that finds fewer
-than ``max_parallel`` batches running becomes a leader: it takes every queued operation (up to
+than ``max_parallel`` batches running becomes a leader: it first lets the other tasks ready in
+the same turn of the event loop queue theirs, then takes every queued operation (up to
 ``max_batch``) and runs them in one transaction in a worker thread, each under its own
 ``SAVEPOINT`` so one operation's refusal (a lost lease, say) rolls back only that operation.
 The others wait and are woken with their own result. A driver error (busy, serialization
@@ -93,6 +94,12 @@ class GroupCommit:
                 # An operation another leader has taken is that leader's to finish (it wakes
                 # us): leading now would find the queue empty and spin without yielding.
                 if not op.taken and self._running < self._max_parallel:
+                    # Let every task already woken this turn of the loop queue its write first
+                    # (an attempt's end wakes several): they then share this batch instead of
+                    # each leading a transaction of one.
+                    await anyio.lowlevel.checkpoint()
+                    if op.taken or self._running >= self._max_parallel:
+                        continue  # another caller led meanwhile
                     await self._lead()
                 else:
                     await op.wakeup.wait()

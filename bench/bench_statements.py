@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import threading
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,7 @@ import bench_scheduler
 from bench_scheduler import fresh_url  # type: ignore[import-not-found]
 
 _COUNTING = {"on": False}
+_INSIDE = threading.local()  # a counted method calling another (count_or_restart -> count)
 STATEMENTS: Counter[str] = Counter()
 #: Round trips to the server: the times the client sent what it had and waited for an answer.
 TRIPS: Counter[str] = Counter()
@@ -43,9 +45,14 @@ def _count_cx(cls: type[Any]) -> None:
 
         def counted(self: Any, sql: str, params: Any = (), _o: Callable[..., Any] = original,
                     _many: bool = name == "many") -> Any:  # fmt: skip
-            if _COUNTING["on"]:
-                STATEMENTS[("many: " if _many else "") + _norm(sql)] += 1
-            return _o(self, sql, params)
+            if not _COUNTING["on"] or getattr(_INSIDE, "on", False):
+                return _o(self, sql, params)  # one method calling another: counted once
+            STATEMENTS[("many: " if _many else "") + _norm(sql)] += 1
+            _INSIDE.on = True
+            try:
+                return _o(self, sql, params)
+            finally:
+                _INSIDE.on = False
 
         setattr(cls, name, counted)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import anyio
 import anyio.lowlevel
@@ -11,6 +12,7 @@ import pytest
 from conduit_core.errors import ConduitError, NotFoundError
 from conduit_core.model import Event, Work
 from conduit_core.storage import Store, _sqlstore, open_store
+from conduit_core.storage._sql import Cx
 
 pytestmark = pytest.mark.anyio
 
@@ -165,3 +167,60 @@ async def test_writes_queued_in_the_same_turn_of_the_loop_share_one_transaction(
         assert sizes == [8]
         for i in range(8):
             assert (await store.get_work(f"g{i}")).id == f"g{i}"
+
+
+async def test_a_batch_without_refusals_sends_no_savepoint_and_one_that_refuses_keeps_the_rest(
+    store_url: str,
+) -> None:
+    # A batch runs without savepoints; an operation that refuses after writing makes the batch
+    # run again with savepoints, so its own writes are undone and its neighbours' kept. The
+    # negative control: a batch that never rolled back would keep the refused write below.
+    statements: list[str] = []
+    store: Store
+    async with await open_store(store_url) as store:
+        assert isinstance(store, _sqlstore.SqlStore)
+
+        def scratch(cx: Cx) -> None:
+            cx.run("CREATE TABLE t_batch (id INTEGER PRIMARY KEY)")
+
+        await anyio.to_thread.run_sync(store.transaction, scratch)
+
+        def insert(i: int, refuse: bool = False) -> Callable[[Cx], int]:
+            def op(cx: Cx) -> int:
+                statements.append(f"insert {i}")
+                cx.run("INSERT INTO t_batch (id) VALUES (?)", (i,))
+                if refuse:
+                    raise ValueError(f"refused {i} after writing")
+                return i
+
+            return op
+
+        outcomes: dict[int, object] = {}
+
+        async def submit(i: int, refuse: bool = False) -> None:
+            try:
+                outcomes[i] = await store._group.submit(insert(i, refuse))
+            except ValueError as exc:
+                outcomes[i] = exc
+
+        # Woken in the same turn of the loop: one batch (see the test above).
+        async with anyio.create_task_group() as tg:
+            for i in range(4):
+                tg.start_soon(submit, i)
+        assert outcomes == {0: 0, 1: 1, 2: 2, 3: 3}
+        assert statements == ["insert 0", "insert 1", "insert 2", "insert 3"]  # ran once
+
+        statements.clear()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(submit, 11)
+            tg.start_soon(submit, 12, True)
+            tg.start_soon(submit, 13)
+        assert isinstance(outcomes[12], ValueError)
+        assert (outcomes[11], outcomes[13]) == (11, 13)
+        # Run without savepoints up to the refusal, then again whole with them.
+        assert statements == ["insert 11", "insert 12", "insert 11", "insert 12", "insert 13"]
+
+        def ids(cx: Cx) -> list[int]:
+            return [r[0] for r in cx.rows("SELECT id FROM t_batch ORDER BY id")]
+
+        assert await anyio.to_thread.run_sync(store.transaction, ids) == [0, 1, 2, 3, 11, 13]

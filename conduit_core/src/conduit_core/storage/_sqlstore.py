@@ -170,6 +170,8 @@ class SqlStore(Store):
         return await self._read_one(ops.pending_inputs, work_id)
 
     async def first_pending_inputs(self, work_ids: Sequence[str]) -> dict[str, Event]:
+        if not work_ids:
+            return {}  # every claim asks, mostly for none: no thread hop, no connection
         return await self._read_one(ops.first_pending_inputs, list(work_ids))
 
     async def get_work(self, work_id: str) -> Work:

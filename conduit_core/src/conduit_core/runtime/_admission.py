@@ -105,14 +105,32 @@ class Admission:
     ) -> tuple[list[Claim], list[ClaimRefusal]]:
         store, options = self.store, self.options
         capacity = options.capacity()
-        candidates = await store.admission_candidates(
-            work_ids=work_ids,
-            limit=limit,
-            snapshot_for=snapshot_for,
-            capacity=capacity,
-        )
         gates_registered = bool(self.plugins.start_gates())
+        claims: list[Claim] = []
         refusals: list[ClaimRefusal] = []
+        if work_ids is None:
+            # The ready queue: what no gate must be asked about is admitted at once, in the
+            # transaction that locks it; the rest comes back to be asked about, as a dry run's.
+            admitted, candidates = await store.admit_ready(
+                limit=limit,
+                snapshot_for=snapshot_for,
+                max_inputs=options.max_inputs,
+                owner=options.owner,
+                now_ms=self.clock.now_ms(),
+                lease_ms=options.lease_ms,
+                capacity=capacity,
+                budgets=self.budget_book(),
+                gates_registered=gates_registered,
+            )
+            claims = [o for o in admitted if isinstance(o, Claim)]
+            refusals = [o for o in admitted if isinstance(o, ClaimRefusal)]
+        else:
+            candidates = await store.admission_candidates(
+                work_ids=work_ids,
+                limit=limit,
+                snapshot_for=snapshot_for,
+                capacity=capacity,
+            )
         slots: list[AdmitRequest | ClaimRefusal | None] = []
         asks: list[tuple[int, Work, AttemptSnapshot]] = []
         for work, snapshot, refused in candidates:
@@ -139,7 +157,7 @@ class Admission:
         requests = [s for s in slots if isinstance(s, AdmitRequest)]
         refusals.extend(s for s in slots if isinstance(s, ClaimRefusal))
         if not requests:
-            return [], refusals
+            return claims, refusals
         outcomes = await store.admit_attempts(
             requests,
             owner=options.owner,
@@ -149,7 +167,7 @@ class Admission:
             budgets=self.budget_book(),
             gates_registered=gates_registered,
         )
-        claims = [o for o in outcomes if isinstance(o, Claim)]
+        claims.extend(o for o in outcomes if isinstance(o, Claim))
         refusals.extend(o for o in outcomes if isinstance(o, ClaimRefusal))
         return claims, refusals
 

@@ -793,6 +793,26 @@ class Store(ABC):
         ``turns``/``attempts`` charges, all in one transaction."""
 
     @abstractmethod
+    async def admit_ready(
+        self,
+        *,
+        limit: int,
+        snapshot_for: Callable[[Work], AttemptSnapshot | None],
+        max_inputs: int | None,
+        owner: str,
+        now_ms: int,
+        lease_ms: int,
+        capacity: CapacityLimits | None = None,
+        budgets: BudgetPolicy,
+        gates_registered: bool,
+    ) -> tuple[list[Claim | ClaimRefusal], list[tuple[Work, AttemptSnapshot, ClaimRefusal | None]]]:
+        """``admission_candidates`` of the ready queue and ``admit_attempts`` of them, in one
+        transaction: up to ``limit`` ready Work, oldest first, skipping Work another scheduler
+        is claiming at that moment, each admitted unless a start gate must be asked first. That
+        Work comes back unclaimed, as ``admission_candidates`` gives it, to ask the gates about
+        and then pass to ``admit_attempts``."""
+
+    @abstractmethod
     async def settle_budgets(self, budgets: BudgetPolicy, *, now_ms: int) -> int:
         """Charge every staged usage to its ledgers (dropped without budgets); how many."""
 

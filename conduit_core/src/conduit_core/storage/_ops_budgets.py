@@ -50,6 +50,7 @@ from conduit_core.storage._ops_work import (
     claim_one,
     claim_refusal,
     ineligibility,
+    lock_ready_work_rows_later,
     lock_work_rows_later,
     ready_work_rows_later,
     work_rows,
@@ -60,6 +61,7 @@ from conduit_core.validation import saturating_add
 __all__ = [
     "admission_candidates",
     "admit_attempts",
+    "admit_ready",
     "charge_pending",
     "list_pending_usage",
     "release_budget_hold",
@@ -304,6 +306,61 @@ def admit_attempts(
     ]  # fmt: skip
     writes.flush()
     return claims
+
+
+def admit_ready(
+    cx: Cx,
+    limit: int,
+    snapshot_for: Callable[[Work], AttemptSnapshot | None],
+    max_inputs: int | None,
+    owner: str,
+    now_ms: int,
+    lease_ms: int,
+    capacity: CapacityLimits | None,
+    policy: BudgetPolicy,
+    gates_registered: bool,
+) -> tuple[list[Claim | ClaimRefusal], list[Candidate]]:
+    """``admission_candidates`` and ``admit_attempts`` in one transaction, for the ready queue.
+
+    Up to ``limit`` ready Work are locked, oldest first, skipping rows another scheduler is
+    claiming right now (each takes different Work, where a dry run read by both would offer
+    them the same oldest rows). Each is admitted as ``admit_attempts`` admits it, unless a start
+    gate must be asked first: that Work is returned unclaimed, with the refusal capacity would
+    give it now, its slot counted as taken so younger Work does not overtake it (as the dry run
+    counts it), for ``admit_attempts`` after the gates were asked outside any transaction.
+    """
+    staged = cx.later(_STAGED_USAGE_SQL)
+    ready = lock_ready_work_rows_later(cx, limit)
+    # Ledgers are locked after the Work rows, as ``_admit_one``'s budget check does.
+    _charge_staged(cx, policy, now_ms, staged())
+    locked = ready()  # oldest first
+    pinned = [(work_id, snapshot_for(row[0])) for work_id, row in locked.items()]
+    asked = {w for w, snap in pinned if snap and needs_gates(locked[w][0], gates_registered)}
+    writes = ClaimWrites(cx)  # the claims' rows, written together at the end
+    writes.prefetch([w for w, snap in pinned if snap is not None and w not in asked])
+    slots = Slots(cx, capacity, before_count=writes.flush) if capacity is not None else None
+    if slots is not None:  # every limit this batch may need, locked at once in one order
+        slots.prepare((snap.pool, locked[w][0].scope) for w, snap in pinned if snap is not None)
+    outcomes: list[Claim | ClaimRefusal] = []
+    to_ask: list[Candidate] = []
+    for work_id, snapshot in pinned:
+        if snapshot is None:
+            continue
+        work, held, holds_slot = locked[work_id]
+        if work_id in asked:
+            refused = claim_refusal(
+                cx, work, work_id, snapshot.pool, slots, rows_checked=not (held or holds_slot)
+            )
+            if refused is None and slots is not None:
+                slots.take(snapshot.pool, work.scope)
+            to_ask.append((work, snapshot, refused))
+            continue
+        request = AdmitRequest(work_id=work_id, snapshot=snapshot, max_inputs=max_inputs)
+        admitted = _admit_one(cx, request, locked[work_id], owner, now_ms, lease_ms, slots,
+                              policy, gates_registered, writes)  # fmt: skip
+        outcomes.append(admitted)
+    writes.flush()
+    return outcomes, to_ask
 
 
 def _claimed_elsewhere(cx: Cx, work_id: str) -> ClaimRefusal:

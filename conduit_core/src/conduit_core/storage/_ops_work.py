@@ -568,6 +568,16 @@ def _decoded_rows(rows: list[Row]) -> dict[str, tuple[Work, bool, bool]]:
     return {entry[0].id: entry for entry in decoded}
 
 
+def lock_ready_work_rows_later(
+    cx: Cx, limit: int
+) -> Callable[[], dict[str, tuple[Work, bool, bool]]]:
+    """``ready_work_rows_later``, each row locked, skipping rows another claim holds (several
+    schedulers then take different Work instead of the same oldest rows). The flags come from
+    the statement's snapshot, as with ``lock_work_rows`` and ``skip_locked``."""
+    rows = cx.later(_READY_WORK_ROWS_SQL + " FOR UPDATE OF w SKIP LOCKED", (limit,))
+    return lambda: _decoded_rows(rows())
+
+
 def ready_work_rows_later(
     cx: Cx, limit: int
 ) -> Callable[[], dict[str, tuple[Work, bool, bool]]]:

@@ -557,6 +557,25 @@ class SqlStore(Store):
             gates_registered,
         ))  # fmt: skip
 
+    async def admit_ready(
+        self,
+        *,
+        limit: int,
+        snapshot_for: Callable[[Work], AttemptSnapshot | None],
+        max_inputs: int | None,
+        owner: str,
+        now_ms: int,
+        lease_ms: int,
+        capacity: CapacityLimits | None = None,
+        budgets: BudgetPolicy,
+        gates_registered: bool,
+    ) -> tuple[list[Claim | ClaimRefusal], list[tuple[Work, AttemptSnapshot, ClaimRefusal | None]]]:
+        outcomes, to_ask = await self._write(
+            _budgets.admit_ready, limit, snapshot_for, max_inputs, owner, now_ms, lease_ms,
+            capacity, budgets, gates_registered,
+        )  # fmt: skip
+        return self._remember_claims(outcomes), to_ask
+
     async def settle_budgets(self, budgets: BudgetPolicy, *, now_ms: int) -> int:
         return await self._write(_budgets.charge_pending, budgets, now_ms)
 
@@ -605,6 +624,7 @@ ROW_LOCKED: frozenset[Callable[..., Any]] = frozenset(
         misc.disarm_timer,
         misc.fire_timer,
         _budgets.admit_attempts,
+        _budgets.admit_ready,
         _budgets.charge_pending,
     }
 )

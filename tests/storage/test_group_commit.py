@@ -21,9 +21,9 @@ def _work(i: int) -> Work:
     return Work(id=f"g{i}", scope="root", binding="b", created_at_ms=1, updated_at_ms=1)
 
 
-async def test_one_refused_write_does_not_undo_its_batch_neighbours(
-    store_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of every batch the stores opened from now on run."""
     sizes: list[int] = []
     original = _sqlstore.SqlStore._run_batch
 
@@ -32,6 +32,12 @@ async def test_one_refused_write_does_not_undo_its_batch_neighbours(
         original(self, ops)
 
     monkeypatch.setattr(_sqlstore.SqlStore, "_run_batch", counting)
+    return sizes
+
+
+async def test_one_refused_write_does_not_undo_its_batch_neighbours(
+    store_url: str, sizes: list[int]
+) -> None:
     store: Store
     async with await open_store(store_url) as store:
         outcomes: dict[int, object] = {}
@@ -145,19 +151,11 @@ def test_a_waiter_whose_write_another_leader_took_waits_instead_of_spinning() ->
 
 
 async def test_writes_queued_in_the_same_turn_of_the_loop_share_one_transaction(
-    store_url: str, monkeypatch: pytest.MonkeyPatch
+    store_url: str, sizes: list[int]
 ) -> None:
     # Eight callers woken together (as an attempt batch's ends wake theirs): the first to find a
     # free batch slot lets the others queue before it leads, so one transaction takes all eight.
     # Without that, the first two led batches of one each (two may run at once on PostgreSQL).
-    sizes: list[int] = []
-    original = _sqlstore.SqlStore._run_batch
-
-    def counting(self: _sqlstore.SqlStore, ops: list) -> None:  # type: ignore[type-arg]
-        sizes.append(len(ops))
-        original(self, ops)
-
-    monkeypatch.setattr(_sqlstore.SqlStore, "_run_batch", counting)
     store: Store
     async with await open_store(store_url) as store:
         sizes.clear()  # opening the store wrote too

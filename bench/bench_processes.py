@@ -4,7 +4,9 @@
 
 Enqueues N no-op Work in a fresh database, then starts P scheduler processes (each a real
 ``Scheduler`` with its own store handle, lease keeper and ``--concurrency`` attempts in flight,
-the test plugin's in-process ``echo`` executor) that drain the store together. Prints, per P:
+the test plugin's in-process ``echo`` executor) that drain the store together. Capacity limits
+are store-wide (every daemon's slot holders count), so each process configures P x
+``--concurrency`` as ``settings.concurrency``: P daemons, each with its own share. Prints, per P:
 attempts/s (N over the wall time from the common start to the last process done), and the
 lock wait per transaction: ``pg_stat_activity`` is sampled every 10 ms during the run, each
 backend seen waiting on a heavyweight lock (``wait_event_type = 'Lock'``: the writers' advisory
@@ -38,13 +40,17 @@ except ImportError:  # run as bench/bench_processes.py from the repository root
 SAMPLE_S = 0.01
 
 
-async def drain(url: str, owner: str, concurrency: int, start: Any) -> tuple[int, float]:
+async def drain(
+    url: str, owner: str, concurrency: int, limit: int, start: Any
+) -> tuple[int, float]:
     """Claim and run attempts until no ready Work is left; returns how many ran here and the
-    CPU seconds this process spent on them."""
+    CPU seconds this process spent on them. ``concurrency``: attempts in flight here; ``limit``:
+    the store-wide limit every process configures (``settings.concurrency`` counts the slot
+    holders of every daemon on the store)."""
     async with await open_store(url) as store:
         sched = Scheduler(
             store, SystemClock(), Plugins.load(disabled=()),
-            SchedulerOptions(owner=owner, concurrency=max(concurrency, 1),
+            SchedulerOptions(owner=owner, concurrency=max(limit, 1),
                              bindings={"noop": Binding(executor="echo")}),
         )  # fmt: skip
         state = {"done": 0, "in_flight": 0}
@@ -78,8 +84,8 @@ async def drain(url: str, owner: str, concurrency: int, start: Any) -> tuple[int
         return state["done"], time.process_time() - cpu0
 
 
-def worker(url: str, owner: str, concurrency: int, start: Any, results: Any) -> None:
-    results.put(anyio.run(drain, url, owner, concurrency, start))
+def worker(url: str, owner: str, concurrency: int, limit: int, start: Any, results: Any) -> None:
+    results.put(anyio.run(drain, url, owner, concurrency, limit, start))
 
 
 class LockSampler(threading.Thread):
@@ -118,7 +124,13 @@ def bench(processes: int, n: int, concurrency: int) -> str:
         # Every process connects, then all start together with the sampler (the barrier).
         start, results = ctx.Barrier(processes + 1), ctx.Queue()
         procs = [
-            ctx.Process(target=worker, args=(url, f"p{i}", concurrency, start, results))
+            # Capacity is store-wide: P daemons that each run ``concurrency`` attempts share a
+            # limit of P x ``concurrency`` (with ``concurrency`` alone, P processes would split
+            # one process's slots between them, and no P could run more than one does).
+            ctx.Process(
+                target=worker,
+                args=(url, f"p{i}", concurrency, concurrency * processes, start, results),
+            )
             for i in range(processes)
         ]
         for proc in procs:

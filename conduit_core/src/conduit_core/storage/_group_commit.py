@@ -3,9 +3,10 @@
 Each write is an operation (a function of the transaction's cursor). A caller that finds fewer
 than ``max_parallel`` batches running becomes a leader: it first lets the other tasks ready in
 the same turn of the event loop queue theirs, then takes every queued operation (up to
-``max_batch``) and runs them in one transaction in a worker thread, each under its own
-``SAVEPOINT`` so one operation's refusal (a lost lease, say) rolls back only that operation.
-The others wait and are woken with their own result. A driver error (busy, serialization
+``max_batch``) and runs them in one transaction in a worker thread, where one operation's
+refusal (a lost lease, say) rolls back only that operation (``run_batch``: ``SqlStore`` reruns
+such a batch with a savepoint per operation). The others wait and are woken with their own
+result. A driver error (busy, serialization
 failure) is the whole transaction's: the backend retries the batch, which reruns every
 operation against the fresh state, so the outcome is as if each had run in its own transaction,
 one after another.

@@ -126,10 +126,7 @@ class Admission:
             refusals = [o for o in admitted if isinstance(o, ClaimRefusal)]
         else:
             candidates = await store.admission_candidates(
-                work_ids=work_ids,
-                limit=limit,
-                snapshot_for=snapshot_for,
-                capacity=capacity,
+                work_ids=work_ids, snapshot_for=snapshot_for, capacity=capacity
             )
         slots: list[AdmitRequest | ClaimRefusal | None] = []
         asks: list[tuple[int, Work, AttemptSnapshot]] = []

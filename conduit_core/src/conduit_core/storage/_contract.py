@@ -767,14 +767,14 @@ class Store(ABC):
     async def admission_candidates(
         self,
         *,
-        work_ids: Sequence[str] | None,
-        limit: int,
+        work_ids: Sequence[str],
         snapshot_for: Callable[[Work], AttemptSnapshot | None],
         capacity: CapacityLimits | None = None,
     ) -> list[tuple[Work, AttemptSnapshot, ClaimRefusal | None]]:
-        """Read-only dry run of a claim: each Work (``work_ids``, else up to ``limit`` ready Work)
-        with its snapshot and the refusal eligibility or capacity would give it (slots are taken
-        as if every admitted one were claimed). ``snapshot_for`` returning ``None`` skips it."""
+        """Read-only dry run of a claim: each Work of ``work_ids`` with its snapshot and the
+        refusal eligibility or capacity would give it (slots are taken as if every admitted one
+        were claimed). ``snapshot_for`` returning ``None`` skips it. The ready queue is admitted
+        by ``admit_ready``, without a dry run."""
 
     @abstractmethod
     async def admit_attempts(

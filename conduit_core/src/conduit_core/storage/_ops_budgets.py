@@ -52,7 +52,6 @@ from conduit_core.storage._ops_work import (
     ineligibility,
     lock_ready_work_rows_later,
     lock_work_rows_later,
-    ready_work_rows_later,
     work_rows,
 )
 from conduit_core.storage._sql import Cx, Row, dump, find_work, load_work, save_work
@@ -227,12 +226,12 @@ def needs_gates(work: Work, gates_registered: bool) -> bool:
 
 def admission_candidates(
     cx: Cx,
-    work_ids: Sequence[str] | None,
-    limit: int,
+    work_ids: Sequence[str],
     snapshot_for: Callable[[Work], AttemptSnapshot | None],
     capacity: CapacityLimits | None,
 ) -> list[Candidate]:
-    """A read-only dry run of the claim: which Work eligibility and capacity would let start.
+    """A read-only dry run of the claim of named Work: which eligibility and capacity would let
+    start (the ready queue is admitted by ``admit_ready``, without one).
 
     Slots are taken as if each admitted candidate were claimed, so the start gates are asked
     only for Work capacity would let start.
@@ -240,30 +239,32 @@ def admission_candidates(
     slots = Slots(cx, capacity, lock=False) if capacity is not None else None
     # The slot count and the candidates go to the server together.
     counted = slots.count_later() if slots is not None else None
-    if work_ids is None:
-        found = ready_work_rows_later(cx, limit)  # each with its hold and slot flags
-        rows = found()
-        ids = list(rows)  # oldest first
-    else:
-        ids = list(dict.fromkeys(work_ids))
-        rows = work_rows(cx, ids)  # the Work with its hold and slot flags, in one statement
+    ids = list(dict.fromkeys(work_ids))
+    rows = work_rows(cx, ids)  # the Work with its hold and slot flags, in one statement
     if counted is not None:
         counted()
     out: list[Candidate] = []
     for work_id in ids:
         if work_id not in rows:
             continue
-        work, held, holds_slot = rows[work_id]
-        snapshot = snapshot_for(work)
-        if snapshot is None:
-            continue
-        refused = claim_refusal(
-            cx, work, work_id, snapshot.pool, slots, rows_checked=not (held or holds_slot)
-        )
-        if refused is None and slots is not None:
-            slots.take(snapshot.pool, work.scope)
-        out.append((work, snapshot, refused))
+        snapshot = snapshot_for(rows[work_id][0])
+        if snapshot is not None:
+            out.append(_candidate(cx, rows[work_id], snapshot, slots))
     return out
+
+
+def _candidate(
+    cx: Cx, row: tuple[Work, bool, bool], snapshot: AttemptSnapshot, slots: Slots | None
+) -> Candidate:
+    """A Work as a dry run of its claim leaves it: with the refusal eligibility or capacity
+    would give it, else its slot counted as taken (so younger Work does not overtake it)."""
+    work, held, holds_slot = row
+    refused = claim_refusal(
+        cx, work, work.id, snapshot.pool, slots, rows_checked=not (held or holds_slot)
+    )
+    if refused is None and slots is not None:
+        slots.take(snapshot.pool, work.scope)
+    return work, snapshot, refused
 
 
 def admit_attempts(
@@ -346,14 +347,8 @@ def admit_ready(
     for work_id, snapshot in pinned:
         if snapshot is None:
             continue
-        work, held, holds_slot = locked[work_id]
         if work_id in asked:
-            refused = claim_refusal(
-                cx, work, work_id, snapshot.pool, slots, rows_checked=not (held or holds_slot)
-            )
-            if refused is None and slots is not None:
-                slots.take(snapshot.pool, work.scope)
-            to_ask.append((work, snapshot, refused))
+            to_ask.append(_candidate(cx, locked[work_id], snapshot, slots))
             continue
         request = AdmitRequest(work_id=work_id, snapshot=snapshot, max_inputs=max_inputs)
         admitted = _admit_one(cx, request, locked[work_id], owner, now_ms, lease_ms, slots,

@@ -571,19 +571,12 @@ def _decoded_rows(rows: list[Row]) -> dict[str, tuple[Work, bool, bool]]:
 def lock_ready_work_rows_later(
     cx: Cx, limit: int
 ) -> Callable[[], dict[str, tuple[Work, bool, bool]]]:
-    """``ready_work_rows_later``, each row locked, skipping rows another claim holds (several
-    schedulers then take different Work instead of the same oldest rows). The flags come from
-    the statement's snapshot, as with ``lock_work_rows`` and ``skip_locked``."""
+    """``ready_work`` and ``work_rows`` of what it finds, in one statement: the startable Work,
+    oldest first, each with its hold and slot flags, each row locked, skipping rows another
+    claim holds (several schedulers then take different Work instead of the same oldest rows).
+    The flags come from the statement's snapshot, as with ``lock_work_rows`` and
+    ``skip_locked``."""
     rows = cx.later(_READY_WORK_ROWS_SQL + " FOR UPDATE OF w SKIP LOCKED", (limit,))
-    return lambda: _decoded_rows(rows())
-
-
-def ready_work_rows_later(
-    cx: Cx, limit: int
-) -> Callable[[], dict[str, tuple[Work, bool, bool]]]:
-    """``ready_work`` and ``work_rows`` of what it finds, in one statement (unlocked): the
-    startable Work, oldest first, each with its hold and slot flags."""
-    rows = cx.later(_READY_WORK_ROWS_SQL, (limit,))
     return lambda: _decoded_rows(rows())
 
 

@@ -533,13 +533,13 @@ class SqlStore(Store):
     async def admission_candidates(
         self,
         *,
-        work_ids: Sequence[str] | None,
-        limit: int,
+        work_ids: Sequence[str],
         snapshot_for: Callable[[Work], AttemptSnapshot | None],
         capacity: CapacityLimits | None = None,
     ) -> list[tuple[Work, AttemptSnapshot, ClaimRefusal | None]]:
-        ids = None if work_ids is None else list(work_ids)
-        return await self._read(_budgets.admission_candidates, ids, limit, snapshot_for, capacity)
+        return await self._read(
+            _budgets.admission_candidates, list(work_ids), snapshot_for, capacity
+        )
 
     async def admit_attempts(
         self,

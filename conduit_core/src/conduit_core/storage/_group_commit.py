@@ -6,7 +6,8 @@ the same turn of the event loop queue theirs, then takes every queued operation 
 ``max_batch``) and runs them in one transaction in a worker thread, where one operation's
 refusal (a lost lease, say) rolls back only that operation (``run_batch``: ``SqlStore`` reruns
 such a batch with a savepoint per operation). The others wait and are woken with their own
-result. A driver error (busy, serialization
+result: every operation of a batch waits on the batch's one event, set when the batch ends,
+so a write costs no event of its own. A driver error (busy, serialization
 failure) is the whole transaction's: the backend retries the batch, which reruns every
 operation against the fresh state, so the outcome is as if each had run in its own transaction,
 one after another.
@@ -31,7 +32,8 @@ T = TypeVar("T")
 
 
 class Operation(Generic[T]):
-    """One caller's write, its outcome, and the event that wakes the caller."""
+    """One caller's write, its outcome, and the event that wakes the caller (shared with the
+    other operations queued or batched with it)."""
 
     __slots__ = (
         "error", "finished", "fn", "order", "result", "savepoint", "shared", "taken", "wakeup",
@@ -58,7 +60,8 @@ class Operation(Generic[T]):
         self.error: BaseException | None = None
         self.taken = False
         self.finished = False
-        self.wakeup = anyio.Event()
+        #: Set when the batch this operation is in ends (or, while queued, when it is to lead).
+        self.wakeup: anyio.Event | None = None
 
 
 class GroupCommit:
@@ -77,6 +80,8 @@ class GroupCommit:
         self._max_parallel = max_parallel
         self._max_batch = max_batch
         self._queue: deque[Operation[Any]] = deque()
+        #: What every queued operation waits on: a leader takes it with the batch it takes.
+        self._queued_wakeup = anyio.Event()
         self._running = 0
 
     async def submit(
@@ -90,6 +95,7 @@ class GroupCommit:
         op: Operation[T] = Operation(fn, shared=shared, order=order, savepoint=savepoint)
         submitted = time.perf_counter()
         self._queue.append(op)
+        op.wakeup = self._queued_wakeup
         try:
             while not op.finished:
                 # An operation another leader has taken is that leader's to finish (it wakes
@@ -103,9 +109,9 @@ class GroupCommit:
                         continue  # another caller led meanwhile
                     await self._lead()
                 else:
+                    # Woken unfinished: the lead was handed over, or this operation was left
+                    # queued behind a full batch (and now waits on the queue's new event).
                     await op.wakeup.wait()
-                    if not op.finished:
-                        op.wakeup = anyio.Event()  # woken to lead: loop and take the lead
         except BaseException:
             if not op.taken:
                 self._queue.remove(op)  # never ran, never will
@@ -122,6 +128,8 @@ class GroupCommit:
                 batch = [
                     self._queue.popleft() for _ in range(min(len(self._queue), self._max_batch))
                 ]
+                # The batch's operations all wait on the queue's event: it is now the batch's.
+                ended = self._requeue()
                 for op in batch:
                     op.taken = True
                 METRICS.store_batch(len(batch))
@@ -138,9 +146,16 @@ class GroupCommit:
                                 op.error = exc
                     for op in batch:
                         op.finished = True
-                        op.wakeup.set()
+                    ended.set()
                 await anyio.lowlevel.checkpoint_if_cancelled()
         finally:
             self._running -= 1
             if self._queue and self._running < self._max_parallel:
-                self._queue[0].wakeup.set()  # hand the lead to the next waiter
+                self._requeue().set()  # hand the lead to the queued: the first awake leads
+
+    def _requeue(self) -> anyio.Event:
+        """Give the queue a new event to wait on; the old one, returned, is the caller's."""
+        old, self._queued_wakeup = self._queued_wakeup, anyio.Event()
+        for op in self._queue:  # left behind a full batch (rare): they wait on the new one
+            op.wakeup = self._queued_wakeup
+        return old

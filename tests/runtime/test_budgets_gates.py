@@ -25,6 +25,7 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture(autouse=True)
 def _reset_gate_calls() -> None:
     test_plugin.GATE_CALLS.clear()
+    test_plugin.ON_ASK.clear()
 
 
 def gate_calls(work_id: str) -> list[str]:
@@ -310,6 +311,19 @@ async def test_start_gates_wait_for_capacity(
     assert [c.work.id for c in claims] == [waiting.id]
     assert gate_calls(waiting.id) == ["test-allow", "test-probe"]
     assert gate_calls(busy.id) == ["test-allow", "test-probe"]
+
+
+async def test_the_deadline_counts_from_after_the_gates_were_asked(
+    make_scheduler: Callable[..., Scheduler], clock: ManualClock
+) -> None:
+    sched = make_scheduler()
+    work = await submit(sched)
+    test_plugin.ON_ASK.append(lambda _: clock.advance(90_000))  # a gate that takes 90 s
+    (claim,), _ = await sched.claim_ready(10)
+    snap = claim.execution.snapshot
+    assert gate_calls(work.id) == ["test-allow", "test-probe"]
+    assert snap.deadline_ms == clock.now_ms() + round(snap.timeout_seconds * 1000)
+    await sched.run_attempt(claim)
 
 
 async def test_start_gate_refusal_cancels_the_work(

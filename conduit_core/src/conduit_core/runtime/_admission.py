@@ -9,7 +9,6 @@ checks and charges budgets, and claims.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable
 
@@ -209,10 +208,10 @@ class Admission:
         holder: str,
         hold: StartHold | None,
     ) -> AdmitRequest:
-        # Re-pinned: asking may have taken a while, and the deadline counts from the claim (on a
-        # pin error the dry run's pin is still valid for everything but the deadline).
-        with contextlib.suppress(ConduitError):
-            snapshot = self.pin(work)
+        # Asking may have taken a while, and the deadline counts from the claim: the rest of
+        # the pin (made a moment ago, from the same options) stands.
+        timeout_ms = round(snapshot.timeout_seconds * 1000)
+        snapshot = msgspec.structs.replace(snapshot, deadline_ms=self.clock.now_ms() + timeout_ms)
         return AdmitRequest(
             work_id=work.id,
             snapshot=snapshot,

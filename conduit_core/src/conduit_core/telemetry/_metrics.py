@@ -6,11 +6,15 @@ application's registry and a test can read exactly conduit's. Gauges that mirror
 (capacity, ready Work, holds) are not here: the ``/metrics`` endpoint computes them from the
 store at scrape (see ``http/_metrics.py``), so they always match what the API says.
 
-Every method is a few dictionary look-ups and an increment under prometheus_client's lock: cheap
-enough to call on every attempt, renewal and store write.
+Every method is a dictionary look-up and an increment under prometheus_client's lock: cheap
+enough to call on every attempt, renewal and store write. The per-attempt instruments keep their
+labelled children (one per binding, executor and outcome: bounded by the configuration), so an
+attempt does not pay for prometheus_client's label validation and look-up.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.process_collector import ProcessCollector
@@ -101,16 +105,31 @@ class Metrics:
             registry=r,
         )
         ProcessCollector(namespace="conduit", registry=r)
+        #: Labelled children by label values: (counter child, histogram child).
+        self._started: dict[tuple[str, ...], tuple[Any, Any]] = {}
+        self._finished: dict[tuple[str, ...], tuple[Any, Any]] = {}
 
     def attempt_started(self, binding: str, executor: str, claim_to_start_s: float) -> None:
-        self.attempts_started.labels(binding, executor).inc()
-        self.claim_to_start.labels(binding, executor).observe(max(claim_to_start_s, 0.0))
+        key = (binding, executor)
+        children = self._started.get(key)
+        if children is None:
+            children = self._started[key] = (
+                self.attempts_started.labels(*key), self.claim_to_start.labels(*key)
+            )  # fmt: skip
+        children[0].inc()
+        children[1].observe(max(claim_to_start_s, 0.0))
 
     def attempt_finished(
         self, binding: str, executor: str, outcome: str, duration_s: float
     ) -> None:
-        self.attempts_finished.labels(binding, executor, outcome).inc()
-        self.attempt_duration.labels(binding, executor, outcome).observe(max(duration_s, 0.0))
+        key = (binding, executor, outcome)
+        children = self._finished.get(key)
+        if children is None:
+            children = self._finished[key] = (
+                self.attempts_finished.labels(*key), self.attempt_duration.labels(*key)
+            )  # fmt: skip
+        children[0].inc()
+        children[1].observe(max(duration_s, 0.0))
 
     def recovery(self, result: str) -> None:
         self.recoveries.labels(result).inc()

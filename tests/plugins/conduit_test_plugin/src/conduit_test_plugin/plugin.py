@@ -6,7 +6,7 @@ Everything here is deterministic and quick so the core's tests can drive real pl
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from conduit_core.extension import (
     ExecutionContext,
@@ -61,11 +61,15 @@ class EchoExecutor(Executor):
 
 #: (gate, work_id) for every question a start gate of this plugin was asked, in order.
 GATE_CALLS: list[tuple[str, str]] = []
+#: Called with every request ``test-allow`` is asked about (a test's stand-in for a slow gate).
+ON_ASK: list[Callable[[GateRequest], None]] = []
 
 
 class AllowGate(StartGate):
     async def check(self, request: GateRequest) -> StartHold | None:
         GATE_CALLS.append(("test-allow", request.work_id))
+        for hook in ON_ASK:
+            hook(request)
         payload = request.first_input.payload if request.first_input else None
         if isinstance(payload, dict) and payload.get("hold"):
             return StartHold(reason=str(payload["hold"]))

@@ -25,6 +25,7 @@ from conduit_core.runtime._inputs import presented
 from conduit_core.runtime._options import SchedulerOptions
 from conduit_core.storage import (
     AdmitRequest,
+    Candidate,
     Claim,
     ClaimRefusal,
     GateVerdict,
@@ -128,28 +129,26 @@ class Admission:
                 work_ids=work_ids, snapshot_for=snapshot_for, capacity=capacity
             )
         slots: list[AdmitRequest | ClaimRefusal | None] = []
-        asks: list[tuple[int, Work, AttemptSnapshot]] = []
-        for work, snapshot, refused in candidates:
-            if refused is not None:
-                refusals.append(refused)
+        asks: list[tuple[int, Candidate]] = []
+        for candidate in candidates:
+            work, snapshot = candidate.work, candidate.snapshot
+            if candidate.refused is not None:
+                refusals.append(candidate.refused)
             elif needs_gates(work, gates_registered):
-                asks.append((len(slots), work, snapshot))
+                asks.append((len(slots), candidate))
                 slots.append(None)
             else:
                 slots.append(
                     AdmitRequest(work_id=work.id, snapshot=snapshot, max_inputs=options.max_inputs)
                 )
 
-        # One read for every first input the gates will see, not one per Work.
-        first_inputs = await store.first_pending_inputs([work.id for _, work, _ in asks])
-
-        async def ask(index: int, work: Work, snapshot: AttemptSnapshot) -> None:
-            slots[index] = await self.ask_gates(work, snapshot, first_inputs.get(work.id))
+        async def ask(index: int, c: Candidate) -> None:
+            slots[index] = await self.ask_gates(c.work, c.snapshot, c.first_input)
 
         if asks:
             async with anyio.create_task_group() as tg:
-                for index, work, snapshot in asks:
-                    tg.start_soon(ask, index, work, snapshot)
+                for index, candidate in asks:
+                    tg.start_soon(ask, index, candidate)
         requests = [s for s in slots if isinstance(s, AdmitRequest)]
         refusals.extend(s for s in slots if isinstance(s, ClaimRefusal))
         if not requests:

@@ -16,6 +16,7 @@ from conduit_core.storage._admission import (
 )
 from conduit_core.storage._contract import (
     AttemptEnd,
+    Candidate,
     CapacityLimits,
     Claim,
     ClaimRefusal,
@@ -50,6 +51,7 @@ __all__ = [
     "PendingUsage",
     "AttemptEnd",
     "CapacityLimits",
+    "Candidate",
     "Claim",
     "ClaimRefusal",
     "ClaimRequest",

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, NamedTuple, Self
 
 import msgspec
 
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AttemptEnd",
     "CapacityLimits",
+    "Candidate",
     "Claim",
     "ClaimRefusal",
     "ClaimRequest",
@@ -138,6 +139,17 @@ class ClaimRefusal(msgspec.Struct, frozen=True, kw_only=True):
     message: str
     #: For capacity refusals: the pool, ``global`` or ``scope:<id>`` that is full.
     limit_name: str = ""
+
+
+class Candidate(NamedTuple):
+    """A Work as a dry run of its claim leaves it, for the start gates to be asked about."""
+
+    work: Work
+    snapshot: AttemptSnapshot
+    #: The refusal eligibility or capacity would give it now (then the gates are not asked).
+    refused: ClaimRefusal | None
+    #: Its oldest pending input: what the gates see of it.
+    first_input: Event | None
 
 
 class RecoveryRefusal(msgspec.Struct, frozen=True, kw_only=True):
@@ -770,11 +782,11 @@ class Store(ABC):
         work_ids: Sequence[str],
         snapshot_for: Callable[[Work], AttemptSnapshot | None],
         capacity: CapacityLimits | None = None,
-    ) -> list[tuple[Work, AttemptSnapshot, ClaimRefusal | None]]:
-        """Read-only dry run of a claim: each Work of ``work_ids`` with its snapshot and the
+    ) -> list[Candidate]:
+        """Read-only dry run of a claim: each Work of ``work_ids`` with its snapshot, the
         refusal eligibility or capacity would give it (slots are taken as if every admitted one
-        were claimed). ``snapshot_for`` returning ``None`` skips it. The ready queue is admitted
-        by ``admit_ready``, without a dry run."""
+        were claimed) and its first pending input. ``snapshot_for`` returning ``None`` skips it.
+        The ready queue is admitted by ``admit_ready``, without a dry run."""
 
     @abstractmethod
     async def admit_attempts(
@@ -805,7 +817,7 @@ class Store(ABC):
         capacity: CapacityLimits | None = None,
         budgets: BudgetPolicy,
         gates_registered: bool,
-    ) -> tuple[list[Claim | ClaimRefusal], list[tuple[Work, AttemptSnapshot, ClaimRefusal | None]]]:
+    ) -> tuple[list[Claim | ClaimRefusal], list[Candidate]]:
         """``admission_candidates`` of the ready queue and ``admit_attempts`` of them, in one
         transaction: up to ``limit`` ready Work, oldest first, skipping Work another scheduler
         is claiming at that moment, each admitted unless a start gate must be asked first. That

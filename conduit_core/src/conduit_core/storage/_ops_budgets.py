@@ -35,6 +35,7 @@ from conduit_core.storage._admission import (
     PendingUsage,
 )
 from conduit_core.storage._contract import (
+    Candidate,
     CapacityLimits,
     Claim,
     ClaimRefusal,
@@ -72,8 +73,6 @@ __all__ = [
 _pending_decoder = msgspec.json.Decoder(PendingUsage)
 _event_decoder = msgspec.json.Decoder(Event)
 _ledger_decoder = msgspec.json.Decoder(BudgetLedger)
-
-Candidate = tuple[Work, AttemptSnapshot, ClaimRefusal | None]
 
 
 # --- Usage staging and charging -------------------------------------------------------------
@@ -237,10 +236,12 @@ def admission_candidates(
     only for Work capacity would let start.
     """
     slots = Slots(cx, capacity, lock=False) if capacity is not None else None
-    # The slot count and the candidates go to the server together.
+    # The slot count, the candidates and their inputs go to the server together.
     counted = slots.count_later() if slots is not None else None
     ids = list(dict.fromkeys(work_ids))
     rows = work_rows(cx, ids)  # the Work with its hold and slot flags, in one statement
+    inputs = ClaimWrites(cx)
+    inputs.prefetch(ids)
     if counted is not None:
         counted()
     out: list[Candidate] = []
@@ -249,22 +250,28 @@ def admission_candidates(
             continue
         snapshot = snapshot_for(rows[work_id][0])
         if snapshot is not None:
-            out.append(_candidate(cx, rows[work_id], snapshot, slots))
+            out.append(_candidate(cx, rows[work_id], snapshot, slots, inputs))
     return out
 
 
 def _candidate(
-    cx: Cx, row: tuple[Work, bool, bool], snapshot: AttemptSnapshot, slots: Slots | None
+    cx: Cx,
+    row: tuple[Work, bool, bool],
+    snapshot: AttemptSnapshot,
+    slots: Slots | None,
+    inputs: ClaimWrites,
 ) -> Candidate:
     """A Work as a dry run of its claim leaves it: with the refusal eligibility or capacity
-    would give it, else its slot counted as taken (so younger Work does not overtake it)."""
+    would give it, else its slot counted as taken (so younger Work does not overtake it), and
+    its first pending input (``inputs`` has read them)."""
     work, held, holds_slot = row
     refused = claim_refusal(
         cx, work, work.id, snapshot.pool, slots, rows_checked=not (held or holds_slot)
     )
     if refused is None and slots is not None:
         slots.take(snapshot.pool, work.scope)
-    return work, snapshot, refused
+    first_input = next(iter(inputs.pending_inputs(work.id, 1)), None)
+    return Candidate(work, snapshot, refused, first_input)
 
 
 def admit_attempts(
@@ -338,7 +345,8 @@ def admit_ready(
     pinned = [(work_id, snapshot_for(row[0])) for work_id, row in locked.items()]
     asked = {w for w, snap in pinned if snap and needs_gates(locked[w][0], gates_registered)}
     writes = ClaimWrites(cx)  # the claims' rows, written together at the end
-    writes.prefetch([w for w, snap in pinned if snap is not None and w not in asked])
+    # The input of the Work claimed now, and the first input the gates see of the rest.
+    writes.prefetch([w for w, snap in pinned if snap is not None])
     slots = Slots(cx, capacity, before_count=writes.flush) if capacity is not None else None
     if slots is not None:  # every limit this batch may need, locked at once in one order
         slots.prepare((snap.pool, locked[w][0].scope) for w, snap in pinned if snap is not None)
@@ -348,7 +356,7 @@ def admit_ready(
         if snapshot is None:
             continue
         if work_id in asked:
-            to_ask.append(_candidate(cx, locked[work_id], snapshot, slots))
+            to_ask.append(_candidate(cx, locked[work_id], snapshot, slots, writes))
             continue
         request = AdmitRequest(work_id=work_id, snapshot=snapshot, max_inputs=max_inputs)
         admitted = _admit_one(cx, request, locked[work_id], owner, now_ms, lease_ms, slots,

@@ -40,6 +40,7 @@ from conduit_core.storage import _ops_work as ops
 from conduit_core.storage._admission import AdmitRequest, BudgetPolicy, PendingUsage
 from conduit_core.storage._contract import (
     AttemptEnd,
+    Candidate,
     CapacityLimits,
     Claim,
     ClaimRefusal,
@@ -536,7 +537,7 @@ class SqlStore(Store):
         work_ids: Sequence[str],
         snapshot_for: Callable[[Work], AttemptSnapshot | None],
         capacity: CapacityLimits | None = None,
-    ) -> list[tuple[Work, AttemptSnapshot, ClaimRefusal | None]]:
+    ) -> list[Candidate]:
         return await self._read(
             _budgets.admission_candidates, list(work_ids), snapshot_for, capacity
         )
@@ -569,7 +570,7 @@ class SqlStore(Store):
         capacity: CapacityLimits | None = None,
         budgets: BudgetPolicy,
         gates_registered: bool,
-    ) -> tuple[list[Claim | ClaimRefusal], list[tuple[Work, AttemptSnapshot, ClaimRefusal | None]]]:
+    ) -> tuple[list[Claim | ClaimRefusal], list[Candidate]]:
         outcomes, to_ask = await self._write(
             _budgets.admit_ready, limit, snapshot_for, max_inputs, owner, now_ms, lease_ms,
             capacity, budgets, gates_registered,

@@ -110,26 +110,21 @@ class Metrics:
         self._finished: dict[tuple[str, ...], tuple[Any, Any]] = {}
 
     def attempt_started(self, binding: str, executor: str, claim_to_start_s: float) -> None:
-        key = (binding, executor)
-        children = self._started.get(key)
-        if children is None:
-            children = self._started[key] = (
-                self.attempts_started.labels(*key), self.claim_to_start.labels(*key)
-            )  # fmt: skip
-        children[0].inc()
-        children[1].observe(max(claim_to_start_s, 0.0))
+        started, latency = _children(
+            self._started, (binding, executor), self.attempts_started, self.claim_to_start
+        )
+        started.inc()
+        latency.observe(max(claim_to_start_s, 0.0))
 
     def attempt_finished(
         self, binding: str, executor: str, outcome: str, duration_s: float
     ) -> None:
-        key = (binding, executor, outcome)
-        children = self._finished.get(key)
-        if children is None:
-            children = self._finished[key] = (
-                self.attempts_finished.labels(*key), self.attempt_duration.labels(*key)
-            )  # fmt: skip
-        children[0].inc()
-        children[1].observe(max(duration_s, 0.0))
+        finished, duration = _children(
+            self._finished, (binding, executor, outcome), self.attempts_finished,
+            self.attempt_duration,
+        )  # fmt: skip
+        finished.inc()
+        duration.observe(max(duration_s, 0.0))
 
     def recovery(self, result: str) -> None:
         self.recoveries.labels(result).inc()
@@ -146,6 +141,19 @@ class Metrics:
 
     def store_write(self, seconds: float) -> None:
         self.store_write_latency.observe(seconds)
+
+
+def _children(
+    cache: dict[tuple[str, ...], tuple[Any, Any]],
+    key: tuple[str, ...],
+    counter: Counter,
+    histogram: Histogram,
+) -> tuple[Any, Any]:
+    """The counter's and the histogram's children for these label values, made once."""
+    children = cache.get(key)
+    if children is None:
+        children = cache[key] = (counter.labels(*key), histogram.labels(*key))
+    return children
 
 
 #: The process's instruments (a daemon is one process; tests read this registry).

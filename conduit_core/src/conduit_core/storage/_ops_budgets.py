@@ -50,6 +50,7 @@ from conduit_core.storage._ops_work import (
     cancel_work,
     claim_one,
     claim_refusal,
+    first_pending_inputs,
     ineligibility,
     lock_ready_work_rows_later,
     lock_work_rows_later,
@@ -236,21 +237,20 @@ def admission_candidates(
     only for Work capacity would let start.
     """
     slots = Slots(cx, capacity, lock=False) if capacity is not None else None
-    # The slot count, the candidates and their inputs go to the server together.
+    # The slot count and the candidates go to the server together.
     counted = slots.count_later() if slots is not None else None
     ids = list(dict.fromkeys(work_ids))
     rows = work_rows(cx, ids)  # the Work with its hold and slot flags, in one statement
-    inputs = ClaimWrites(cx)
-    inputs.prefetch(ids)
     if counted is not None:
         counted()
+    first_inputs = first_pending_inputs(cx, ids)
     out: list[Candidate] = []
     for work_id in ids:
         if work_id not in rows:
             continue
         snapshot = snapshot_for(rows[work_id][0])
         if snapshot is not None:
-            out.append(_candidate(cx, rows[work_id], snapshot, slots, inputs))
+            out.append(_candidate(cx, rows[work_id], snapshot, slots, first_inputs.get(work_id)))
     return out
 
 
@@ -259,18 +259,17 @@ def _candidate(
     row: tuple[Work, bool, bool],
     snapshot: AttemptSnapshot,
     slots: Slots | None,
-    inputs: ClaimWrites,
+    first_input: Event | None,
 ) -> Candidate:
     """A Work as a dry run of its claim leaves it: with the refusal eligibility or capacity
     would give it, else its slot counted as taken (so younger Work does not overtake it), and
-    its first pending input (``inputs`` has read them)."""
+    the first pending input its gates are shown."""
     work, held, holds_slot = row
     refused = claim_refusal(
         cx, work, work.id, snapshot.pool, slots, rows_checked=not (held or holds_slot)
     )
     if refused is None and slots is not None:
         slots.take(snapshot.pool, work.scope)
-    first_input = next(iter(inputs.pending_inputs(work.id, 1)), None)
     return Candidate(work, snapshot, refused, first_input)
 
 
@@ -356,7 +355,8 @@ def admit_ready(
         if snapshot is None:
             continue
         if work_id in asked:
-            to_ask.append(_candidate(cx, locked[work_id], snapshot, slots, writes))
+            first_input = next(iter(writes.pending_inputs(work_id, 1)), None)
+            to_ask.append(_candidate(cx, locked[work_id], snapshot, slots, first_input))
             continue
         request = AdmitRequest(work_id=work_id, snapshot=snapshot, max_inputs=max_inputs)
         admitted = _admit_one(cx, request, locked[work_id], owner, now_ms, lease_ms, slots,

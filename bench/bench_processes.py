@@ -33,9 +33,9 @@ from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock
 from conduit_core.storage import Claim, open_store
 
 try:
-    from bench_scheduler import enqueue, fresh_url
+    from bench_scheduler import enqueue, fresh_url, gates_as_a_user_has_them
 except ImportError:  # run as bench/bench_processes.py from the repository root
-    from bench.bench_scheduler import enqueue, fresh_url
+    from bench.bench_scheduler import enqueue, fresh_url, gates_as_a_user_has_them
 
 SAMPLE_S = 0.01
 
@@ -47,6 +47,7 @@ async def drain(
     CPU seconds this process spent on them. ``concurrency``: attempts in flight here; ``limit``:
     the store-wide limit every process configures (``settings.concurrency`` counts the slot
     holders of every daemon on the store)."""
+    gates_as_a_user_has_them()
     async with await open_store(url) as store:
         sched = Scheduler(
             store, SystemClock(), Plugins.load(disabled=()),

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import anyio
-from bench_scheduler import enqueue, fresh_url, process
+from bench_scheduler import enqueue, fresh_url, gates_as_a_user_has_them, process
 
 from conduit_core.config import Binding
 from conduit_core.plugins import Plugins
@@ -55,6 +55,7 @@ async def rate(kind: str, executor: str, plugins: Plugins, n: int, concurrency: 
 
 async def main_async(args: argparse.Namespace) -> dict[str, object]:
     programs = {"wire-echo": ProgramSpec(command=(sys.executable, str(PROGRAM)))}
+    gates_as_a_user_has_them()
     plugins = Plugins.load(disabled=(), programs=programs)
     rates: dict[str, list[float]] = {"echo": [], "wire-echo": []}
     try:

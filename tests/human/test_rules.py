@@ -163,3 +163,43 @@ async def test_the_table_wins_over_the_fallback_file(
         human.conduit_configure(None)
     # Without a table again the documented fallback applies.
     assert await gate.check(request(binding="build")) == StartHold(reason="from the file")
+
+
+# --- may_hold: which first starts are asked about at all -----------------------------------
+
+
+def test_without_config_no_start_is_asked_about(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CONFIG_ENV, raising=False)
+    assert not HumanGate().may_hold(request())
+
+
+async def test_may_hold_selects_exactly_what_the_table_rules_hold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import conduit_gate_human.plugin as human
+    from conduit_gate_human._rules import GateConfig, Rule
+
+    monkeypatch.delenv(CONFIG_ENV, raising=False)
+    human.conduit_configure(
+        GateConfig(rules=[Rule(bindings=["deploy"], scopes=["prod"], reason="prod deploys")])
+    )
+    gate = HumanGate()
+    try:
+        for req in (request(), request(scope="dev"), request(binding="build"),
+                    request(kind="run_once")):  # fmt: skip
+            held = await gate.check(req)
+            assert gate.may_hold(req) == (held is not None), req
+        assert gate.may_hold(request())
+        assert not gate.may_hold(request(scope="dev"))
+    finally:
+        human.conduit_configure(None)
+
+
+def test_with_the_fallback_file_every_start_is_asked_about(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file is read at every question, so only asking can tell (an edit applies at once)."""
+    config = tmp_path / "human.toml"
+    config.write_text('[[rules]]\nbindings = ["deploy"]\n')
+    monkeypatch.setenv(CONFIG_ENV, str(config))
+    assert HumanGate().may_hold(request(binding="build"))

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import anyio
 
 from conduit_core.extension import GateRegistration, GateRequest, StartGate, StartHold, hookimpl
-from conduit_gate_human._rules import GateConfig, load_config
+from conduit_gate_human._rules import CONFIG_ENV, GateConfig, load_config
 
 __all__ = [
     "GATE_NAME",
@@ -37,6 +37,12 @@ _configured: GateConfig | None = None
 class HumanGate(StartGate):
     """Asks the ``[plugins.human]`` rules, else the ``CONDUIT_HUMAN_GATE_CONFIG`` file (read at
     every question, so an edited file applies to the next start)."""
+
+    def may_hold(self, request: GateRequest) -> bool:
+        """Only Work a rule selects is asked about; the fallback file is read only by asking."""
+        if _configured is None:
+            return bool(os.environ.get(CONFIG_ENV))
+        return _configured.rule_for(request) is not None
 
     async def check(self, request: GateRequest) -> StartHold | None:
         # A broken fallback file raises: the core fails closed and asks again.

@@ -31,6 +31,16 @@ class GateRequest(msgspec.Struct, frozen=True, kw_only=True):
 class StartGate(ABC):
     """A start gate. Called outside any transaction, only once capacity allows the start."""
 
+    def may_hold(self, request: GateRequest) -> bool:
+        """Whether :meth:`check` could hold this start; ``False`` lets it start unasked.
+
+        Asked first, for every first start capacity lets through, so that Work no gate would
+        hold is claimed in one transaction, with no question and no second transaction. It must
+        be quick and synchronous, with no I/O: it runs inside the claim's transaction. Raising
+        counts as ``True``. The default, ``True``, asks :meth:`check` about every first start.
+        """
+        return True
+
     @abstractmethod
     async def check(self, request: GateRequest) -> StartHold | None:
         """Return ``None`` to let the start go on, or a :class:`StartHold` to hold it.

@@ -28,6 +28,7 @@ from conduit_core.storage import (
     Candidate,
     Claim,
     ClaimRefusal,
+    GateFilter,
     GateVerdict,
     Store,
     needs_gates,
@@ -105,7 +106,7 @@ class Admission:
     ) -> tuple[list[Claim], list[ClaimRefusal]]:
         store, options = self.store, self.options
         capacity = options.capacity()
-        gates_registered = bool(self.plugins.start_gates())
+        gates = self.gate_filter()
         claims: list[Claim] = []
         refusals: list[ClaimRefusal] = []
         if work_ids is None:
@@ -120,7 +121,7 @@ class Admission:
                 lease_ms=options.lease_ms,
                 capacity=capacity,
                 budgets=self.budget_book(),
-                gates_registered=gates_registered,
+                gates=gates,
             )
             claims = [o for o in admitted if isinstance(o, Claim)]
             refusals = [o for o in admitted if isinstance(o, ClaimRefusal)]
@@ -134,7 +135,7 @@ class Admission:
             work, snapshot = candidate.work, candidate.snapshot
             if candidate.refused is not None:
                 refusals.append(candidate.refused)
-            elif needs_gates(work, gates_registered):
+            elif needs_gates(work, gates, snapshot, candidate.first_input):
                 asks.append((len(slots), candidate))
                 slots.append(None)
             else:
@@ -160,24 +161,41 @@ class Admission:
             lease_ms=options.lease_ms,
             capacity=capacity,
             budgets=self.budget_book(),
-            gates_registered=gates_registered,
+            gates=gates,
         )
         claims.extend(o for o in outcomes if isinstance(o, Claim))
         refusals.extend(o for o in outcomes if isinstance(o, ClaimRefusal))
         return claims, refusals
 
+    def gate_filter(self) -> GateFilter | None:
+        """Which first starts the gates must be asked about: those some registered gate's
+        ``may_hold`` says it could hold (``None``: no gate is registered). The store calls it
+        in the claim transaction; a gate whose ``may_hold`` raises is asked."""
+        registrations = self.plugins.start_gates()
+        if not registrations:
+            return None
+
+        def may_hold(work: Work, snapshot: AttemptSnapshot, first: Event | None) -> bool:
+            request = gate_request(work, snapshot, first)
+            for registration in registrations:
+                try:
+                    if registration.gate.may_hold(request):
+                        return True
+                except Exception as exc:
+                    log.warning(
+                        "start gate %r failed to say whether it may hold work %s (%s): asking it",
+                        registration.name, work.id, type(exc).__name__,
+                    )  # fmt: skip
+                    return True
+            return False
+
+        return may_hold
+
     async def ask_gates(
         self, work: Work, snapshot: AttemptSnapshot, first: Event | None
     ) -> AdmitRequest | ClaimRefusal:
         """Ask every start gate in registration-name order, outside any transaction."""
-        request = GateRequest(
-            work_id=work.id,
-            scope=work.scope,
-            kind=str(work.kind),
-            binding=work.binding,
-            executor=snapshot.executor,
-            first_input=None if first is None else presented(first),
-        )
+        request = gate_request(work, snapshot, first)
         for registration in self.plugins.start_gates():
             try:
                 answer = await registration.gate.check(request)
@@ -219,6 +237,18 @@ class Admission:
             holder=holder,
             reason=hold.reason if hold is not None else "",
         )
+
+
+def gate_request(work: Work, snapshot: AttemptSnapshot, first: Event | None) -> GateRequest:
+    """What the gates see of a Work's first start."""
+    return GateRequest(
+        work_id=work.id,
+        scope=work.scope,
+        kind=str(work.kind),
+        binding=work.binding,
+        executor=snapshot.executor,
+        first_input=None if first is None else presented(first),
+    )
 
 
 # --- The needs-you list ---------------------------------------------------------------------

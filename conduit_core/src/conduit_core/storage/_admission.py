@@ -6,16 +6,18 @@ The store applies the runtime's budget policy inside its claim transaction throu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Protocol
 
 import msgspec
 
-from conduit_core.model import AttemptSnapshot, Event
+from conduit_core.model import AttemptSnapshot, Event, Work
 
 __all__ = [
     "AdmitRequest",
     "BudgetPolicy",
+    "GateFilter",
     "GateVerdict",
     "LedgerSpec",
     "NoBudgets",
@@ -26,13 +28,21 @@ __all__ = [
 class GateVerdict(StrEnum):
     """What the start gates said before the claim transaction."""
 
-    #: Not asked: the Work is past its first start, already gated, carries a pass, or no gate is
-    #: registered. The transaction refuses it if the Work turns out to need the gates after all.
+    #: Not asked: the Work is past its first start, already gated, carries a pass, no gate is
+    #: registered, or no gate may hold it (``GateFilter``). The transaction refuses it if the
+    #: Work turns out to need the gates after all.
     SKIP = "skip"
     #: Every gate let it start.
     LET = "let"
     #: A gate held it (``holder``, ``reason``).
     HOLD = "hold"
+
+
+#: Whether a start gate must be asked about a Work's first start, from the Work, its pinned
+#: snapshot and its first pending input: the runtime asks each gate's synchronous ``may_hold``.
+#: The store calls it inside its claim transaction, so it must be pure and never raise. ``None``
+#: in its place means no gate is registered.
+GateFilter = Callable[[Work, AttemptSnapshot, "Event | None"], bool]
 
 
 class AdmitRequest(msgspec.Struct, frozen=True, kw_only=True):

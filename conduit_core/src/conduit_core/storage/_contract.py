@@ -41,7 +41,7 @@ from conduit_core.model import (
     Work,
     WorkStatus,
 )
-from conduit_core.storage._admission import AdmitRequest, BudgetPolicy, PendingUsage
+from conduit_core.storage._admission import AdmitRequest, BudgetPolicy, GateFilter, PendingUsage
 
 if TYPE_CHECKING:
     from conduit_core.storage._routine_records import (
@@ -798,11 +798,12 @@ class Store(ABC):
         lease_ms: int,
         capacity: CapacityLimits | None = None,
         budgets: BudgetPolicy,
-        gates_registered: bool,
+        gates: GateFilter | None,
     ) -> list[Claim | ClaimRefusal]:
         """Charge staged usage, then per request: eligibility, capacity, the gate's hold
         (``gate_held``), budgets (``over_budget``, committing a budget hold), the claim and its
-        ``turns``/``attempts`` charges, all in one transaction."""
+        ``turns``/``attempts`` charges, all in one transaction. A request the gates were not
+        asked about (``GateVerdict.SKIP``) is refused if ``gates`` now says they must be."""
 
     @abstractmethod
     async def admit_ready(
@@ -816,13 +817,14 @@ class Store(ABC):
         lease_ms: int,
         capacity: CapacityLimits | None = None,
         budgets: BudgetPolicy,
-        gates_registered: bool,
+        gates: GateFilter | None,
     ) -> tuple[list[Claim | ClaimRefusal], list[Candidate]]:
         """``admission_candidates`` of the ready queue and ``admit_attempts`` of them, in one
         transaction: up to ``limit`` ready Work, oldest first, skipping Work another scheduler
-        is claiming at that moment, each admitted unless a start gate must be asked first. That
-        Work comes back unclaimed, as ``admission_candidates`` gives it, to ask the gates about
-        and then pass to ``admit_attempts``."""
+        is claiming at that moment, each admitted unless a start gate must be asked first (its
+        first start, and ``gates`` says a gate may hold it). That Work comes back unclaimed, as
+        ``admission_candidates`` gives it, to ask the gates about and then pass to
+        ``admit_attempts``."""
 
     @abstractmethod
     async def settle_budgets(self, budgets: BudgetPolicy, *, now_ms: int) -> int:

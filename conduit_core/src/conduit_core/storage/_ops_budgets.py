@@ -30,6 +30,7 @@ from conduit_core.storage._admission import (
     GATE_RELEASED,
     AdmitRequest,
     BudgetPolicy,
+    GateFilter,
     GateVerdict,
     LedgerSpec,
     PendingUsage,
@@ -219,9 +220,17 @@ def _over_budget(
 # --- Admission ------------------------------------------------------------------------------
 
 
-def needs_gates(work: Work, gates_registered: bool) -> bool:
-    """Whether the start gates must be asked before this start (only before the first one)."""
-    return gates_registered and work.last_attempt == 0 and not work.gated and not work.gate_pass
+def awaits_gates(work: Work) -> bool:
+    """Whether the Work's next start is its first one, not yet let through by the gates."""
+    return work.last_attempt == 0 and not work.gated and not work.gate_pass
+
+
+def needs_gates(
+    work: Work, gates: GateFilter | None, snapshot: AttemptSnapshot, first_input: Event | None
+) -> bool:
+    """Whether the start gates must be asked before this start: only before the first one, and
+    only when a gate may hold it (``gates``; ``None``: no gate is registered)."""
+    return gates is not None and awaits_gates(work) and gates(work, snapshot, first_input)
 
 
 def admission_candidates(
@@ -281,7 +290,7 @@ def admit_attempts(
     lease_ms: int,
     capacity: CapacityLimits | None,
     policy: BudgetPolicy,
-    gates_registered: bool,
+    gates: GateFilter | None,
 ) -> list[Claim | ClaimRefusal]:
     """Claim attempts after capacity, a gate's hold and budgets, in one transaction.
 
@@ -306,7 +315,7 @@ def admit_attempts(
         )
     claims = [
         _admit_one(cx, r, locked[r.work_id], owner, now_ms, lease_ms, slots, policy,
-                   gates_registered, writes)
+                   gates, writes)
         if r.work_id in locked
         else _claimed_elsewhere(cx, r.work_id)
         for r in requests
@@ -325,7 +334,7 @@ def admit_ready(
     lease_ms: int,
     capacity: CapacityLimits | None,
     policy: BudgetPolicy,
-    gates_registered: bool,
+    gates: GateFilter | None,
 ) -> tuple[list[Claim | ClaimRefusal], list[Candidate]]:
     """``admission_candidates`` and ``admit_attempts`` in one transaction, for the ready queue.
 
@@ -342,10 +351,11 @@ def admit_ready(
     _charge_staged(cx, policy, now_ms, staged())
     locked = ready()  # oldest first
     pinned = [(work_id, snapshot_for(row[0])) for work_id, row in locked.items()]
-    asked = {w for w, snap in pinned if snap and needs_gates(locked[w][0], gates_registered)}
     writes = ClaimWrites(cx)  # the claims' rows, written together at the end
     # The input of the Work claimed now, and the first input the gates see of the rest.
     writes.prefetch([w for w, snap in pinned if snap is not None])
+    firsts = {w: next(iter(writes.pending_inputs(w, 1)), None) for w, _ in pinned}
+    asked = {w for w, snap in pinned if snap and needs_gates(locked[w][0], gates, snap, firsts[w])}
     slots = Slots(cx, capacity, before_count=writes.flush) if capacity is not None else None
     if slots is not None:  # every limit this batch may need, locked at once in one order
         slots.prepare((snap.pool, locked[w][0].scope) for w, snap in pinned if snap is not None)
@@ -355,12 +365,11 @@ def admit_ready(
         if snapshot is None:
             continue
         if work_id in asked:
-            first_input = next(iter(writes.pending_inputs(work_id, 1)), None)
-            to_ask.append(_candidate(cx, locked[work_id], snapshot, slots, first_input))
+            to_ask.append(_candidate(cx, locked[work_id], snapshot, slots, firsts[work_id]))
             continue
         request = AdmitRequest(work_id=work_id, snapshot=snapshot, max_inputs=max_inputs)
         admitted = _admit_one(cx, request, locked[work_id], owner, now_ms, lease_ms, slots,
-                              policy, gates_registered, writes)  # fmt: skip
+                              policy, gates, writes)  # fmt: skip
         outcomes.append(admitted)
     writes.flush()
     return outcomes, to_ask
@@ -385,7 +394,7 @@ def _admit_one(
     lease_ms: int,
     slots: Slots | None,
     policy: BudgetPolicy,
-    gates_registered: bool,
+    gates: GateFilter | None,
     writes: ClaimWrites,
 ) -> Claim | ClaimRefusal:
     """``locked``: the Work (its row locked), whether it is held, whether an attempt of it holds
@@ -403,7 +412,11 @@ def _admit_one(
     refused = claim_refusal(cx, work, work_id, request.snapshot.pool, slots, rows_checked=True)
     if refused is not None:
         return refused
-    gated = needs_gates(work, gates_registered)
+    if request.gates is GateVerdict.SKIP:
+        first_input = next(iter(writes.pending_inputs(work_id, 1)), None)
+        gated = needs_gates(work, gates, request.snapshot, first_input)
+    else:  # the gates were asked: their verdict stands while the start is still the first
+        gated = awaits_gates(work)
     if gated and request.gates is GateVerdict.SKIP:
         return ClaimRefusal(
             work_id=work_id,

@@ -37,7 +37,7 @@ from conduit_core.storage import _ops_controls as controls
 from conduit_core.storage import _ops_misc as misc
 from conduit_core.storage import _ops_routines as rt
 from conduit_core.storage import _ops_work as ops
-from conduit_core.storage._admission import AdmitRequest, BudgetPolicy, PendingUsage
+from conduit_core.storage._admission import AdmitRequest, BudgetPolicy, GateFilter, PendingUsage
 from conduit_core.storage._contract import (
     AttemptEnd,
     Candidate,
@@ -551,11 +551,11 @@ class SqlStore(Store):
         lease_ms: int,
         capacity: CapacityLimits | None = None,
         budgets: BudgetPolicy,
-        gates_registered: bool,
+        gates: GateFilter | None,
     ) -> list[Claim | ClaimRefusal]:
         return self._remember_claims(await self._write(
             _budgets.admit_attempts, list(requests), owner, now_ms, lease_ms, capacity, budgets,
-            gates_registered,
+            gates,
         ))  # fmt: skip
 
     async def admit_ready(
@@ -569,11 +569,11 @@ class SqlStore(Store):
         lease_ms: int,
         capacity: CapacityLimits | None = None,
         budgets: BudgetPolicy,
-        gates_registered: bool,
+        gates: GateFilter | None,
     ) -> tuple[list[Claim | ClaimRefusal], list[Candidate]]:
         outcomes, to_ask = await self._write(
             _budgets.admit_ready, limit, snapshot_for, max_inputs, owner, now_ms, lease_ms,
-            capacity, budgets, gates_registered,
+            capacity, budgets, gates,
         )  # fmt: skip
         return self._remember_claims(outcomes), to_ask
 

@@ -63,9 +63,24 @@ class EchoExecutor(Executor):
 GATE_CALLS: list[tuple[str, str]] = []
 #: Called with every request ``test-allow`` is asked about (a test's stand-in for a slow gate).
 ON_ASK: list[Callable[[GateRequest], None]] = []
+#: True: both gates may hold every first start, so every one is asked about (the tests drive
+#: the asking path through plain Work). False: only Work whose first input names one of their
+#: keys, as a user's gates (the human gate's rules) select some Work, not all (the benches).
+ASK_EVERY_START = True
+
+#: The first-input keys the two gates act on.
+_GATE_KEYS = ("hold", "probe_hold", "gate_error")
 
 
-class AllowGate(StartGate):
+class _TestGate(StartGate):
+    def may_hold(self, request: GateRequest) -> bool:
+        if ASK_EVERY_START:
+            return True
+        payload = request.first_input.payload if request.first_input else None
+        return isinstance(payload, dict) and any(key in payload for key in _GATE_KEYS)
+
+
+class AllowGate(_TestGate):
     async def check(self, request: GateRequest) -> StartHold | None:
         GATE_CALLS.append(("test-allow", request.work_id))
         for hook in ON_ASK:
@@ -76,7 +91,7 @@ class AllowGate(StartGate):
         return None
 
 
-class ProbeGate(StartGate):
+class ProbeGate(_TestGate):
     """Asked after ``test-allow``: holds on ``{"probe_hold": reason}``, raises on
     ``{"gate_error": true}``, lets everything else start."""
 

@@ -49,19 +49,30 @@ async def enqueue(store: Store, n: int, now: int) -> None:
 
 async def process(sched: Scheduler, n: int, concurrency: int) -> int:
     """Keep ``concurrency`` attempts in flight until ``n`` have completed."""
-    state = {"done": 0, "in_flight": 0}
+    state = {"done": 0, "in_flight": 0, "settling": 0}
     progress = anyio.Event()
+
+    def settling() -> None:
+        # A settlement is on its way: claim now, and the claim joins its batch (see
+        # Scheduler.set_settling_listener), as the daemon's host loop does.
+        state["settling"] += 1
+        progress.set()
+
+    sched.set_settling_listener(settling)
 
     async def run_one(claim: Claim) -> None:
         nonlocal progress
         await sched.run_attempt(claim)
         state["done"] += 1
         state["in_flight"] -= 1
+        state["settling"] -= 1
         progress.set()
 
     async with anyio.create_task_group() as tg:
         while state["done"] < n:
-            free = concurrency - state["in_flight"]
+            # Slots whose settlement is on its way count as free: the store's capacity check,
+            # in the claim's transaction, is what holds the limit.
+            free = concurrency - state["in_flight"] + state["settling"]
             claims = (await sched.claim_ready(free))[0] if free > 0 else []
             for claim in claims:
                 state["in_flight"] += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -153,6 +154,29 @@ class Daemon:
     def signal(self, signum: int) -> None:
         assert self.proc is not None
         self.proc.send_signal(signum)
+
+    def pause_between_transactions(self) -> None:
+        """SIGSTOP the daemon outside any write transaction: on SQLite a process paused inside
+        one keeps the file's write lock, and no other daemon could write until it resumes
+        (PostgreSQL ends such a session after ``idle_in_transaction_session_timeout``). Resumed
+        and paused again until the file takes a write."""
+        deadline = time.monotonic() + 30
+        while True:
+            self.signal(signal.SIGSTOP)
+            if "://" in self.store:
+                return
+            try:
+                probe = sqlite3.connect(self.store, timeout=0.5, isolation_level=None)
+                try:
+                    probe.execute("BEGIN IMMEDIATE")
+                    probe.execute("ROLLBACK")
+                finally:
+                    probe.close()
+                return
+            except sqlite3.OperationalError:
+                assert time.monotonic() < deadline, "the paused daemon always held the write lock"
+                self.signal(signal.SIGCONT)
+                time.sleep(0.05)
 
     def wait_exit(self, timeout: float = 20) -> int:
         assert self.proc is not None

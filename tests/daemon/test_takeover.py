@@ -112,7 +112,7 @@ def test_a_live_owners_leases_are_not_taken_over(make_daemon: Callable[..., Daem
     first = make_daemon(lease=lease).start()
     works = _start_held_jobs(first, 2)
     stopped_at = time.monotonic()
-    first.signal(signal.SIGSTOP)
+    first.pause_between_transactions()
     try:
         second = make_daemon(lease=lease).start()
         _recovered_only_after_expiry(second, works, stopped_at, lease)

@@ -35,7 +35,7 @@ def test_paused_daemon_is_fenced_after_a_takeover(make_daemon: Callable[..., Dae
         executions[work_id] = d1.wait_attempt(work_id, "running").attempts[-1].id
         wait_for(f"{work_id} to start", lambda w=work_id: d1.runs(w, "start") == 1)
 
-    d1.signal(signal.SIGSTOP)
+    d1.pause_between_transactions()
     try:
         d2 = make_daemon(lease=LEASE_S).start()
         for work_id in works:

@@ -80,6 +80,9 @@ class HostLoop:
         # Held recoveries are tried at once after a start or reload (the pinned generation may
         # be back), not only after their backoff.
         self._retry_held = True
+        # Set while a claim started by a settlement is under way (one at a time).
+        self._claiming_with_settlement = False
+        scheduler.set_settling_listener(self._claim_with_settlement)
 
     # --- HostHooks (what the API sees) -------------------------------------------------------
 
@@ -163,6 +166,7 @@ class HostLoop:
         """Use ``sched`` for new passes and attempts (a reload); live attempts keep theirs."""
         if self._keepers is not None:
             await self._keepers.start(self._keep_leases, sched)
+        sched.set_settling_listener(self._claim_with_settlement)
         self.scheduler = sched
         self._retry_held = True
         self.wake()
@@ -254,6 +258,24 @@ class HostLoop:
         self._waiting_at_ms = sched.clock.now_ms()
         for claim in claims:
             self._spawn(claim, "start")
+
+    def _claim_with_settlement(self) -> None:
+        """An attempt's settlement is being sent: claim now, outside the pass, so the claim
+        joins the settlement's group-commit batch and takes the slot it frees (one transaction,
+        not a settlement and then a pass's claim). The pass the attempt's end wakes still runs.
+        """
+        if self.stopping or self.outage.down or self._tg is None:
+            return
+        if self._claiming_with_settlement:
+            return  # the claim under way takes every slot its batch frees
+        self._claiming_with_settlement = True
+        self._tg.start_soon(self._claim_now, self.scheduler)
+
+    async def _claim_now(self, sched: Scheduler) -> None:
+        try:
+            await self._step("claim", self._claim, sched)
+        finally:
+            self._claiming_with_settlement = False
 
     async def _confirm(self, sched: Scheduler) -> None:
         confirmed = await sched.confirm_unexcluded()

@@ -92,6 +92,8 @@ class AttemptRunner:
         self.plugins = plugins
         self.options = options
         self._keeper: LeaseKeeper | None = None
+        #: Called as each attempt's settlement is sent (``Scheduler.set_settling_listener``).
+        self.on_settling: Callable[[], None] | None = None
 
     def pin(self, work: Work) -> AttemptSnapshot:
         """Pin everything the attempt will run with, from the current bindings and manifests."""
@@ -410,6 +412,8 @@ class AttemptRunner:
             def decide(ex: Execution, work: Work) -> policy.Transition:
                 return dataclasses.replace(first(ex, work), also=also)
 
+        if self.on_settling is not None:
+            self.on_settling()
         async with held.ending_write():
             settled = await self.store.settle_attempt(
                 held.lease, decide, now_ms=now, consumed=consumed

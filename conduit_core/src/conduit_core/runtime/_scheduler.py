@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -111,6 +111,17 @@ class Scheduler:
         claims = [o for o in outcomes if isinstance(o, Claim)]
         refusals = [o for o in outcomes if isinstance(o, ClaimRefusal)]
         return claims, refusals
+
+    def set_settling_listener(self, listener: Callable[[], None] | None) -> None:
+        """Call ``listener()`` as each attempt's settlement is sent to the store, before it
+        commits (``None``: stop calling it).
+
+        A host that claims from the listener, in the same turn of the event loop (start the
+        claiming task from it), sends its claim with the settlement: a claim from the ready
+        queue runs after the other writes of its group-commit batch, so it takes the slots the
+        batch's settlements free, one transaction instead of two. The listener must not block.
+        """
+        self.runner.on_settling = listener
 
     def hold(self, lease: Lease) -> AbstractAsyncContextManager[HeldLease]:
         """Renew ``lease`` every third of its duration while the body runs (see

@@ -89,7 +89,9 @@ class SqlStore(Store):
     async def _write(self, fn: Callable[..., T], *args: Any) -> T:
         first_arg = args[0] if args else None
         order = (
-            first_arg.execution_id
+            _AFTER_THE_BATCH
+            if fn in CLAIMS_FROM_THE_READY_QUEUE
+            else first_arg.execution_id
             if isinstance(first_arg, Lease)
             else first_arg
             if isinstance(first_arg, str)
@@ -629,6 +631,15 @@ ROW_LOCKED: frozenset[Callable[..., Any]] = frozenset(
         _budgets.charge_pending,
     }
 )
+
+
+#: Claims from the ready queue run after the other operations of their batch (sorted last): an
+#: attempt's settlement batched with them frees its slot for them. Their other row locks are
+#: taken ``SKIP LOCKED``, so running last orders no lock against another batch's.
+CLAIMS_FROM_THE_READY_QUEUE: frozenset[Callable[..., Any]] = frozenset(
+    {ops.claim_ready, _budgets.admit_ready}
+)
+_AFTER_THE_BATCH = "\U0010ffff"
 
 
 #: Operations that raise only before their first write (every check, then the writes), so in a

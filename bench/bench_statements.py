@@ -38,7 +38,7 @@ def _norm(sql: str) -> str:
 
 
 def _count_cx(cls: type[Any]) -> None:
-    for name in ("rows", "run", "count", "count_or_restart", "later", "many"):
+    for name in ("rows", "run", "count", "count_or_restart", "count_later", "later", "many"):
         original = getattr(cls, name, None)
         if original is None:
             continue  # a checkout from before ``count`` (run returned the row count)

@@ -45,7 +45,9 @@ def _set(field: str, value: dict[str, Any]) -> Callable[[Execution], Execution]:
 
 
 async def _claimed(store: Store, work_id: str = "w") -> Any:
-    await store.create_work(make_work(work_id, kind=WorkKind.TASK), first_input=make_input("1"))
+    await store.create_work(
+        make_work(work_id, kind=WorkKind.TASK), first_input=make_input(f"{work_id}-1")
+    )
     return await store.claim_attempt(
         ClaimRequest(work_id=work_id, snapshot=snapshot()), owner="a", now_ms=T0,
         lease_ms=LEASE_MS,
@@ -186,3 +188,49 @@ async def test_postgres_negative_control_without_the_revision_bump(store_url: st
     attempt's revision lets the waiting one-statement write through after the release."""
     outcome = await _race(store_url, touch=False)
     assert isinstance(outcome, Execution), f"the control did not reproduce the race: {outcome}"
+
+
+async def test_a_batch_of_fenced_writes_goes_in_two_steps(
+    two: tuple[Store, Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fenced writes batched together send every statement, then take every count (one round
+    trip on PostgreSQL): a current copy is written by its statement, a stale one falls back to
+    the locked read and keeps the newer row, a released lease refuses, each on its own."""
+    from conduit_core.storage import _sqlstore
+
+    a, b = two
+    current, stale, released = [await _claimed(a, f"w{i}") for i in range(3)]
+    for claim in (current, stale, released):
+        await a.update_attempt(claim.lease, _set("launch_intent", {"by": "a"}), now_ms=T0 + 1)
+    await b.update_attempt(stale.lease, _set("recovery", {"by": "b"}), now_ms=T0 + 2)
+    await b.release_lease(released.lease, now_ms=T0 + 2)
+    batches: list[int] = []
+    in_two_steps = _sqlstore._batch_in_two_steps
+
+    def counted(ordered: list[Any], cx: Any) -> None:
+        batches.append(len(ordered))
+        in_two_steps(ordered, cx)
+
+    monkeypatch.setattr(_sqlstore, "_batch_in_two_steps", counted)
+    outcomes: dict[str, Any] = {}
+
+    async def write(claim: Any) -> None:
+        try:
+            outcomes[claim.work.id] = await a.update_attempt(
+                claim.lease, _set("launch_intent", {"by": "a", "n": 2}), now_ms=T0 + 3
+            )
+        except LeaseLostError as exc:
+            outcomes[claim.work.id] = exc
+
+    async with anyio.create_task_group() as tg:
+        for claim in (current, stale, released):
+            tg.start_soon(write, claim)
+
+    assert batches == [3]  # one batch, sent in two steps
+    assert outcomes["w0"].launch_intent == {"by": "a", "n": 2}
+    assert outcomes["w1"].launch_intent == {"by": "a", "n": 2}
+    assert outcomes["w1"].recovery == {"by": "b"}, "the stale copy overwrote the newer row"
+    assert isinstance(outcomes["w2"], LeaseLostError)
+    for work_id, claim in (("w0", current), ("w1", stale)):
+        assert await a.get_execution(claim.execution.id) == outcomes[work_id]
+    assert (await a.get_execution(released.execution.id)).launch_intent == {"by": "a"}

@@ -36,7 +36,8 @@ class Operation(Generic[T]):
     other operations queued or batched with it)."""
 
     __slots__ = (
-        "error", "finished", "fn", "order", "result", "savepoint", "shared", "taken", "wakeup",
+        "error", "finished", "fn", "later", "order", "result", "savepoint", "shared", "taken",
+        "wakeup",
     )  # fmt: skip
 
     def __init__(
@@ -46,8 +47,12 @@ class Operation(Generic[T]):
         shared: bool = False,
         order: str = "",
         savepoint: bool = True,
+        later: Callable[[Any], Callable[[], T]] | None = None,
     ) -> None:
         self.fn = fn
+        #: ``fn`` in two steps, if it has them: send its statements, then take its outcome
+        #: (the backend may send a whole batch's first steps together; see ``SqlStore``).
+        self.later = later
         #: Whether a refusal may come after a write, so the operation needs its own savepoint
         #: in a shared batch (false: it writes nothing before every check has passed).
         self.savepoint = savepoint
@@ -91,8 +96,11 @@ class GroupCommit:
         shared: bool = False,
         order: str = "",
         savepoint: bool = True,
+        later: Callable[[Any], Callable[[], T]] | None = None,
     ) -> T:
-        op: Operation[T] = Operation(fn, shared=shared, order=order, savepoint=savepoint)
+        op: Operation[T] = Operation(
+            fn, shared=shared, order=order, savepoint=savepoint, later=later
+        )
         submitted = time.perf_counter()
         self._queue.append(op)
         op.wakeup = self._queued_wakeup

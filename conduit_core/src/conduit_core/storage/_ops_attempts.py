@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -484,16 +484,49 @@ def update_attempt(
     read-modify-write, which raises the precise ``LeaseLostError``. Either way nothing is
     written before every check passed, so the operation needs no savepoint of its own.
     """
-    if known is not None and known.token == lease.token and known.execution.epoch == lease.epoch:
-        after = _kept_identity(known.execution, change(known.execution))
-        _check_live(after)
-        p = execution_params(after)
-        if cx.count_or_restart(
-            _KNOWN_UPDATE_SQL,
-            (p[4], p[5], p[6], p[9], after.id, known.rev, lease.epoch,
-             after.id, lease.epoch, lease.token, now_ms),
-        ) == 1:  # fmt: skip
-            return Known(lease.token, known.rev + 1, after)
+    fast = _known_update(lease, change, now_ms, known)
+    if fast is not None and cx.count_or_restart(_KNOWN_UPDATE_SQL, fast[1]) == 1:
+        return fast[0]
+    return _fenced_update(cx, lease, change, now_ms)
+
+
+def update_attempt_later(
+    cx: Cx, lease: Lease, change: ExecutionChange, now_ms: int, known: Known | None = None
+) -> Callable[[], Known]:
+    """``update_attempt`` in two steps: its one statement (with ``known``) is sent now, and its
+    count taken when the returned function is called, so a batch of them shares one round
+    trip. A count of 0 wrote nothing: the function then goes on as ``update_attempt`` does,
+    with the locked read-modify-write (which, in the batch's order, runs after the statements
+    sent before it: as if the operation ran there, whole)."""
+    fast = _known_update(lease, change, now_ms, known)
+    if fast is None:
+        return lambda: _fenced_update(cx, lease, change, now_ms)
+    counted = cx.count_later(_KNOWN_UPDATE_SQL, fast[1])
+
+    def take() -> Known:
+        if counted() == 1:
+            return fast[0]
+        return _fenced_update(cx, lease, change, now_ms)
+
+    return take
+
+
+def _known_update(
+    lease: Lease, change: ExecutionChange, now_ms: int, known: Known | None
+) -> tuple[Known, tuple[Any, ...]] | None:
+    """The attempt as ``change`` leaves what the holder knows of it, and the parameters of
+    ``_KNOWN_UPDATE_SQL`` that write it; ``None`` when the holder knows nothing current."""
+    if known is None or known.token != lease.token or known.execution.epoch != lease.epoch:
+        return None
+    after = _kept_identity(known.execution, change(known.execution))
+    _check_live(after)
+    p = execution_params(after)
+    params = (p[4], p[5], p[6], p[9], after.id, known.rev, lease.epoch,
+              after.id, lease.epoch, lease.token, now_ms)  # fmt: skip
+    return Known(lease.token, known.rev + 1, after), params
+
+
+def _fenced_update(cx: Cx, lease: Lease, change: ExecutionChange, now_ms: int) -> Known:
     before, _, rev = fenced_revision(cx, lease, now_ms)
     after = _kept_identity(before, change(before))
     _check_live(after)

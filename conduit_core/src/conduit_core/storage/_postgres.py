@@ -179,6 +179,20 @@ class _PgCx:
     def many(self, sql: str, params: list[tuple[Any, ...]]) -> None:
         self._execute(sql, params, many=True)
 
+    def count_later(self, sql: str, params: tuple[Any, ...] = ()) -> Callable[[], int]:
+        if self.committed:
+            raise RuntimeError(f"a statement after the operation committed: {sql[:60]}")
+        cur = self._conn.cursor()  # its own cursor keeps its own count
+        cur.execute(_pg_sql(sql), params)
+
+        def counted() -> int:
+            # -1 until its result is taken in: one sync takes in every result sent so far.
+            if cur.rowcount < 0 and self._pipeline is not None:
+                self._pipeline.sync()
+            return cur.rowcount
+
+        return counted
+
     def later(self, sql: str, params: tuple[Any, ...] = ()) -> Callable[[], list[Row]]:
         if self.committed:
             raise RuntimeError(f"a statement after the operation committed: {sql[:60]}")

@@ -72,6 +72,12 @@ class Cx(Protocol):
 
     def many(self, sql: str, params: list[tuple[Any, ...]]) -> None: ...
 
+    def count_later(self, sql: str, params: tuple[Any, ...] = ()) -> Callable[[], int]:
+        """Send a write now, take its row count when the returned function is called: writes
+        whose counts are taken together go to the server together (one round trip on
+        PostgreSQL). The server still runs every statement in the order sent."""
+        ...
+
     def later(self, sql: str, params: tuple[Any, ...] = ()) -> Callable[[], list[Row]]:
         """Send a read now, take its rows when the returned function is called: reads that do
         not depend on each other go to the server together (one round trip on PostgreSQL). The

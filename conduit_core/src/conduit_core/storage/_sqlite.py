@@ -52,6 +52,10 @@ class _SqliteCx:
 
     count_or_restart = count  # the commit costs no round trip here
 
+    def count_later(self, sql: str, params: tuple[Any, ...] = ()) -> Callable[[], int]:
+        changed = self.count(sql, params)  # in process: no round trip to save
+        return lambda: changed
+
     def later(self, sql: str, params: tuple[Any, ...] = ()) -> Callable[[], list[Row]]:
         found = self.rows(sql, params)  # in process: no round trip to save
         return lambda: found

@@ -141,6 +141,14 @@ class AttemptRunner:
         self.ticker: Ticker | None = None
         self._wake = anyio.Event()
         self._in_flight = 0
+        # Attempts whose settlement is on its way: claimed for at once, as the daemon does
+        # (Scheduler.set_settling_listener), so the claim joins the settlement's batch.
+        self._settling = 0
+        self.sched.set_settling_listener(self._settlement_sent)
+
+    def _settlement_sent(self) -> None:
+        self._settling += 1
+        self.wake()
 
     def wake(self) -> None:
         self._wake.set()
@@ -167,7 +175,7 @@ class AttemptRunner:
             while True:
                 await self._wake.wait()
                 self._wake = anyio.Event()
-                while (free := self.concurrency - self._in_flight) > 0:
+                while (free := self.concurrency - self._in_flight + self._settling) > 0:
                     claims, _ = await self.sched.claim_ready(free)
                     if not claims:
                         break
@@ -181,6 +189,7 @@ class AttemptRunner:
             await self.sched.run_attempt(claim)
         finally:
             self._in_flight -= 1
+            self._settling -= 1
             self.completed += 1
             self.wake()
             routine_id = fired_by(claim.work)

@@ -13,6 +13,7 @@ from conduit_core.model import Event, Work, WorkKind
 from conduit_core.plugins import Plugins
 from conduit_core.runtime import ManualClock, Scheduler, SchedulerOptions
 from conduit_core.storage import Store, open_store
+from conduit_test_plugin import plugin as test_plugin
 from conduit_test_plugin import scripted
 from tests.storage.conftest import postgres_url, sqlite_url, store_url  # noqa: F401
 
@@ -32,6 +33,17 @@ BINDINGS = {
 @pytest.fixture(autouse=True)
 def _reset_scripted() -> None:
     scripted.reset()
+
+
+@pytest.fixture(autouse=True)
+def _reset_gate_calls() -> None:
+    test_plugin.GATE_CALLS.clear()
+    test_plugin.ON_ASK.clear()
+
+
+def gate_calls(work_id: str) -> list[str]:
+    """The test plugin's start gates asked about ``work_id``, in order."""
+    return [gate for gate, wid in test_plugin.GATE_CALLS if wid == work_id]
 
 
 @pytest.fixture

@@ -17,19 +17,9 @@ from conduit_core.runtime import ManualClock, Scheduler, StartGateError, needs_y
 from conduit_core.runtime._budgets import DAY_MS, WEEK_MS, window_start
 from conduit_core.storage import Claim, NotEligibleError, SqlStore, Store
 from conduit_test_plugin import plugin as test_plugin
-from tests.runtime.conftest import input_event, submit
+from tests.runtime.conftest import gate_calls, input_event, submit
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(autouse=True)
-def _reset_gate_calls() -> None:
-    test_plugin.GATE_CALLS.clear()
-    test_plugin.ON_ASK.clear()
-
-
-def gate_calls(work_id: str) -> list[str]:
-    return [gate for gate, wid in test_plugin.GATE_CALLS if wid == work_id]
 
 
 async def all_events(store: Store) -> list[Event]:

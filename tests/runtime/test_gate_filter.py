@@ -14,19 +14,9 @@ from conduit_core.extension import GateRequest
 from conduit_core.runtime import ManualClock, Scheduler
 from conduit_core.storage import AdmitRequest, GateVerdict, NoBudgets, NotEligibleError, Store
 from conduit_test_plugin import plugin as test_plugin
-from tests.runtime.conftest import submit
+from tests.runtime.conftest import gate_calls, submit
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(autouse=True)
-def _reset_gate_calls() -> None:
-    test_plugin.GATE_CALLS.clear()
-    test_plugin.ON_ASK.clear()
-
-
-def gate_calls(work_id: str) -> list[str]:
-    return [gate for gate, wid in test_plugin.GATE_CALLS if wid == work_id]
 
 
 def count_admit_attempts(monkeypatch: pytest.MonkeyPatch, store: Store) -> list[list[str]]:

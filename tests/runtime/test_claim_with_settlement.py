@@ -57,3 +57,20 @@ async def test_a_claim_sent_with_a_settlement_takes_the_slot_it_frees(
     else:
         assert claims == []
         assert [(r.work_id, r.code) for r in refusals] == [(second.id, "capacity_concurrency")]
+
+
+async def test_a_failing_settling_listener_never_keeps_an_attempt_from_settling(
+    make_scheduler: Callable[..., Scheduler], caplog: pytest.LogCaptureFixture
+) -> None:
+    sched = make_scheduler()
+    await submit(sched)
+    (claim,), _ = await sched.claim_ready(10)
+
+    def broken() -> None:
+        raise RuntimeError("the host's task group is closed")
+
+    sched.set_settling_listener(broken)
+    ended = await sched.run_attempt(claim)
+    assert ended.status.terminal
+    assert (await sched.store.get_execution(claim.execution.id)).status.terminal
+    assert "settling listener failed" in caplog.text

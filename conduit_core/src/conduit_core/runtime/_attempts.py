@@ -413,7 +413,10 @@ class AttemptRunner:
                 return dataclasses.replace(first(ex, work), also=also)
 
         if self.on_settling is not None:
-            self.on_settling()
+            try:
+                self.on_settling()
+            except Exception:  # a host's listener never keeps an attempt from settling
+                log.exception("settling listener failed execution=%s", held.lease.execution_id)
         async with held.ending_write():
             settled = await self.store.settle_attempt(
                 held.lease, decide, now_ms=now, consumed=consumed

@@ -636,8 +636,9 @@ ROW_LOCKED: frozenset[Callable[..., Any]] = frozenset(
 
 
 #: Claims from the ready queue run after the other operations of their batch (sorted last): an
-#: attempt's settlement batched with them frees its slot for them. Their other row locks are
-#: taken ``SKIP LOCKED``, so running last orders no lock against another batch's.
+#: attempt's settlement batched with them frees its slot for them. They lock their Work rows
+#: ``SKIP LOCKED`` (never waiting for another batch's) and the limits' rows last, as a claim
+#: alone in its transaction does, so running last adds no lock order another batch could cross.
 CLAIMS_FROM_THE_READY_QUEUE: frozenset[Callable[..., Any]] = frozenset(
     {ops.claim_ready, _budgets.admit_ready}
 )

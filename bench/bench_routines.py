@@ -175,7 +175,7 @@ class AttemptRunner:
             while True:
                 await self._wake.wait()
                 self._wake = anyio.Event()
-                while (free := self.concurrency - self._in_flight + self._settling) > 0:
+                while (free := self.concurrency - self._in_flight + max(self._settling, 0)) > 0:
                     claims, _ = await self.sched.claim_ready(free)
                     if not claims:
                         break

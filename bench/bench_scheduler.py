@@ -72,7 +72,7 @@ async def process(sched: Scheduler, n: int, concurrency: int) -> int:
         while state["done"] < n:
             # Slots whose settlement is on its way count as free: the store's capacity check,
             # in the claim's transaction, is what holds the limit.
-            free = concurrency - state["in_flight"] + state["settling"]
+            free = concurrency - state["in_flight"] + max(state["settling"], 0)
             claims = (await sched.claim_ready(free))[0] if free > 0 else []
             for claim in claims:
                 state["in_flight"] += 1

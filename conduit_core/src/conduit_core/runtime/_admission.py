@@ -135,7 +135,8 @@ class Admission:
             work, snapshot = candidate.work, candidate.snapshot
             if candidate.refused is not None:
                 refusals.append(candidate.refused)
-            elif needs_gates(work, gates, snapshot, candidate.first_input):
+            # admit_ready returns only Work its transaction found the gates must be asked about.
+            elif work_ids is None or needs_gates(work, gates, snapshot, candidate.first_input):
                 asks.append((len(slots), candidate))
                 slots.append(None)
             else:

@@ -368,8 +368,9 @@ def admit_ready(
             to_ask.append(_candidate(cx, locked[work_id], snapshot, slots, firsts[work_id]))
             continue
         request = AdmitRequest(work_id=work_id, snapshot=snapshot, max_inputs=max_inputs)
+        # No gate to ask was decided above, in this transaction: not asked again (gates=None).
         admitted = _admit_one(cx, request, locked[work_id], owner, now_ms, lease_ms, slots,
-                              policy, gates, writes)  # fmt: skip
+                              policy, None, writes)  # fmt: skip
         outcomes.append(admitted)
     writes.flush()
     return outcomes, to_ask

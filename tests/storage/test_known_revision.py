@@ -144,14 +144,32 @@ def _waiting_for_a_lock(url: str) -> bool:
     return bool(row and row[0])
 
 
-async def _race(url: str, *, touch: bool) -> BaseException | Execution:
+async def _race(
+    url: str, *, touch: bool, beside: list[int] | None = None
+) -> BaseException | Execution:
+    """The fast write of an attempt whose lease a concurrent transaction released. ``beside``:
+    another attempt's write goes in the same batch (one statement for both, see
+    ``update_attempts_later``); the sizes of the batches so sent are appended to it."""
+    from conduit_core.storage import _sqlstore
+
     store = await open_store(url)
     try:
         claim = await _claimed(store)
-        await store.update_attempt(claim.lease, _set("launch_intent", {"n": 1}), now_ms=T0 + 1)
+        other = await _claimed(store, "w-beside")
+        for held in (claim, other):
+            await store.update_attempt(held.lease, _set("launch_intent", {"n": 1}), now_ms=T0 + 1)
         release = _release_in_open_transaction(url, claim.lease, touch=touch)
         await anyio.to_thread.run_sync(next, release)  # released, not yet committed
         outcome: list[BaseException | Execution] = []
+        one, many = _sqlstore.IN_TWO_STEPS[att.update_attempt]
+
+        def counted(cx: Any, calls: list[Any]) -> Any:
+            assert beside is not None
+            beside.append(len(calls))
+            return many(cx, calls)
+
+        if beside is not None:
+            _sqlstore.IN_TWO_STEPS[att.update_attempt] = (one, counted)
 
         async def write() -> None:
             try:
@@ -163,14 +181,27 @@ async def _race(url: str, *, touch: bool) -> BaseException | Execution:
             except LeaseLostError as exc:
                 outcome.append(exc)
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(write)
-            deadline = time.monotonic() + 20
-            while not await anyio.to_thread.run_sync(_waiting_for_a_lock, url):
-                assert time.monotonic() < deadline, "the fast write never waited for the row"
-                assert not outcome, f"the write did not wait for the release: {outcome}"
-                await anyio.sleep(0.01)
-            await anyio.to_thread.run_sync(next, release, None)  # commit the release
+        async def write_beside() -> None:
+            written = await store.update_attempt(
+                other.lease, _set("recovery", {"beside": True}), now_ms=T0 + 3
+            )
+            assert written.recovery == {"beside": True}
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(write)
+                if beside is not None:
+                    tg.start_soon(write_beside)
+                deadline = time.monotonic() + 20
+                while not await anyio.to_thread.run_sync(_waiting_for_a_lock, url):
+                    assert time.monotonic() < deadline, "the fast write never waited for the row"
+                    assert not outcome, f"the write did not wait for the release: {outcome}"
+                    await anyio.sleep(0.01)
+                await anyio.to_thread.run_sync(next, release, None)  # commit the release
+        finally:
+            _sqlstore.IN_TWO_STEPS[att.update_attempt] = (one, many)
+        if beside is not None:
+            assert (await store.get_execution(other.execution.id)).recovery == {"beside": True}
         return outcome[0]
     finally:
         await store.aclose()
@@ -180,6 +211,23 @@ async def _race(url: str, *, touch: bool) -> BaseException | Execution:
 async def test_postgres_a_release_racing_a_fast_write_refuses_it(store_url: str) -> None:
     outcome = await _race(store_url, touch=True)
     assert isinstance(outcome, LeaseLostError), f"written after its lease was released: {outcome}"
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+async def test_postgres_a_release_racing_a_batched_write_refuses_it(store_url: str) -> None:
+    """The same race with the write in one statement beside another attempt's write."""
+    batches: list[int] = []
+    outcome = await _race(store_url, touch=True, beside=batches)
+    assert batches == [2], f"the two writes did not go in one statement: {batches}"
+    assert isinstance(outcome, LeaseLostError), f"written after its lease was released: {outcome}"
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+async def test_postgres_negative_control_batched(store_url: str) -> None:
+    batches: list[int] = []
+    outcome = await _race(store_url, touch=False, beside=batches)
+    assert batches == [2], f"the two writes did not go in one statement: {batches}"
+    assert isinstance(outcome, Execution), f"the control did not reproduce the race: {outcome}"
 
 
 @pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
@@ -234,3 +282,60 @@ async def test_a_batch_of_fenced_writes_goes_in_two_steps(
     for work_id, claim in (("w0", current), ("w1", stale)):
         assert await a.get_execution(claim.execution.id) == outcomes[work_id]
     assert (await a.get_execution(released.execution.id)).launch_intent == {"by": "a"}
+
+
+async def test_a_batch_of_fenced_writes_is_one_statement_each_outcome_its_own(
+    store_url: str,
+) -> None:
+    """Fenced writes batched together go as one statement (``update_attempts_later``), yet each
+    has its own outcome, as if each ran alone in the batch's order: two writes of one attempt
+    both apply, the second over the first; a change that refuses raises for itself only."""
+    from conduit_core.storage import _sqlstore
+
+    store = await open_store(store_url)
+    one, many = _sqlstore.IN_TWO_STEPS[att.update_attempt]
+    sizes: list[int] = []
+
+    def counted(cx: Any, calls: list[Any]) -> Any:
+        sizes.append(len(calls))
+        return many(cx, calls)
+
+    _sqlstore.IN_TWO_STEPS[att.update_attempt] = (one, counted)
+    try:
+        first, second = await _claimed(store, "w1"), await _claimed(store, "w2")
+        for claim in (first, second):
+            await store.update_attempt(claim.lease, _set("launch_intent", {"n": 1}), now_ms=T0 + 1)
+        sizes.clear()
+        outcomes: dict[str, Any] = {}
+
+        def ended(ex: Execution) -> Execution:
+            return msgspec.structs.replace(ex, status=ExecutionStatus.COMPLETED)
+
+        async def write(name: str, claim: Any, change: Callable[[Execution], Execution]) -> None:
+            try:
+                outcomes[name] = await store.update_attempt(claim.lease, change, now_ms=T0 + 2)
+            except ValueError as exc:
+                outcomes[name] = exc
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write, "a", first, _set("recovery", {"a": 1}))
+            tg.start_soon(write, "b", first, _set("launch_intent", {"b": 2}))
+            tg.start_soon(write, "refused", second, ended)
+            tg.start_soon(write, "d", second, _set("recovery", {"d": 4}))
+        assert sizes == [4], f"not one batch in one statement: {sizes}"
+        assert isinstance(outcomes["refused"], ValueError)
+        assert outcomes["a"].recovery == {"a": 1}
+        assert outcomes["b"].recovery == {"a": 1}, "the second write lost the first"
+        assert outcomes["b"].launch_intent == {"b": 2}
+        assert outcomes["d"].recovery == {"d": 4}
+        assert outcomes["d"].status is ExecutionStatus.LAUNCHING
+        assert await store.get_execution(first.execution.id) == outcomes["b"]
+        assert await store.get_execution(second.execution.id) == outcomes["d"]
+        # Each attempt's next write still takes the fast path from what was written.
+        again = await store.update_attempt(
+            first.lease, _set("recovery", {"again": True}), now_ms=T0 + 3
+        )
+        assert again.launch_intent == {"b": 2}
+    finally:
+        _sqlstore.IN_TWO_STEPS[att.update_attempt] = (one, many)
+        await store.aclose()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 import msgspec
@@ -509,6 +510,105 @@ def update_attempt_later(
         return _fenced_update(cx, lease, change, now_ms)
 
     return take
+
+
+#: Rows per ``_known_updates_sql`` statement (9 parameters each). A statement's VALUES list is
+#: padded with rows of NULLs (which match nothing) to a power of two, so a few statement texts
+#: serve every batch size and stay prepared (PostgreSQL) or cached (SQLite).
+_KNOWN_UPDATES_CHUNK = 128
+_NO_ROW = (None,) * 9
+
+
+def _known_updates_sql(count: int) -> str:
+    """``_KNOWN_UPDATE_SQL`` for ``count`` attempts in one statement: each row of the VALUES list
+    is one attempt's write under the same WHERE, and the ids returned are those written. The
+    VALUES columns are named column1.. on both backends; the casts make their types those of
+    the columns they meet (PostgreSQL types a parameter in a VALUES list from its value)."""
+    values = ", ".join("(?, ?, ?, ?, ?, ?, ?, ?, ?)" for _ in range(count))
+    return (
+        "UPDATE conduit_execution SET status = v.column2, live = CAST(v.column3 AS INTEGER), "
+        "holds_slot = CAST(v.column4 AS INTEGER), data = v.column5, "
+        "rev = conduit_execution.rev + 1 "
+        f"FROM (VALUES {values}) AS v "
+        "WHERE conduit_execution.id = v.column1 "
+        "AND conduit_execution.rev = CAST(v.column6 AS BIGINT) "
+        "AND conduit_execution.epoch = CAST(v.column7 AS BIGINT) AND conduit_execution.live = 1 "
+        "AND EXISTS (SELECT 1 FROM conduit_lease l WHERE l.execution_id = v.column1 "
+        "AND l.epoch = CAST(v.column7 AS BIGINT) AND l.token = v.column8 AND l.released = 0 "
+        "AND l.expires_at_ms > CAST(v.column9 AS BIGINT)) "
+        "RETURNING conduit_execution.id"
+    )
+
+
+def update_attempts_later(
+    cx: Cx,
+    calls: Sequence[tuple[Lease, ExecutionChange, int, Known | None]],
+) -> list[Callable[[], Known]]:
+    """``update_attempt_later`` for several attempts at once: the known-revision writes of the
+    distinct attempts go in one statement (per ``_KNOWN_UPDATES_CHUNK``), whose returned ids are
+    the rows written. Each row is written under the WHERE its own statement would have had, so
+    the outcome is each ``update_attempt_later``'s: written where the statement was sent, or,
+    if its row was not written, the locked read-modify-write where its outcome is taken. A
+    second write of the same attempt in the calls goes that way too (its known revision is
+    the first one's, which that write, if it happened, has left behind)."""
+    fasts: list[tuple[Known, tuple[Any, ...]] | Exception | None] = []
+    for lease, change, now_ms, known in calls:
+        try:
+            fasts.append(_known_update(lease, change, now_ms, known))
+        except Exception as exc:  # the change refused: that operation's error, nothing sent
+            fasts.append(exc)
+    rows: list[tuple[Any, ...]] = []
+    seen: set[str] = set()
+    for fast in fasts:
+        if isinstance(fast, tuple) and fast[0].execution.id not in seen:
+            seen.add(fast[0].execution.id)
+            p = fast[1]  # _KNOWN_UPDATE_SQL's parameters
+            rows.append((p[4], p[0], p[1], p[2], p[3], p[5], p[6], p[9], p[10]))
+    taken = []
+    for o in range(0, len(rows), _KNOWN_UPDATES_CHUNK):
+        chunk = rows[o : o + _KNOWN_UPDATES_CHUNK]
+        size = 1 << (len(chunk) - 1).bit_length()
+        chunk += [_NO_ROW] * (size - len(chunk))
+        taken.append(cx.later(_known_updates_sql(size), tuple(v for row in chunk for v in row)))
+    written: set[str] | None = None
+
+    def was_written(execution_id: str) -> bool:
+        nonlocal written
+        if written is None:
+            written = {str(r[0]) for take in taken for r in take()}
+        return execution_id in written
+
+    outcomes: list[Callable[[], Known]] = []
+    sent: set[str] = set()
+    for (lease, change, now_ms, _), fast in zip(calls, fasts, strict=True):
+        if isinstance(fast, Exception):
+            outcomes.append(partial(_raise, fast))
+            continue
+        if fast is None or fast[0].execution.id in sent:
+            outcomes.append(partial(_fenced_update, cx, lease, change, now_ms))
+            continue
+        sent.add(fast[0].execution.id)
+        outcomes.append(
+            partial(_written_or_fenced, was_written, fast[0], cx, lease, change, now_ms)
+        )
+    return outcomes
+
+
+def _raise(exc: Exception) -> Known:
+    raise exc
+
+
+def _written_or_fenced(
+    was_written: Callable[[str], bool],
+    known: Known,
+    cx: Cx,
+    lease: Lease,
+    change: ExecutionChange,
+    now_ms: int,
+) -> Known:
+    if was_written(known.execution.id):
+        return known
+    return _fenced_update(cx, lease, change, now_ms)
 
 
 def _known_update(

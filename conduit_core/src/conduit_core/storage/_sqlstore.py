@@ -103,7 +103,7 @@ class SqlStore(Store):
             shared=fn in ROW_LOCKED,
             order=order,
             savepoint=fn not in FAILS_CLEAN,
-            later=None if in_two_steps is None else partial(_bind, in_two_steps, args),
+            later=None if in_two_steps is None else _TwoSteps(*in_two_steps, args),
         )
 
     def _run_batch(self, ops: list[Operation[Any]]) -> None:
@@ -645,12 +645,32 @@ CLAIMS_FROM_THE_READY_QUEUE: frozenset[Callable[..., Any]] = frozenset(
 _AFTER_THE_BATCH = "\U0010ffff"
 
 
-#: Operations that also come in two steps: send the statement, then take the outcome. A batch
-#: made only of such operations sends every first step, then takes every outcome: one round
-#: trip for the batch's statements instead of one per operation (``_batch``).
-IN_TWO_STEPS: dict[Callable[..., Any], Callable[..., Any]] = {
-    att.update_attempt: att.update_attempt_later,
+#: Operations that also come in two steps: send the statement, then take the outcome; and the
+#: same for several operations of the kind at once (one statement for all). A batch made only
+#: of such operations sends every first step, then takes every outcome: one round trip for the
+#: batch's statements instead of one per operation, and one statement per kind (``_batch``).
+IN_TWO_STEPS: dict[Callable[..., Any], tuple[Callable[..., Any], Callable[..., Any]]] = {
+    att.update_attempt: (att.update_attempt_later, att.update_attempts_later),
 }
+
+
+class _TwoSteps:
+    """An operation's first step (``one``, called with the cursor: sends, returns the outcome's
+    taker), and ``many``: the first steps of several operations of its kind as one call, given
+    each one's arguments (see ``IN_TWO_STEPS``)."""
+
+    __slots__ = ("args", "many", "one")
+
+    def __init__(
+        self, one: Callable[..., Any], many: Callable[..., Any], args: tuple[Any, ...]
+    ) -> None:
+        self.one = one
+        self.many = many
+        self.args = args
+
+    def __call__(self, cx: Cx) -> Callable[[], Any]:
+        taker: Callable[[], Any] = self.one(cx, *self.args)
+        return taker
 
 
 #: Operations that raise only before their first write (every check, then the writes), so in a
@@ -696,9 +716,21 @@ def _batch(ordered: list[Operation[Any]], savepoints: bool, cx: Cx) -> None:
 
 def _batch_in_two_steps(ordered: list[Operation[Any]], cx: Cx) -> None:
     taken: list[Callable[[], Any] | None] = []
-    for op in ordered:
+    kinds: dict[Callable[..., Any], list[int]] = {}
+    for i, op in enumerate(ordered):
+        if isinstance(op.later, _TwoSteps):
+            kinds.setdefault(op.later.many, []).append(i)
+    together: dict[int, Callable[[], Any]] = {}
+    for many, at in kinds.items():
+        if len(at) > 1:  # the kind's first steps sent as one (where its first one was)
+            takers = many(cx, [ordered[i].later.args for i in at])  # type: ignore[union-attr]
+            together.update(zip(at, takers, strict=True))
+    for i, op in enumerate(ordered):
         op.result = op.error = None
         assert op.later is not None
+        if i in together:
+            taken.append(together[i])
+            continue
         try:
             taken.append(op.later(cx))
         except Exception as exc:

@@ -89,6 +89,7 @@ class _PgCx:
     __slots__ = ("_alone", "_begin", "_conn", "_cur", "_pipeline", "_pipeline_mode", "committed")
     locks_rows = True
     has_sequences = True
+    has_arrays = True
 
     def __init__(
         self,

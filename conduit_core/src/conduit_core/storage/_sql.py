@@ -49,6 +49,9 @@ class Cx(Protocol):
     locks_rows: bool
     #: Whether the backend has sequences (PostgreSQL): numbers taken without a row lock.
     has_sequences: bool
+    #: Whether a parameter may be an array (PostgreSQL): a set-based statement then takes one
+    #: array per column (``unnest``), so its text, and its prepared plan, fit any row count.
+    has_arrays: bool
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]: ...
 

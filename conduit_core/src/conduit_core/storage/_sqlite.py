@@ -37,6 +37,7 @@ class _SqliteCx:
     #: One writer by nature: nothing to lock row by row (see ``Cx.locks_rows``).
     locks_rows = False
     has_sequences = False
+    has_arrays = False
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn

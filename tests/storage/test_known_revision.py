@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from functools import partial
 from typing import Any
 
 import anyio
@@ -168,8 +169,10 @@ async def _race(
             beside.append(len(calls))
             return many(cx, calls)
 
+        threshold = _sqlstore.ONE_STATEMENT_FROM
         if beside is not None:
             _sqlstore.IN_TWO_STEPS[att.update_attempt] = (one, counted)
+            _sqlstore.ONE_STATEMENT_FROM = 2
 
         async def write() -> None:
             try:
@@ -200,6 +203,7 @@ async def _race(
                 await anyio.to_thread.run_sync(next, release, None)  # commit the release
         finally:
             _sqlstore.IN_TWO_STEPS[att.update_attempt] = (one, many)
+            _sqlstore.ONE_STATEMENT_FROM = threshold
         if beside is not None:
             assert (await store.get_execution(other.execution.id)).recovery == {"beside": True}
         return outcome[0]
@@ -285,12 +289,14 @@ async def test_a_batch_of_fenced_writes_goes_in_two_steps(
 
 
 async def test_a_batch_of_fenced_writes_is_one_statement_each_outcome_its_own(
-    store_url: str,
+    store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Fenced writes batched together go as one statement (``update_attempts_later``), yet each
     has its own outcome, as if each ran alone in the batch's order: two writes of one attempt
     both apply, the second over the first; a change that refuses raises for itself only."""
     from conduit_core.storage import _sqlstore
+
+    monkeypatch.setattr(_sqlstore, "ONE_STATEMENT_FROM", 2)  # this batch of 4 goes as one
 
     store = await open_store(store_url)
     one, many = _sqlstore.IN_TWO_STEPS[att.update_attempt]
@@ -336,6 +342,42 @@ async def test_a_batch_of_fenced_writes_is_one_statement_each_outcome_its_own(
             first.lease, _set("recovery", {"again": True}), now_ms=T0 + 3
         )
         assert again.launch_intent == {"b": 2}
+    finally:
+        _sqlstore.IN_TWO_STEPS[att.update_attempt] = (one, many)
+        await store.aclose()
+
+
+async def test_a_batch_of_eight_fenced_writes_is_one_statement_by_default(store_url: str) -> None:
+    """At the default threshold a batch of ``ONE_STATEMENT_FROM`` launch writes (as the attempts
+    of a busy host send them) goes as one statement, and each is written."""
+    from conduit_core.storage import _sqlstore
+
+    store = await open_store(store_url)
+    one, many = _sqlstore.IN_TWO_STEPS[att.update_attempt]
+    sizes: list[int] = []
+
+    def counted(cx: Any, calls: list[Any]) -> Any:
+        sizes.append(len(calls))
+        return many(cx, calls)
+
+    count = _sqlstore.ONE_STATEMENT_FROM
+    claims = [await _claimed(store, f"w{i}") for i in range(count)]
+    for claim in claims:
+        await store.update_attempt(claim.lease, _set("launch_intent", {"n": 1}), now_ms=T0 + 1)
+    _sqlstore.IN_TWO_STEPS[att.update_attempt] = (one, counted)
+    try:
+        async with anyio.create_task_group() as tg:
+            for i, claim in enumerate(claims):
+                tg.start_soon(
+                    partial(store.update_attempt, now_ms=T0 + 2),
+                    claim.lease,
+                    _set("recovery", {"i": i}),
+                )
+        assert sizes == [count], f"not one statement: {sizes}"
+        for i, claim in enumerate(claims):
+            written = await store.get_execution(claim.execution.id)
+            assert written.recovery == {"i": i}
+            assert written.launch_intent == {"n": 1}
     finally:
         _sqlstore.IN_TWO_STEPS[att.update_attempt] = (one, many)
         await store.aclose()

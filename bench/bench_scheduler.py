@@ -111,13 +111,19 @@ async def bench_one(url: str, n: int, concurrency: int) -> dict[str, object]:
         )
         t0 = time.perf_counter()
         await enqueue(store, n, SystemClock().now_ms())
-        t1 = time.perf_counter()
+        t1, cpu1 = time.perf_counter(), time.process_time()
         async with sched.keeping_leases():
             await process(sched, n, concurrency)
-        t2 = time.perf_counter()
+        t2, cpu2 = time.perf_counter(), time.process_time()
         left = await store.ready_work(limit=1)
         assert not left, "every Work must be completed"
-    return {"enqueue_s": round(t1 - t0, 3), "process_s": round(t2 - t1, 3)}
+    return {
+        "enqueue_s": round(t1 - t0, 3),
+        "process_s": round(t2 - t1, 3),
+        # This process's CPU (every thread) per attempt while processing: the store's client
+        # work, the runtime and the event loop; the database server's is not counted.
+        "cpu_ms_per_attempt": round((cpu2 - cpu1) / n * 1000, 3),
+    }
 
 
 def fresh_url(kind: str) -> tuple[str, object]:
@@ -170,7 +176,7 @@ def main() -> None:
             print(
                 f"{args.store:8} concurrency={concurrency:<3} n={args.n} "
                 f"enqueue={figures['enqueue_s']}s process={figures['process_s']}s "
-                f"attempts/s={rate:,.0f}"
+                f"attempts/s={rate:,.0f} cpu/attempt={figures['cpu_ms_per_attempt']}ms"
             )
         sys.stdout.flush()
 

@@ -499,7 +499,17 @@ def update_attempt_later(
     trip. A count of 0 wrote nothing: the function then goes on as ``update_attempt`` does,
     with the locked read-modify-write (which, in the batch's order, runs after the statements
     sent before it: as if the operation ran there, whole)."""
-    fast = _known_update(lease, change, now_ms, known)
+    return _sent_alone(cx, _known_update(lease, change, now_ms, known), lease, change, now_ms)
+
+
+def _sent_alone(
+    cx: Cx,
+    fast: tuple[Known, tuple[Any, ...]] | None,
+    lease: Lease,
+    change: ExecutionChange,
+    now_ms: int,
+) -> Callable[[], Known]:
+    """``update_attempt_later`` once ``_known_update`` has given ``fast``."""
     if fast is None:
         return lambda: _fenced_update(cx, lease, change, now_ms)
     counted = cx.count_later(_KNOWN_UPDATE_SQL, fast[1])
@@ -512,38 +522,12 @@ def update_attempt_later(
     return take
 
 
-#: Rows per ``_known_updates_sql`` statement (9 parameters each). A statement's VALUES list is
-#: padded with rows of NULLs (which match nothing) to a power of two, so a few statement texts
-#: serve every batch size and stay prepared (PostgreSQL) or cached (SQLite).
-_KNOWN_UPDATES_CHUNK = 128
-_NO_ROW = (None,) * 9
-
-
-def _known_updates_sql(count: int) -> str:
-    """``_KNOWN_UPDATE_SQL`` for ``count`` attempts in one statement: each row of the VALUES list
-    is one attempt's write under the same WHERE, and the ids returned are those written. The
-    VALUES columns are named column1.. on both backends; the casts make their types those of
-    the columns they meet (PostgreSQL types a parameter in a VALUES list from its value)."""
-    values = ", ".join("(?, ?, ?, ?, ?, ?, ?, ?, ?)" for _ in range(count))
-    return (
-        "UPDATE conduit_execution SET status = v.column2, live = CAST(v.column3 AS INTEGER), "
-        "holds_slot = CAST(v.column4 AS INTEGER), data = v.column5, "
-        "rev = conduit_execution.rev + 1 "
-        f"FROM (VALUES {values}) AS v "
-        "WHERE conduit_execution.id = v.column1 "
-        "AND conduit_execution.rev = CAST(v.column6 AS BIGINT) "
-        "AND conduit_execution.epoch = CAST(v.column7 AS BIGINT) AND conduit_execution.live = 1 "
-        "AND EXISTS (SELECT 1 FROM conduit_lease l WHERE l.execution_id = v.column1 "
-        "AND l.epoch = CAST(v.column7 AS BIGINT) AND l.token = v.column8 AND l.released = 0 "
-        "AND l.expires_at_ms > CAST(v.column9 AS BIGINT)) "
-        "RETURNING conduit_execution.id"
-    )
-
-
-# ``_known_updates_sql`` with one array parameter per column (``Cx.has_arrays``), sent in
-# binary (``%b``: an array of documents in text form is escaped element by element, ~50x the
-# cost).
-_KNOWN_UPDATES_UNNEST_SQL = (
+# ``_KNOWN_UPDATE_SQL`` for several attempts in one statement, one array parameter per column
+# (``Cx.has_arrays``): each row of the arrays is one attempt's write under the same WHERE, and
+# the ids returned are those written. One text for any count, so it stays prepared. The arrays
+# go in binary (``%b``): an array of documents in text form is escaped element by element in
+# Python, ~50x the cost.
+_KNOWN_UPDATES_SQL = (
     "UPDATE conduit_execution SET status = v.status, live = v.live, holds_slot = v.holds_slot, "
     "data = v.data, rev = conduit_execution.rev + 1 "
     "FROM unnest(%b::text[], %b::text[], %b::int[], %b::int[], %b::text[], %b::bigint[], "
@@ -563,18 +547,28 @@ def update_attempts_later(
     calls: Sequence[tuple[Lease, ExecutionChange, int, Known | None]],
 ) -> list[Callable[[], Known]]:
     """``update_attempt_later`` for several attempts at once: the known-revision writes of the
-    distinct attempts go in one statement (per ``_KNOWN_UPDATES_CHUNK``), whose returned ids are
-    the rows written. Each row is written under the WHERE its own statement would have had, so
-    the outcome is each ``update_attempt_later``'s: written where the statement was sent, or,
-    if its row was not written, the locked read-modify-write where its outcome is taken. A
-    second write of the same attempt in the calls goes that way too (its known revision is
-    the first one's, which that write, if it happened, has left behind)."""
+    distinct attempts go in one statement, whose returned ids are the rows written. Each row is
+    written under the WHERE its own statement would have had, so the outcome is each
+    ``update_attempt_later``'s: written where the statement was sent, or, if its row was not
+    written, the locked read-modify-write where its outcome is taken. A second write of the
+    same attempt in the calls goes that way too (its known revision is the first one's, which
+    that write, if it happened, has left behind).
+
+    A backend without array parameters (SQLite, in process: one statement each costs what one
+    for all would, as measured) takes each as ``update_attempt_later``."""
     fasts: list[tuple[Known, tuple[Any, ...]] | Exception | None] = []
     for lease, change, now_ms, known in calls:
         try:
             fasts.append(_known_update(lease, change, now_ms, known))
         except Exception as exc:  # the change refused: that operation's error, nothing sent
             fasts.append(exc)
+    if not cx.has_arrays:
+        return [
+            partial(_raise, fast)
+            if isinstance(fast, Exception)
+            else _sent_alone(cx, fast, lease, change, now_ms)
+            for (lease, change, now_ms, _), fast in zip(calls, fasts, strict=True)
+        ]
     rows: list[tuple[Any, ...]] = []
     seen: set[str] = set()
     for fast in fasts:
@@ -582,22 +576,14 @@ def update_attempts_later(
             seen.add(fast[0].execution.id)
             p = fast[1]  # _KNOWN_UPDATE_SQL's parameters
             rows.append((p[4], p[0], p[1], p[2], p[3], p[5], p[6], p[9], p[10]))
-    taken = []
-    if cx.has_arrays and rows:
-        columns = tuple(list(column) for column in zip(*rows, strict=True))
-        taken.append(cx.later(_KNOWN_UPDATES_UNNEST_SQL, columns))
-        rows = []
-    for o in range(0, len(rows), _KNOWN_UPDATES_CHUNK):
-        chunk = rows[o : o + _KNOWN_UPDATES_CHUNK]
-        size = 1 << (len(chunk) - 1).bit_length()
-        chunk += [_NO_ROW] * (size - len(chunk))
-        taken.append(cx.later(_known_updates_sql(size), tuple(v for row in chunk for v in row)))
+    columns = tuple(list(column) for column in zip(*rows, strict=True))
+    take = cx.later(_KNOWN_UPDATES_SQL, columns) if rows else list
     written: set[str] | None = None
 
     def was_written(execution_id: str) -> bool:
         nonlocal written
         if written is None:
-            written = {str(r[0]) for take in taken for r in take()}
+            written = {str(r[0]) for r in take()}
         return execution_id in written
 
     outcomes: list[Callable[[], Known]] = []

@@ -684,7 +684,8 @@ def settle_attempt(
     last wrote) the attempt's document is not re-read: one statement fences and locks the
     attempt at that revision, its lease and its Work."""
     fast = None
-    if known is not None and known.token == lease.token and known.execution.epoch == lease.epoch:
+    if _knows(lease, known):
+        assert known is not None
         fast = first(
             cx,
             _KNOWN_SETTLE_SQL,
@@ -692,15 +693,97 @@ def settle_attempt(
         )
     if fast is not None:
         assert known is not None
-        ex, work = known.execution, Codec.work.decode(fast[0])
-    else:
-        ex = fenced(cx, lease, now_ms)
-        # Locked before the consumed inputs are dropped: they change this Work's pending count.
-        work = load_work(cx, ex.work_id, lock=True)
+        return _settle_known(cx, known.execution, fast[0], decide, now_ms, consumed)
+    ex = fenced(cx, lease, now_ms)
+    # Locked before the consumed inputs are dropped: they change this Work's pending count.
+    work = load_work(cx, ex.work_id, lock=True)
     if consumed:
         settle_consumed(cx, ex.id, consumed, now_ms)
         work = load_work(cx, ex.work_id)
     return _settle(cx, ex, work, decide, now_ms)
+
+
+def _knows(lease: Lease, known: Known | None) -> bool:
+    return known is not None and known.token == lease.token and known.execution.epoch == lease.epoch
+
+
+def _settle_known(
+    cx: Cx, ex: Execution, work_data: str, decide: Decision, now_ms: int, consumed: Sequence[str]
+) -> Execution:
+    """``settle_attempt`` once the attempt is fenced and locked at the holder's revision, with
+    its Work's document as locked."""
+    work = Codec.work.decode(work_data)
+    if consumed:
+        settle_consumed(cx, ex.id, consumed, now_ms)
+        work = load_work(cx, ex.work_id)
+    return _settle(cx, ex, work, decide, now_ms)
+
+
+# ``_KNOWN_SETTLE_SQL`` for several attempts in one statement, one array parameter per column
+# (``Cx.has_arrays``, in binary as ``_KNOWN_UPDATES_SQL``), locking in attempt id order.
+_KNOWN_SETTLES_SQL = (
+    "SELECT e.id, w.id, w.data FROM unnest(%b::text[], %b::bigint[], %b::bigint[], %b::text[], "
+    "%b::bigint[]) AS v(id, rev, epoch, token, now_ms) "
+    "JOIN conduit_execution e ON e.id = v.id JOIN conduit_lease l ON l.execution_id = e.id "
+    "JOIN conduit_work w ON w.id = e.work_id "
+    "WHERE e.rev = v.rev AND e.epoch = v.epoch AND e.live = 1 AND l.epoch = v.epoch "
+    "AND l.token = v.token AND l.released = 0 AND l.expires_at_ms > v.now_ms "
+    "ORDER BY e.id FOR UPDATE OF e, l, w"
+)
+
+
+class SettleAhead(NamedTuple):
+    """A settlement's fence, read and locked ahead with the others of its batch: the attempt
+    was at the holder's revision, live, its lease this one; ``work_data`` is its Work then."""
+
+    work_id: str
+    work_data: str
+
+
+def read_settlements_ahead(
+    cx: Cx, calls: Sequence[tuple[Lease, Decision, int, Sequence[str], Known | None]]
+) -> list[SettleAhead | None]:
+    """The fast read of ``settle_attempt`` for each call (its arguments) in one statement;
+    ``None`` for a call it cannot serve (nothing known, or its attempt has moved on: that
+    settlement takes its own path). Only where ``Cx.has_arrays``; the attempts are distinct."""
+    ids = [lease.execution_id for lease, *_ in calls]
+    assert len(set(ids)) == len(ids), "one read ahead per attempt"
+    asked = [
+        (lease.execution_id, known.rev, lease.epoch, lease.token, now_ms)
+        for lease, _, now_ms, _, known in calls
+        if known is not None and _knows(lease, known)
+    ]
+    if not cx.has_arrays or not asked:
+        return [None] * len(calls)
+    columns = tuple(list(column) for column in zip(*asked, strict=True))
+    found = {
+        str(execution_id): SettleAhead(str(work_id), str(data))
+        for execution_id, work_id, data in cx.rows(_KNOWN_SETTLES_SQL, columns)
+    }
+    return [
+        found.get(lease.execution_id) if _knows(lease, known) else None
+        for lease, _, _, _, known in calls
+    ]
+
+
+def settle_attempt_ahead(
+    cx: Cx,
+    ahead: SettleAhead,
+    lease: Lease,
+    decide: Decision,
+    now_ms: int,
+    consumed: Sequence[str] = (),
+    known: Known | None = None,
+) -> Execution:
+    """``settle_attempt`` from its fence read ahead (``read_settlements_ahead``, in this
+    transaction): the attempt and its lease are locked since, and only its own settlement
+    writes them; its Work is as read unless this transaction has written it since
+    (``Cx.works_written``: another settlement published it an input, say), in which case the
+    settlement takes its own path, which reads the row anew."""
+    written = cx.works_written
+    if known is None or written is None or ahead.work_id in written:
+        return settle_attempt(cx, lease, decide, now_ms, consumed, known)
+    return _settle_known(cx, known.execution, ahead.work_data, decide, now_ms, consumed)
 
 
 def _settle(cx: Cx, ex: Execution, work: Work, decide: Decision, now_ms: int) -> Execution:

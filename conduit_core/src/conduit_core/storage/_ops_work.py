@@ -440,6 +440,8 @@ class ClaimWrites:
             self._cx.many(PUT_LEASE_SQL, [lease_params(lease) for lease in self._leases])
         if self._works:
             self._cx.many(SAVE_WORK_SQL, [save_work_params(w) for w in self._works])
+            if self._cx.works_written is not None:
+                self._cx.works_written.update(w.id for w in self._works)
         self._inputs, self._executions, self._leases, self._works = [], [], [], []
 
 

@@ -86,7 +86,10 @@ class _PgCx:
     with leaving the pipeline. A transaction costs a round trip per read it waits for, plus one
     for its commit."""
 
-    __slots__ = ("_alone", "_begin", "_conn", "_cur", "_pipeline", "_pipeline_mode", "committed")
+    __slots__ = (
+        "_alone", "_begin", "_conn", "_cur", "_pipeline", "_pipeline_mode", "committed",
+        "works_written",
+    )  # fmt: skip
     locks_rows = True
     has_sequences = True
     has_arrays = True
@@ -108,6 +111,7 @@ class _PgCx:
         self._pipeline_mode: AbstractContextManager[psycopg.Pipeline] | None = None
         #: The transaction committed with ``count_or_restart``: nothing more may be sent.
         self.committed = False
+        self.works_written: set[str] | None = None
         if begin is not None:
             self._open()
 

@@ -52,6 +52,10 @@ class Cx(Protocol):
     #: Whether a parameter may be an array (PostgreSQL): a set-based statement then takes one
     #: array per column (``unnest``), so its text, and its prepared plan, fit any row count.
     has_arrays: bool
+    #: While not ``None``, the ids of the Work rows this transaction has updated (every update
+    #: goes through ``save_work`` or ``SAVE_WORK_SQL``): a batch that read rows ahead for its
+    #: operations sets it, to know which of those reads a write has since made stale.
+    works_written: set[str] | None
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]: ...
 
@@ -196,6 +200,8 @@ def save_work_params(work: Work) -> tuple[Any, ...]:
 
 def save_work(cx: Cx, work: Work) -> None:
     cx.run(SAVE_WORK_SQL, save_work_params(work))
+    if cx.works_written is not None:
+        cx.works_written.add(work.id)
 
 
 def find_work(cx: Cx, work_id: str, *, lock: bool = False) -> Work | None:

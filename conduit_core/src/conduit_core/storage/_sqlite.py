@@ -38,6 +38,8 @@ class _SqliteCx:
     locks_rows = False
     has_sequences = False
     has_arrays = False
+    #: Nothing is read ahead on SQLite (see ``Cx.works_written``).
+    works_written: set[str] | None = None
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn

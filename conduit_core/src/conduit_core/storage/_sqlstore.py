@@ -99,7 +99,7 @@ class SqlStore(Store):
         )
         in_two_steps = IN_TWO_STEPS.get(fn)
         return await self._group.submit(
-            partial(_bind, fn, args),
+            _Call(fn, args),
             shared=fn in ROW_LOCKED,
             order=order,
             savepoint=fn not in FAILS_CLEAN,
@@ -661,6 +661,29 @@ IN_TWO_STEPS: dict[Callable[..., Any], tuple[Callable[..., Any], Callable[..., A
 ONE_STATEMENT_FROM = 8
 
 
+#: Operations whose first read several of a batch may share: ``read(cx, [each one's
+#: arguments])`` reads for them all at once and gives each a hint (or ``None``), and
+#: ``run(cx, hint, *arguments)`` is the operation from its hint. A batch reads ahead for
+#: ``ONE_STATEMENT_FROM`` or more such operations of distinct attempts, and runs them first
+#: (``_read_ahead``).
+READ_AHEAD: dict[Callable[..., Any], tuple[Callable[..., Any], Callable[..., Any]]] = {
+    att.settle_attempt: (att.read_settlements_ahead, att.settle_attempt_ahead),
+}
+
+
+class _Call:
+    """An operation: ``fn`` with its arguments, called with the transaction's cursor."""
+
+    __slots__ = ("args", "fn")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.fn = fn
+        self.args = args
+
+    def __call__(self, cx: Cx) -> Any:
+        return self.fn(cx, *self.args)
+
+
 class _TwoSteps:
     """An operation's first step (``one``, called with the cursor: sends, returns the outcome's
     taker), and ``many``: the first steps of several operations of its kind as one call, given
@@ -702,13 +725,15 @@ def _batch(ordered: list[Operation[Any]], savepoints: bool, cx: Cx) -> None:
     if all(op.later is not None and not op.savepoint for op in ordered):
         _batch_in_two_steps(ordered, cx)
         return
+    ordered, ahead = _read_ahead(ordered, cx)
     for op in ordered:
         op.result = op.error = None
         savepoint = savepoints and op.savepoint
         if savepoint:
             cx.run("SAVEPOINT conduit_op")
         try:
-            op.result = op.fn(cx)
+            hint = ahead.get(id(op))
+            op.result = op.fn(cx) if hint is None else hint(cx)
         except Exception as exc:
             if is_driver_error(exc):
                 raise  # the transaction's, not the operation's: retry or fail the batch
@@ -719,6 +744,47 @@ def _batch(ordered: list[Operation[Any]], savepoints: bool, cx: Cx) -> None:
             op.error = exc  # refused before writing anything (FAILS_CLEAN) or rolled back
         if savepoint:
             cx.run("RELEASE SAVEPOINT conduit_op")
+
+
+def _read_ahead(
+    ordered: list[Operation[Any]], cx: Cx
+) -> tuple[list[Operation[Any]], dict[int, Callable[[Cx], Any]]]:
+    """The batch's order and, per operation read ahead for (by ``id``), how it then runs.
+
+    Operations of one kind in ``READ_AHEAD`` (settlements), each the batch's only operation
+    on its attempt, ``ONE_STATEMENT_FROM`` or more of them, have their first read made in one
+    statement and run first, in the batch's order: the batch's operations are concurrent
+    submissions, so any order is one they could have run in. Running first, each finds its
+    attempt as read (only its own operation touches it); its Work may have been written by one
+    run before it (an input published to it), which ``Cx.works_written``, tracked from the
+    read on, tells it."""
+    if not cx.has_arrays:
+        return ordered, {}
+    attempts: dict[str, int] = {}
+    for op in ordered:
+        attempts[op.order] = attempts.get(op.order, 0) + 1
+    for kind, (read, run) in READ_AHEAD.items():
+        group: list[tuple[Operation[Any], _Call]] = [
+            (op, op.fn)
+            for op in ordered
+            if isinstance(op.fn, _Call) and op.fn.fn is kind and attempts[op.order] == 1
+        ]
+        if len(group) < ONE_STATEMENT_FROM:
+            continue
+        hints = read(cx, [call.args for _, call in group])
+        cx.works_written = set()
+        ahead: dict[int, Callable[[Cx], Any]] = {
+            id(op): partial(_from_hint, run, hint, call.args)
+            for (op, call), hint in zip(group, hints, strict=True)
+            if hint is not None
+        }
+        first = {id(op) for op, _ in group}
+        return [op for op, _ in group] + [op for op in ordered if id(op) not in first], ahead
+    return ordered, {}
+
+
+def _from_hint(run: Callable[..., T], hint: Any, args: tuple[Any, ...], cx: Cx) -> T:
+    return run(cx, hint, *args)
 
 
 def _batch_in_two_steps(ordered: list[Operation[Any]], cx: Cx) -> None:

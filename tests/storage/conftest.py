@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import NoReturn
 from urllib.parse import urlsplit, urlunsplit
@@ -18,7 +18,7 @@ import pytest
 
 pytest.register_assert_rewrite("conduit_core.storage.conformance")
 
-from conduit_core.storage import open_store  # noqa: E402
+from conduit_core.storage import Store, open_store  # noqa: E402
 from conduit_core.storage.conformance import StoreFactory  # noqa: E402
 from tests._ci import unavailable  # noqa: E402
 
@@ -70,3 +70,15 @@ def store_url(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def store_factory(store_url: str) -> StoreFactory:
     return StoreFactory(open=lambda: open_store(store_url), url=store_url)
+
+
+@pytest.fixture
+async def two(store_url: str) -> AsyncIterator[tuple[Store, Store]]:
+    """Two handles on one store, as two daemons have."""
+    a = await open_store(store_url)
+    b = await open_store(store_url)
+    try:
+        yield a, b
+    finally:
+        await a.aclose()
+        await b.aclose()

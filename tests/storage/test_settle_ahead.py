@@ -10,7 +10,7 @@ not lost. The negative control settles from the read-ahead Work regardless and l
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -18,24 +18,13 @@ import msgspec
 import pytest
 
 from conduit_core.model import Event, Execution, ExecutionStatus, Work, WorkKind
-from conduit_core.storage import AttemptEnd, ClaimRequest, Settlement, Store, _sqlstore, open_store
+from conduit_core.storage import AttemptEnd, ClaimRequest, Settlement, Store, _sqlstore
 from conduit_core.storage import _ops_attempts as att
 from conduit_core.storage.conformance import LEASE_MS, T0, make_input, make_work, snapshot
 
 pytestmark = pytest.mark.anyio
 
 COUNT = max(_sqlstore.ONE_STATEMENT_FROM, 2) + 1
-
-
-@pytest.fixture
-async def two(store_url: str) -> AsyncIterator[tuple[Store, Store]]:
-    a = await open_store(store_url)
-    b = await open_store(store_url)
-    try:
-        yield a, b
-    finally:
-        await a.aclose()
-        await b.aclose()
 
 
 async def _claimed(store: Store, work_id: str) -> Any:

@@ -22,7 +22,7 @@ import pytest
 
 from conduit_core.errors import LeaseLostError
 from conduit_core.model import Execution, ExecutionStatus, WorkKind
-from conduit_core.storage import AttemptEnd, ClaimRequest, Store, open_store
+from conduit_core.storage import AttemptEnd, ClaimRequest, Store, _sqlstore, open_store
 from conduit_core.storage import _ops_attempts as att
 from conduit_core.storage.conformance import LEASE_MS, T0, make_input, make_work, snapshot
 
@@ -31,6 +31,19 @@ pytestmark = pytest.mark.anyio
 
 def _set(field: str, value: dict[str, Any]) -> Callable[[Execution], Execution]:
     return lambda ex: msgspec.structs.replace(ex, **{field: value})
+
+
+def _one_statement_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the size of each batch of fenced writes sent as one (``update_attempts_later``)."""
+    one, many = _sqlstore.IN_TWO_STEPS[att.update_attempt]
+    sizes: list[int] = []
+
+    def counted(cx: Any, calls: list[Any]) -> Any:
+        sizes.append(len(calls))
+        return many(cx, calls)
+
+    monkeypatch.setitem(_sqlstore.IN_TWO_STEPS, att.update_attempt, (one, counted))
+    return sizes
 
 
 async def _claimed(store: Store, work_id: str = "w") -> Any:
@@ -133,14 +146,10 @@ def _waiting_for_a_lock(url: str) -> bool:
     return bool(row and row[0])
 
 
-async def _race(
-    url: str, *, touch: bool, beside: list[int] | None = None
-) -> BaseException | Execution:
+async def _race(url: str, *, touch: bool, beside: bool = False) -> BaseException | Execution:
     """The fast write of an attempt whose lease a concurrent transaction released. ``beside``:
     another attempt's write goes in the same batch (one statement for both, see
-    ``update_attempts_later``); the sizes of the batches so sent are appended to it."""
-    from conduit_core.storage import _sqlstore
-
+    ``update_attempts_later``), which the caller counts."""
     store = await open_store(url)
     try:
         claim = await _claimed(store)
@@ -150,17 +159,6 @@ async def _race(
         release = _release_in_open_transaction(url, claim.lease, touch=touch)
         await anyio.to_thread.run_sync(next, release)  # released, not yet committed
         outcome: list[BaseException | Execution] = []
-        one, many = _sqlstore.IN_TWO_STEPS[att.update_attempt]
-
-        def counted(cx: Any, calls: list[Any]) -> Any:
-            assert beside is not None
-            beside.append(len(calls))
-            return many(cx, calls)
-
-        threshold = _sqlstore.ONE_STATEMENT_FROM
-        if beside is not None:
-            _sqlstore.IN_TWO_STEPS[att.update_attempt] = (one, counted)
-            _sqlstore.ONE_STATEMENT_FROM = 2
 
         async def write() -> None:
             try:
@@ -178,21 +176,17 @@ async def _race(
             )
             assert written.recovery == {"beside": True}
 
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(write)
-                if beside is not None:
-                    tg.start_soon(write_beside)
-                deadline = time.monotonic() + 20
-                while not await anyio.to_thread.run_sync(_waiting_for_a_lock, url):
-                    assert time.monotonic() < deadline, "the fast write never waited for the row"
-                    assert not outcome, f"the write did not wait for the release: {outcome}"
-                    await anyio.sleep(0.01)
-                await anyio.to_thread.run_sync(next, release, None)  # commit the release
-        finally:
-            _sqlstore.IN_TWO_STEPS[att.update_attempt] = (one, many)
-            _sqlstore.ONE_STATEMENT_FROM = threshold
-        if beside is not None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write)
+            if beside:
+                tg.start_soon(write_beside)
+            deadline = time.monotonic() + 20
+            while not await anyio.to_thread.run_sync(_waiting_for_a_lock, url):
+                assert time.monotonic() < deadline, "the fast write never waited for the row"
+                assert not outcome, f"the write did not wait for the release: {outcome}"
+                await anyio.sleep(0.01)
+            await anyio.to_thread.run_sync(next, release, None)  # commit the release
+        if beside:
             assert (await store.get_execution(other.execution.id)).recovery == {"beside": True}
         return outcome[0]
     finally:
@@ -208,12 +202,13 @@ async def test_postgres_a_release_racing_a_fast_write_refuses_it(store_url: str)
 @pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
 @pytest.mark.parametrize("touch", [True, False], ids=["release", "negative-control"])
 async def test_postgres_a_release_racing_a_batched_write_refuses_it(
-    store_url: str, touch: bool
+    store_url: str, touch: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same race with the write in one statement beside another attempt's write; the
     negative control (a release without its revision bump) lets the write through."""
-    batches: list[int] = []
-    outcome = await _race(store_url, touch=touch, beside=batches)
+    monkeypatch.setattr(_sqlstore, "ONE_STATEMENT_FROM", 2)
+    batches = _one_statement_batches(monkeypatch)
+    outcome = await _race(store_url, touch=touch, beside=True)
     assert batches == [2], f"the two writes did not go in one statement: {batches}"
     if touch:
         assert isinstance(outcome, LeaseLostError), f"written after its release: {outcome}"
@@ -235,8 +230,6 @@ async def test_a_batch_of_fenced_writes_goes_in_two_steps(
     """Fenced writes batched together send every statement, then take every count (one round
     trip on PostgreSQL): a current copy is written by its statement, a stale one falls back to
     the locked read and keeps the newer row, a released lease refuses, each on its own."""
-    from conduit_core.storage import _sqlstore
-
     a, b = two
     current, stale, released = [await _claimed(a, f"w{i}") for i in range(3)]
     for claim in (current, stale, released):
@@ -281,19 +274,9 @@ async def test_a_batch_of_fenced_writes_is_one_statement_each_outcome_its_own(
     """Fenced writes batched together go as one statement (``update_attempts_later``), yet each
     has its own outcome, as if each ran alone in the batch's order: two writes of one attempt
     both apply, the second over the first; a change that refuses raises for itself only."""
-    from conduit_core.storage import _sqlstore
-
     monkeypatch.setattr(_sqlstore, "ONE_STATEMENT_FROM", 2)  # this batch of 4 goes as one
-
+    sizes = _one_statement_batches(monkeypatch)
     store = await open_store(store_url)
-    one, many = _sqlstore.IN_TWO_STEPS[att.update_attempt]
-    sizes: list[int] = []
-
-    def counted(cx: Any, calls: list[Any]) -> Any:
-        sizes.append(len(calls))
-        return many(cx, calls)
-
-    _sqlstore.IN_TWO_STEPS[att.update_attempt] = (one, counted)
     try:
         first, second = await _claimed(store, "w1"), await _claimed(store, "w2")
         for claim in (first, second):
@@ -330,28 +313,20 @@ async def test_a_batch_of_fenced_writes_is_one_statement_each_outcome_its_own(
         )
         assert again.launch_intent == {"b": 2}
     finally:
-        _sqlstore.IN_TWO_STEPS[att.update_attempt] = (one, many)
         await store.aclose()
 
 
-async def test_a_batch_of_eight_fenced_writes_is_one_statement_by_default(store_url: str) -> None:
+async def test_a_batch_of_eight_fenced_writes_is_one_statement_by_default(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """At the default threshold a batch of ``ONE_STATEMENT_FROM`` launch writes (as the attempts
     of a busy host send them) goes as one statement, and each is written."""
-    from conduit_core.storage import _sqlstore
-
     store = await open_store(store_url)
-    one, many = _sqlstore.IN_TWO_STEPS[att.update_attempt]
-    sizes: list[int] = []
-
-    def counted(cx: Any, calls: list[Any]) -> Any:
-        sizes.append(len(calls))
-        return many(cx, calls)
-
     count = _sqlstore.ONE_STATEMENT_FROM
     claims = [await _claimed(store, f"w{i}") for i in range(count)]
     for claim in claims:
         await store.update_attempt(claim.lease, _set("launch_intent", {"n": 1}), now_ms=T0 + 1)
-    _sqlstore.IN_TWO_STEPS[att.update_attempt] = (one, counted)
+    sizes = _one_statement_batches(monkeypatch)
     try:
         async with anyio.create_task_group() as tg:
             for i, claim in enumerate(claims):
@@ -366,5 +341,4 @@ async def test_a_batch_of_eight_fenced_writes_is_one_statement_by_default(store_
             assert written.recovery == {"i": i}
             assert written.launch_intent == {"n": 1}
     finally:
-        _sqlstore.IN_TWO_STEPS[att.update_attempt] = (one, many)
         await store.aclose()

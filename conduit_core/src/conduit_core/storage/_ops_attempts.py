@@ -511,15 +511,9 @@ def _sent_alone(
 ) -> Callable[[], Known]:
     """``update_attempt_later`` once ``_known_update`` has given ``fast``."""
     if fast is None:
-        return lambda: _fenced_update(cx, lease, change, now_ms)
+        return partial(_fenced_update, cx, lease, change, now_ms)
     counted = cx.count_later(_KNOWN_UPDATE_SQL, fast[1])
-
-    def take() -> Known:
-        if counted() == 1:
-            return fast[0]
-        return _fenced_update(cx, lease, change, now_ms)
-
-    return take
+    return partial(_written_or_fenced, lambda: counted() == 1, fast[0], cx, lease, change, now_ms)
 
 
 # ``_KNOWN_UPDATE_SQL`` for several attempts in one statement, one array parameter per column
@@ -562,21 +556,12 @@ def update_attempts_later(
             fasts.append(_known_update(lease, change, now_ms, known))
         except Exception as exc:  # the change refused: that operation's error, nothing sent
             fasts.append(exc)
-    if not cx.has_arrays:
-        return [
-            partial(_raise, fast)
-            if isinstance(fast, Exception)
-            else _sent_alone(cx, fast, lease, change, now_ms)
-            for (lease, change, now_ms, _), fast in zip(calls, fasts, strict=True)
-        ]
-    rows: list[tuple[Any, ...]] = []
-    seen: set[str] = set()
+    rows: dict[str, tuple[Any, ...]] = {}  # per distinct attempt, its first write's row
     for fast in fasts:
-        if isinstance(fast, tuple) and fast[0].execution.id not in seen:
-            seen.add(fast[0].execution.id)
+        if cx.has_arrays and isinstance(fast, tuple) and fast[0].execution.id not in rows:
             p = fast[1]  # _KNOWN_UPDATE_SQL's parameters
-            rows.append((p[4], p[0], p[1], p[2], p[3], p[5], p[6], p[9], p[10]))
-    columns = tuple(list(column) for column in zip(*rows, strict=True))
+            rows[p[4]] = (p[4], p[0], p[1], p[2], p[3], p[5], p[6], p[9], p[10])
+    columns = tuple(list(column) for column in zip(*rows.values(), strict=True))
     take = cx.later(_KNOWN_UPDATES_SQL, columns) if rows else list
     written: set[str] | None = None
 
@@ -587,18 +572,17 @@ def update_attempts_later(
         return execution_id in written
 
     outcomes: list[Callable[[], Known]] = []
-    sent: set[str] = set()
     for (lease, change, now_ms, _), fast in zip(calls, fasts, strict=True):
         if isinstance(fast, Exception):
             outcomes.append(partial(_raise, fast))
-            continue
-        if fast is None or fast[0].execution.id in sent:
+        elif not cx.has_arrays:
+            outcomes.append(_sent_alone(cx, fast, lease, change, now_ms))
+        elif fast is None or rows.pop(fast[0].execution.id, None) is None:
+            # Nothing known, or a second write of the attempt: the locked read, at its turn.
             outcomes.append(partial(_fenced_update, cx, lease, change, now_ms))
-            continue
-        sent.add(fast[0].execution.id)
-        outcomes.append(
-            partial(_written_or_fenced, was_written, fast[0], cx, lease, change, now_ms)
-        )
+        else:
+            wrote = partial(was_written, fast[0].execution.id)
+            outcomes.append(partial(_written_or_fenced, wrote, fast[0], cx, lease, change, now_ms))
     return outcomes
 
 
@@ -607,14 +591,16 @@ def _raise(exc: Exception) -> Known:
 
 
 def _written_or_fenced(
-    was_written: Callable[[str], bool],
+    wrote: Callable[[], bool],
     known: Known,
     cx: Cx,
     lease: Lease,
     change: ExecutionChange,
     now_ms: int,
 ) -> Known:
-    if was_written(known.execution.id):
+    """``known`` if its one-statement write went through; otherwise the locked read-modify-write
+    (the statement wrote nothing: as if the operation ran here, whole)."""
+    if wrote():
         return known
     return _fenced_update(cx, lease, change, now_ms)
 
@@ -624,7 +610,7 @@ def _known_update(
 ) -> tuple[Known, tuple[Any, ...]] | None:
     """The attempt as ``change`` leaves what the holder knows of it, and the parameters of
     ``_KNOWN_UPDATE_SQL`` that write it; ``None`` when the holder knows nothing current."""
-    if known is None or known.token != lease.token or known.execution.epoch != lease.epoch:
+    if known is None or not _knows(lease, known):
         return None
     after = _kept_identity(known.execution, change(known.execution))
     _check_live(after)

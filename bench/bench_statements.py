@@ -55,6 +55,36 @@ def _count_cx(cls: type[Any]) -> None:
                 _INSIDE.on = False
 
         setattr(cls, name, counted)
+    _count_deferred(cls)
+
+
+def _count_deferred(cls: type[Any]) -> None:
+    """Deferred writes (``Cx.defer``) count where they are sent: at once (SQLite), or when the
+    held ones go (PostgreSQL), one statement for a kind's rows sent as one."""
+    send = getattr(cls, "_send_deferred", None)
+    if send is None:
+        defer = getattr(cls, "defer", None)
+        if defer is None:
+            return  # a checkout from before ``defer``
+
+        def deferred(self: Any, write: Any, params: Any, _o: Callable[..., Any] = defer) -> Any:
+            if _COUNTING["on"] and not getattr(_INSIDE, "on", False):
+                STATEMENTS[_norm(write.one)] += 1
+            return _o(self, write, params)
+
+        cls.defer = deferred
+        return
+
+    def sent(self: Any, _o: Callable[..., Any] = send) -> Any:
+        if _COUNTING["on"]:
+            for write, held in self._deferred.items():
+                if len(held) >= self.SET_FROM:
+                    STATEMENTS[_norm(write.many)] += 1
+                else:
+                    STATEMENTS[_norm(write.one)] += len(held)
+        return _o(self)
+
+    cls._send_deferred = sent
 
 
 def _count_transactions() -> None:

@@ -11,15 +11,24 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
+import msgspec
 import pytest
 
 pytest.register_assert_rewrite("conduit_core.storage.conformance")
 
-from conduit_core.storage import Store, open_store  # noqa: E402
-from conduit_core.storage.conformance import StoreFactory  # noqa: E402
+from conduit_core.model import WorkKind  # noqa: E402
+from conduit_core.storage import ClaimRequest, Store, open_store  # noqa: E402
+from conduit_core.storage.conformance import (  # noqa: E402
+    LEASE_MS,
+    T0,
+    StoreFactory,
+    make_input,
+    make_work,
+    snapshot,
+)
 from tests._ci import unavailable  # noqa: E402
 
 PG_URL = os.environ.get(
@@ -82,3 +91,19 @@ async def two(store_url: str) -> AsyncIterator[tuple[Store, Store]]:
     finally:
         await a.aclose()
         await b.aclose()
+
+
+async def claimed_known(store: Store, work_id: str) -> Any:
+    """A standing Work claimed by owner ``a``, its attempt written once by its holder, who then
+    knows the row (so its settlement takes the known-revision fast path)."""
+    await store.create_work(
+        make_work(work_id, kind=WorkKind.STANDING), first_input=make_input(f"{work_id}-1")
+    )
+    claim = await store.claim_attempt(
+        ClaimRequest(work_id=work_id, snapshot=snapshot()), owner="a", now_ms=T0,
+        lease_ms=LEASE_MS,
+    )  # fmt: skip
+    await store.update_attempt(
+        claim.lease, lambda ex: msgspec.structs.replace(ex, launch_intent={"n": 1}), now_ms=T0
+    )
+    return claim

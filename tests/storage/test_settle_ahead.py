@@ -17,29 +17,15 @@ import anyio
 import msgspec
 import pytest
 
-from conduit_core.model import Event, Execution, ExecutionStatus, Work, WorkKind
-from conduit_core.storage import AttemptEnd, ClaimRequest, Settlement, Store, _sqlstore
+from conduit_core.model import Event, Execution, ExecutionStatus, Work
+from conduit_core.storage import AttemptEnd, Settlement, Store, _sqlstore
 from conduit_core.storage import _ops_attempts as att
-from conduit_core.storage.conformance import LEASE_MS, T0, make_input, make_work, snapshot
+from conduit_core.storage.conformance import T0, make_input
+from tests.storage.conftest import claimed_known
 
 pytestmark = pytest.mark.anyio
 
 COUNT = max(_sqlstore.ONE_STATEMENT_FROM, 2) + 1
-
-
-async def _claimed(store: Store, work_id: str) -> Any:
-    await store.create_work(
-        make_work(work_id, kind=WorkKind.STANDING), first_input=make_input(f"{work_id}-1")
-    )
-    claim = await store.claim_attempt(
-        ClaimRequest(work_id=work_id, snapshot=snapshot()), owner="a", now_ms=T0,
-        lease_ms=LEASE_MS,
-    )  # fmt: skip
-    # Written once by its holder, which then knows the row (the settlement's fast path).
-    await store.update_attempt(
-        claim.lease, lambda ex: msgspec.structs.replace(ex, launch_intent={"n": 1}), now_ms=T0
-    )
-    return claim
 
 
 def _decide(publish: list[Event]) -> Callable[[Execution, Work], Settlement]:
@@ -57,7 +43,7 @@ async def _settle_batch(
     two: tuple[Store, Store], store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[dict[str, Any], list[int], Any, Any]:
     a, b = two
-    claims = [await _claimed(a, f"w{i}") for i in range(COUNT)]
+    claims = [await claimed_known(a, f"w{i}") for i in range(COUNT)]
     by_id = sorted(claims, key=lambda c: c.execution.id)
     publisher, target, stale = by_id[0], by_id[-1], by_id[len(by_id) // 2]
     # Another handle writes one attempt: its holder's copy is stale.

@@ -38,6 +38,7 @@ from conduit_core.storage._ops_controls import settle_consumed
 from conduit_core.storage._ops_misc import arm_timer, register_wait
 from conduit_core.storage._ops_work import Slots, accept_event, new_lease
 from conduit_core.storage._sql import (
+    DELETE_LEASE,
     LEASE_COLUMNS,
     Codec,
     Cx,
@@ -794,9 +795,11 @@ def _settle(cx: Cx, ex: Execution, work: Work, decide: Decision, now_ms: int) ->
         ended_at_ms=None if end.status is ExecutionStatus.PARKED else now_ms,
     )
     ex = stage_usage(cx, ex, now_ms)  # budgets: charged at the next start or settle pass
-    save_execution(cx, ex)
-    cx.run("DELETE FROM conduit_lease WHERE execution_id = ?", (ex.id,))
-    save_work(cx, changed_work(work, settlement.work(work), now_ms))
+    # The attempt, its lease and its Work are locked: their writes may go with those of the
+    # batch's other settlements (``Cx.defer``).
+    save_execution(cx, ex, locked=True)
+    cx.defer(DELETE_LEASE, (ex.id,))
+    save_work(cx, changed_work(work, settlement.work(work), now_ms), locked=True)
     for timer in settlement.arm:
         arm_timer(cx, timer)
     if settlement.wait is not None:

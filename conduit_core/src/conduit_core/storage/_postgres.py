@@ -39,7 +39,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from conduit_core.errors import StoreError
 from conduit_core.storage._schema import SCHEMA_VERSION
-from conduit_core.storage._sql import Cx, Row, migrate, newer_schema_error
+from conduit_core.storage._sql import Cx, Row, SetWrite, migrate, newer_schema_error
 from conduit_core.storage._sqlstore import SqlStore
 
 __all__ = ["PostgresStore"]
@@ -84,15 +84,19 @@ class _PgCx:
     (``run``, ``many``) is queued and goes to the server with the next one that returns
     something (``rows``, ``count``, a ``later`` read taken) or with the ``COMMIT``, which goes
     with leaving the pipeline. A transaction costs a round trip per read it waits for, plus one
-    for its commit."""
+    for its commit. Deferred writes (``defer``) are held until the next other statement or the
+    commit, then sent, ``SET_FROM`` or more rows of one kind as one statement."""
 
     __slots__ = (
-        "_alone", "_begin", "_conn", "_cur", "_pipeline", "_pipeline_mode", "committed",
-        "works_written",
+        "_alone", "_begin", "_conn", "_cur", "_deferred", "_pipeline", "_pipeline_mode",
+        "committed", "works_written",
     )  # fmt: skip
     locks_rows = True
     has_sequences = True
     has_arrays = True
+    #: How many held rows of one kind go as one statement; fewer go one statement each (all in
+    #: the same round trip either way).
+    SET_FROM = 8
 
     def __init__(
         self,
@@ -112,6 +116,8 @@ class _PgCx:
         #: The transaction committed with ``count_or_restart``: nothing more may be sent.
         self.committed = False
         self.works_written: set[str] | None = None
+        #: Writes held back (``defer``), per kind, each row's parameters in the order deferred.
+        self._deferred: dict[SetWrite, dict[Any, tuple[Any, ...]]] = {}
         if begin is not None:
             self._open()
 
@@ -136,6 +142,8 @@ class _PgCx:
 
     def commit(self) -> None:
         if not self.committed:
+            if self._deferred:
+                self._send_deferred()
             self._cur.execute("COMMIT")
             self._leave()
 
@@ -143,6 +151,7 @@ class _PgCx:
         """Leave a failed transaction's pipeline (its results, errors included, discarded)."""
         mode, pipeline = self._pipeline_mode, self._pipeline
         self._pipeline_mode = self._pipeline = None
+        self._deferred.clear()
         if mode is None or pipeline is None:
             return
         if isinstance(exc, psycopg.Error):
@@ -158,6 +167,24 @@ class _PgCx:
 
     def run(self, sql: str, params: tuple[Any, ...] = ()) -> None:
         self._execute(sql, params)
+
+    def defer(self, write: SetWrite, params: tuple[Any, ...]) -> None:
+        held = self._deferred.setdefault(write, {})
+        if params[-1] in held:  # the same row again: the first write goes first
+            self._send_deferred()
+            held = self._deferred.setdefault(write, {})
+        held[params[-1]] = params
+
+    def _send_deferred(self) -> None:
+        """Send the held writes, kind by kind in the order first deferred (``Cx.defer``)."""
+        deferred, self._deferred = self._deferred, {}
+        for write, held in deferred.items():
+            if len(held) >= self.SET_FROM:
+                columns = tuple(list(column) for column in zip(*held.values(), strict=True))
+                self._execute(write.many, columns)
+            else:
+                for params in held.values():
+                    self._execute(write.one, params)
 
     def count(self, sql: str, params: tuple[Any, ...] = ()) -> int:
         self._execute(sql, params)
@@ -187,6 +214,8 @@ class _PgCx:
     def count_later(self, sql: str, params: tuple[Any, ...] = ()) -> Callable[[], int]:
         if self.committed:
             raise RuntimeError(f"a statement after the operation committed: {sql[:60]}")
+        if self._deferred:
+            self._send_deferred()
         cur = self._conn.cursor()  # its own cursor keeps its own count
         cur.execute(_pg_sql(sql), params)
 
@@ -201,6 +230,8 @@ class _PgCx:
     def later(self, sql: str, params: tuple[Any, ...] = ()) -> Callable[[], list[Row]]:
         if self.committed:
             raise RuntimeError(f"a statement after the operation committed: {sql[:60]}")
+        if self._deferred:
+            self._send_deferred()
         cur = self._conn.cursor()  # its own cursor keeps its own result
         cur.execute(_pg_sql(sql), params)
         return cur.fetchall
@@ -208,6 +239,8 @@ class _PgCx:
     def _execute(self, sql: str, params: Any, *, many: bool = False) -> None:
         if self.committed:
             raise RuntimeError(f"a statement after the operation committed: {sql[:60]}")
+        if self._deferred:
+            self._send_deferred()
         if many:
             self._cur.executemany(_pg_sql(sql), params)
         else:

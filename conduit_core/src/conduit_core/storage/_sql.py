@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import msgspec
 
@@ -58,6 +58,15 @@ class Cx(Protocol):
     works_written: set[str] | None
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]: ...
+
+    def defer(self, write: SetWrite, params: tuple[Any, ...]) -> None:
+        """``run(write.one, params)``, except that a backend with arrays may hold it back and
+        send the rows of one ``SetWrite`` held together as one statement (``write.many``). What
+        is held goes before the transaction's next other statement and before its commit, each
+        write's rows in the order deferred, so nothing the transaction reads or writes next can
+        tell; only the row locks the writes take are taken that much later. So a caller defers
+        only writes to rows it has already locked."""
+        ...
 
     def run(self, sql: str, params: tuple[Any, ...] = ()) -> None:
         """Execute a statement whose outcome the caller does not read. A backend may send it
@@ -146,6 +155,15 @@ class Codec:
     routine = _Repairing(Routine, {"grace_seconds": {"grace_seconds": 60.0}})
 
 
+class SetWrite(NamedTuple):
+    """A write of one row by its id (``one``, ``?`` placeholders, the id last) and the same
+    write for many rows as one statement (``many``: one array per column, in binary, in the
+    same order; see ``Cx.defer``)."""
+
+    one: str
+    many: str
+
+
 def first(cx: Cx, sql: str, params: tuple[Any, ...] = ()) -> Row | None:
     found = cx.rows(sql, params)
     return found[0] if found else None
@@ -198,10 +216,24 @@ def save_work_params(work: Work) -> tuple[Any, ...]:
     return (*work_params(work)[1:], work.id)
 
 
-def save_work(cx: Cx, work: Work) -> None:
-    cx.run(SAVE_WORK_SQL, save_work_params(work))
+def save_work(cx: Cx, work: Work, *, locked: bool = False) -> None:
+    """Update the Work's row; ``locked``: this transaction has locked it already, so the write
+    may be deferred (``Cx.defer``)."""
+    if locked:
+        cx.defer(SAVE_WORK, save_work_params(work))
+    else:
+        cx.run(SAVE_WORK_SQL, save_work_params(work))
     if cx.works_written is not None:
         cx.works_written.add(work.id)
+
+
+SAVE_WORK = SetWrite(
+    SAVE_WORK_SQL,
+    "UPDATE conduit_work SET status = v.status, scope = v.scope, claimable = v.claimable, "
+    "ready_since = v.ready_since, data = v.data "
+    "FROM unnest(%b::text[], %b::text[], %b::int[], %b::bigint[], %b::text[], %b::text[]) "
+    "AS v(status, scope, claimable, ready_since, data, id) WHERE conduit_work.id = v.id",
+)
 
 
 def find_work(cx: Cx, work_id: str, *, lock: bool = False) -> Work | None:
@@ -262,13 +294,32 @@ INSERT_EXECUTION_SQL = (
 )
 
 
-def save_execution(cx: Cx, ex: Execution) -> None:
+SAVE_EXECUTION = SetWrite(
+    "UPDATE conduit_execution SET epoch = ?, status = ?, live = ?, holds_slot = ?, data = ?, "
+    "rev = rev + 1 WHERE id = ?",
+    "UPDATE conduit_execution SET epoch = v.epoch, status = v.status, live = v.live, "
+    "holds_slot = v.holds_slot, data = v.data, rev = conduit_execution.rev + 1 "
+    "FROM unnest(%b::int[], %b::text[], %b::int[], %b::int[], %b::text[], %b::text[]) "
+    "AS v(epoch, status, live, holds_slot, data, id) WHERE conduit_execution.id = v.id",
+)
+
+
+def save_execution(cx: Cx, ex: Execution, *, locked: bool = False) -> None:
+    """Update the attempt's row, its revision bumped; ``locked``: this transaction has locked
+    it already, so the write may be deferred (``Cx.defer``)."""
     p = execution_params(ex)
-    cx.run(
-        "UPDATE conduit_execution SET epoch = ?, status = ?, live = ?, holds_slot = ?, data = ?, "
-        "rev = rev + 1 WHERE id = ?",
-        (p[3], p[4], p[5], p[6], p[9], ex.id),
-    )
+    params = (p[3], p[4], p[5], p[6], p[9], ex.id)
+    if locked:
+        cx.defer(SAVE_EXECUTION, params)
+    else:
+        cx.run(SAVE_EXECUTION.one, params)
+
+
+#: Drop an attempt's lease (its attempt has ended).
+DELETE_LEASE = SetWrite(
+    "DELETE FROM conduit_lease WHERE execution_id = ?",
+    "DELETE FROM conduit_lease WHERE execution_id = ANY(%b::text[])",
+)
 
 
 def touch_execution(cx: Cx, execution_id: str) -> None:

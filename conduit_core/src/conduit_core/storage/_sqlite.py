@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from conduit_core.errors import StoreError
 from conduit_core.storage._schema import SCHEMA_VERSION, STORE_KIND
-from conduit_core.storage._sql import Cx, Row, migrate, newer_schema_error
+from conduit_core.storage._sql import Cx, Row, SetWrite, migrate, newer_schema_error
 from conduit_core.storage._sqlstore import SqlStore
 
 __all__ = ["SqliteStore"]
@@ -49,6 +49,9 @@ class _SqliteCx:
 
     def run(self, sql: str, params: tuple[Any, ...] = ()) -> None:
         self.conn.execute(sql, params)
+
+    def defer(self, write: SetWrite, params: tuple[Any, ...]) -> None:
+        self.conn.execute(write.one, params)  # in process: nothing to save by holding it
 
     def count(self, sql: str, params: tuple[Any, ...] = ()) -> int:
         return self.conn.execute(sql, params).rowcount

@@ -1,0 +1,161 @@
+"""A settlement's writes are deferred (``Cx.defer``): a batch's go as one statement per kind.
+
+A settlement has locked its attempt, lease and Work when it writes them, so on PostgreSQL the
+three writes are held and sent with the transaction's next other statement or its commit, the
+held rows of one kind as one set-based statement. Nothing the transaction does next may tell:
+a read sees the held writes, a second write of a row lands after the first, a rolled-back
+transaction writes none of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
+
+import anyio
+import pytest
+
+from conduit_core.model import ExecutionStatus
+from conduit_core.storage import AttemptEnd, Settlement, Store, open_store
+from conduit_core.storage._sql import DELETE_LEASE, SAVE_EXECUTION, SAVE_WORK, execution_params
+from conduit_core.storage.conformance import T0, make_work
+from tests.storage.conftest import claimed_known
+
+pytestmark = pytest.mark.anyio
+T = TypeVar("T")
+
+
+def _set_from() -> int:
+    from conduit_core.storage._postgres import _PgCx
+
+    return _PgCx.SET_FROM
+
+
+def _sent(monkeypatch: pytest.MonkeyPatch, store_url: str) -> list[str]:
+    """Every statement the store sends from now on (PostgreSQL; SQLite: none recorded)."""
+    sent: list[str] = []
+    if not store_url.startswith("postgresql"):
+        return sent
+    from conduit_core.storage._postgres import _PgCx
+
+    execute = _PgCx._execute
+
+    def recorded(self: Any, sql: str, params: Any, *, many: bool = False) -> None:
+        sent.append(sql)
+        execute(self, sql, params, many=many)
+
+    monkeypatch.setattr(_PgCx, "_execute", recorded)
+    return sent
+
+
+async def test_a_batch_of_settlements_sends_each_kind_of_write_once(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    count = _set_from() + 1
+    async with await open_store(store_url) as store:
+        claims = [await claimed_known(store, f"w{i}") for i in range(count)]
+        sent = _sent(monkeypatch, store_url)
+
+        async def settle(claim: Any) -> None:
+            await store.settle_attempt(
+                claim.lease,
+                lambda ex, w: Settlement(
+                    end=AttemptEnd(status=ExecutionStatus.COMPLETED, exclusion_confirmed=True),
+                    work=lambda w: w,
+                ),
+                now_ms=T0 + 2,
+            )
+
+        async with anyio.create_task_group() as tg:
+            for claim in claims:
+                tg.start_soon(settle, claim)
+        for claim in claims:
+            ended = await store.get_execution(claim.execution.id)
+            assert ended.status is ExecutionStatus.COMPLETED
+            assert ended.ended_at_ms == T0 + 2
+            assert await store.get_lease(claim.execution.id) is None
+            assert (await store.get_work(claim.work.id)).updated_at_ms == T0 + 2
+    if store_url.startswith("postgresql"):
+        for write in (SAVE_EXECUTION, DELETE_LEASE, SAVE_WORK):
+            assert sent.count(write.many) == 1, f"not one statement for the batch: {write.many}"
+            assert sent.count(write.one) == 0
+
+
+# --- The held writes as the transaction sees them (PostgreSQL) ---------------------------------
+
+_DATA = "SELECT id, data FROM conduit_work ORDER BY id"
+
+
+def _save(work_id: str, data: str) -> tuple[Any, ...]:
+    return ("ready", "default", 0, T0, data, work_id)
+
+
+async def _in_transaction(store: Store, fn: Callable[[Any], T], *, write: bool = True) -> T:
+    run = partial(store.transaction, fn, write=write)  # type: ignore[attr-defined]
+    return await anyio.to_thread.run_sync(run)
+
+
+async def _read(store: Store) -> list[Any]:
+    return await _in_transaction(store, lambda cx: cx.rows(_DATA), write=False)
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+@pytest.mark.parametrize("rows", [1, "set"])
+async def test_postgres_held_writes_go_before_the_next_statement(
+    store_url: str, rows: int | str
+) -> None:
+    n = _set_from() if rows == "set" else rows
+    assert isinstance(n, int)
+    async with await open_store(store_url) as store:
+        for i in range(n):
+            await store.create_work(make_work(f"w{i}"))
+        ids = [f"w{i}" for i in range(n)]
+
+        def held_then_read(cx: Any) -> list[Any]:
+            for work_id in ids:
+                cx.defer(SAVE_WORK, _save(work_id, f"first {work_id}"))
+            cx.defer(SAVE_WORK, _save(ids[0], "second"))  # the same row again: after the first
+            return cx.rows(_DATA)
+
+        seen = await _in_transaction(store, held_then_read)
+        expected = [("w0", "second")] + [(w, f"first {w}") for w in ids[1:]]
+        assert [tuple(r) for r in seen] == expected, "a read did not see the held writes"
+
+        def held_at_commit(cx: Any) -> None:
+            for work_id in ids:
+                cx.defer(SAVE_WORK, _save(work_id, f"committed {work_id}"))
+
+        await _in_transaction(store, held_at_commit)
+        committed = await _read(store)
+        assert [tuple(r) for r in committed] == [(w, f"committed {w}") for w in ids]
+
+        def held_then_refused(cx: Any) -> None:
+            for work_id in ids:
+                cx.defer(SAVE_WORK, _save(work_id, "rolled back"))
+            raise RuntimeError("refused")
+
+        with pytest.raises(RuntimeError, match="refused"):
+            await _in_transaction(store, held_then_refused)
+        after = await _read(store)
+        assert [tuple(r) for r in after] == [tuple(r) for r in committed]
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+async def test_postgres_a_row_held_twice_is_written_twice(store_url: str) -> None:
+    """Two held writes of one attempt are two writes: its revision moves by two."""
+    async with await open_store(store_url) as store:
+        claim = await claimed_known(store, "w")
+        rev = "SELECT rev FROM conduit_execution WHERE id = ?"
+        (before,) = (await _in_transaction(store, lambda cx: cx.rows(rev, (claim.execution.id,))))[
+            0
+        ]
+
+        def twice(cx: Any) -> None:
+            p = execution_params(claim.execution)
+            for _ in range(2):
+                cx.defer(SAVE_EXECUTION, (p[3], p[4], p[5], p[6], p[9], claim.execution.id))
+
+        await _in_transaction(store, twice)
+        (after,) = (await _in_transaction(store, lambda cx: cx.rows(rev, (claim.execution.id,))))[0]
+        assert after == before + 2

@@ -1,7 +1,7 @@
 """A settlement's writes are deferred (``Cx.defer``): a batch's go as one statement per kind.
 
-A settlement has locked its attempt, lease and Work when it writes them, so on PostgreSQL the
-three writes are held and sent with the transaction's next other statement or its commit, the
+A settlement has locked its attempt, lease and Work when it writes them (and only its holder
+inserts the attempt's pending-usage row), so on PostgreSQL those writes are held and sent with the transaction's next other statement or its commit, the
 held rows of one kind as one set-based statement. Nothing the transaction does next may tell:
 a read sees the held writes, a second write of a row lands after the first, a rolled-back
 transaction writes none of them.
@@ -16,8 +16,10 @@ from typing import Any, TypeVar
 import anyio
 import pytest
 
+from conduit_core.extension import OutcomeKind, Result, Usage
 from conduit_core.model import ExecutionStatus
 from conduit_core.storage import AttemptEnd, Settlement, Store, open_store
+from conduit_core.storage._ops_budgets import _STAGE_USAGE
 from conduit_core.storage._sql import DELETE_LEASE, SAVE_EXECUTION, SAVE_WORK, execution_params
 from conduit_core.storage.conformance import T0, make_work
 from tests.storage.conftest import claimed_known
@@ -56,12 +58,16 @@ async def test_a_batch_of_settlements_sends_each_kind_of_write_once(
     async with await open_store(store_url) as store:
         claims = [await claimed_known(store, f"w{i}") for i in range(count)]
         sent = _sent(monkeypatch, store_url)
+        # Usage to stage: the settlement inserts a pending-usage row too (as a shell job's does).
+        used = Result(outcome=OutcomeKind.COMPLETED, usage=Usage(units={"runs": 1.0}))
 
         async def settle(claim: Any) -> None:
             await store.settle_attempt(
                 claim.lease,
                 lambda ex, w: Settlement(
-                    end=AttemptEnd(status=ExecutionStatus.COMPLETED, exclusion_confirmed=True),
+                    end=AttemptEnd(
+                        status=ExecutionStatus.COMPLETED, exclusion_confirmed=True, result=used
+                    ),
                     work=lambda w: w,
                 ),
                 now_ms=T0 + 2,
@@ -76,8 +82,10 @@ async def test_a_batch_of_settlements_sends_each_kind_of_write_once(
             assert ended.ended_at_ms == T0 + 2
             assert await store.get_lease(claim.execution.id) is None
             assert (await store.get_work(claim.work.id)).updated_at_ms == T0 + 2
+        staged = {p.work_id: p.units for p in await store.pending_usage()}
+        assert all(staged.get(c.work.id) == {"runs": 1.0} for c in claims), staged
     if store_url.startswith("postgresql"):
-        for write in (SAVE_EXECUTION, DELETE_LEASE, SAVE_WORK):
+        for write in (SAVE_EXECUTION, DELETE_LEASE, SAVE_WORK, _STAGE_USAGE):
             assert sent.count(write.many) == 1, f"not one statement for the batch: {write.many}"
             assert sent.count(write.one) == 0
 

@@ -57,7 +57,15 @@ from conduit_core.storage._ops_work import (
     lock_work_rows_later,
     work_rows,
 )
-from conduit_core.storage._sql import Cx, Row, dump, find_work, load_work, save_work
+from conduit_core.storage._sql import (
+    Cx,
+    Row,
+    SetWrite,
+    dump,
+    find_work,
+    load_work,
+    save_work,
+)
 from conduit_core.validation import saturating_add
 
 __all__ = [
@@ -78,6 +86,15 @@ _ledger_decoder = msgspec.json.Decoder(BudgetLedger)
 
 
 # --- Usage staging and charging -------------------------------------------------------------
+
+
+_STAGE_USAGE = SetWrite(
+    "INSERT INTO conduit_budget_pending (id, work_id, data) VALUES (?, ?, ?) "
+    "ON CONFLICT (id) DO NOTHING",
+    "INSERT INTO conduit_budget_pending (id, work_id, data) "
+    "SELECT * FROM unnest(%b::text[], %b::text[], %b::text[]) ON CONFLICT (id) DO NOTHING",
+    key=0,
+)
 
 
 def stage_usage(cx: Cx, ex: Execution, now_ms: int) -> Execution:
@@ -107,11 +124,8 @@ def stage_usage(cx: Cx, ex: Execution, now_ms: int) -> Execution:
         units=delta,
         staged_at_ms=now_ms,
     )
-    cx.run(
-        "INSERT INTO conduit_budget_pending (id, work_id, data) VALUES (?, ?, ?) "
-        "ON CONFLICT (id) DO NOTHING",
-        (pending.id, pending.work_id, dump(pending)),
-    )
+    # A row only this attempt's holder inserts: it may go with the batch's others (Cx.defer).
+    cx.defer(_STAGE_USAGE, (pending.id, pending.work_id, dump(pending)))
     return msgspec.structs.replace(ex, charged=dict(amounts), charged_epoch=ex.epoch)
 
 

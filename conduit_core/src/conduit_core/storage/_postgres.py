@@ -170,10 +170,11 @@ class _PgCx:
 
     def defer(self, write: SetWrite, params: tuple[Any, ...]) -> None:
         held = self._deferred.setdefault(write, {})
-        if params[-1] in held:  # the same row again: the first write goes first
+        row = params[write.key]
+        if row in held:  # the same row again: the first write goes first
             self._send_deferred()
             held = self._deferred.setdefault(write, {})
-        held[params[-1]] = params
+        held[row] = params
 
     def _send_deferred(self) -> None:
         """Send the held writes, kind by kind in the order first deferred (``Cx.defer``)."""

@@ -65,7 +65,7 @@ class Cx(Protocol):
         is held goes before the transaction's next other statement and before its commit, each
         write's rows in the order deferred, so nothing the transaction reads or writes next can
         tell; only the row locks the writes take are taken that much later. So a caller defers
-        only writes to rows it has already locked."""
+        only writes to rows it has already locked, or inserts of rows only it can insert."""
         ...
 
     def run(self, sql: str, params: tuple[Any, ...] = ()) -> None:
@@ -156,12 +156,13 @@ class Codec:
 
 
 class SetWrite(NamedTuple):
-    """A write of one row by its id (``one``, ``?`` placeholders, the id last) and the same
-    write for many rows as one statement (``many``: one array per column, in binary, in the
-    same order; see ``Cx.defer``)."""
+    """A write of one row (``one``, ``?`` placeholders; the row's id is parameter ``key``) and
+    the same write for many rows as one statement (``many``: one array per column, in binary,
+    in the same order; see ``Cx.defer``)."""
 
     one: str
     many: str
+    key: int = -1
 
 
 def first(cx: Cx, sql: str, params: tuple[Any, ...] = ()) -> Row | None:

@@ -40,7 +40,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from conduit_core.errors import StoreError
 from conduit_core.storage._schema import SCHEMA_VERSION
 from conduit_core.storage._sql import Cx, Row, SetWrite, migrate, newer_schema_error
-from conduit_core.storage._sqlstore import SqlStore
+from conduit_core.storage._sqlstore import ONE_STATEMENT_FROM, SqlStore
 
 __all__ = ["PostgresStore"]
 
@@ -95,8 +95,8 @@ class _PgCx:
     has_sequences = True
     has_arrays = True
     #: How many held rows of one kind go as one statement; fewer go one statement each (all in
-    #: the same round trip either way).
-    SET_FROM = 8
+    #: the same round trip either way). The batches' threshold for their set-based statements.
+    SET_FROM = ONE_STATEMENT_FROM
 
     def __init__(
         self,

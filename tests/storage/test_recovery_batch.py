@@ -7,6 +7,7 @@ and chunk boundaries change nothing.
 
 from __future__ import annotations
 
+from collections import Counter
 from functools import partial
 from typing import Any
 
@@ -16,19 +17,25 @@ import pytest
 from conduit_core.errors import LeaseLostError
 from conduit_core.storage import Claim, RecoveryRefusal, SqlStore, open_store
 from conduit_core.storage import _ops_attempts as att
-from conduit_core.storage._sql import Cx, Row
+from conduit_core.storage._sql import SAVE_EXECUTION, Cx, Row, SetWrite
 from conduit_core.storage.conformance import LEASE_MS, T0, _claim, make_work
 
 pytestmark = pytest.mark.anyio
 
 
 class _Counting:
-    """A Cx that counts the statements sent through it."""
+    """A Cx that counts the statements sent through it, and the writes deferred through it
+    per kind (``Cx.defer``: on PostgreSQL a kind's held rows go as one statement)."""
 
     def __init__(self, cx: Cx) -> None:
         self._cx = cx
         self.locks_rows = cx.locks_rows
         self.statements = 0
+        self.deferred: Counter[SetWrite] = Counter()
+
+    def defer(self, write: SetWrite, params: tuple[Any, ...]) -> None:
+        self.deferred[write] += 1
+        self._cx.defer(write, params)
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
         self.statements += 1
@@ -59,24 +66,30 @@ async def _expired(store: SqlStore, count: int) -> list[str]:
     return ids
 
 
-async def test_a_chunk_of_attempts_costs_five_statements(store_url: str) -> None:
+async def test_a_chunk_of_attempts_costs_three_statements_and_two_held_writes(
+    store_url: str,
+) -> None:
     async with await open_store(store_url) as store:
         assert isinstance(store, SqlStore)
         ids = await _expired(store, 60)
         counted: list[int] = []
+        deferred: list[dict[SetWrite, int]] = []
 
         def claim(cx: Cx) -> list[Claim | RecoveryRefusal]:
             counting = _Counting(cx)
             out, _ = att.claim_recoveries(counting, ids, "heir", T0 + LEASE_MS, LEASE_MS)
             counted.append(counting.statements)
+            deferred.append(dict(counting.deferred))
             return out
 
         call = partial(store.transaction, claim, write=True, shared=True)
         results = await anyio.to_thread.run_sync(call)
         assert all(isinstance(r, Claim) for r in results)
-        # Lock the attempts, lock their leases, write the attempts, upsert the leases, read
-        # the Work rows: five statements for sixty attempts (about seven each, one by one).
-        assert counted[-1] == 5
+        # Lock the attempts, lock their leases, read the Work rows: three statements; and the
+        # attempts' and the leases' writes held, one statement per kind on PostgreSQL (five
+        # statements for sixty attempts; about seven each, one by one).
+        assert counted[-1] == 3
+        assert deferred[-1] == {SAVE_EXECUTION: 60, att._REPLACE_LEASE: 60}
         assert [(await store.get_execution(i)).epoch for i in ids] == [2] * 60
 
 

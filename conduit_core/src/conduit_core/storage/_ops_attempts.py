@@ -42,6 +42,7 @@ from conduit_core.storage._sql import (
     LEASE_COLUMNS,
     Codec,
     Cx,
+    SetWrite,
     changed_work,
     close_open_segment,
     execution_params,
@@ -295,30 +296,28 @@ def claim_recoveries(
 
 
 def _replace_leases(cx: Cx, leases: list[Lease], existing: set[str]) -> None:
-    """Write the claims' new leases: the rows that exist (locked) by one ``UPDATE … FROM
-    (VALUES …)``, cheaper than an upsert's conflict path; the others inserted."""
-    stored = [lease for lease in leases if lease.execution_id in existing]
-    if stored:
-        cx.run(
-            "UPDATE conduit_lease SET epoch = CAST(v.column2 AS INTEGER), owner = v.column3, "
-            "token = v.column4, expires_at_ms = CAST(v.column5 AS BIGINT), "
-            "duration_ms = CAST(v.column6 AS BIGINT), released = 0 "
-            f"FROM (VALUES {', '.join('(?, ?, ?, ?, ?, ?)' for _ in stored)}) AS v "
-            "WHERE conduit_lease.execution_id = v.column1",
-            tuple(
-                value
-                for lease in stored
-                for value in (
-                    lease.execution_id,
-                    lease.epoch,
-                    lease.owner,
-                    lease.token,
-                    lease.expires_at_ms,
-                    lease.duration_ms,
-                )
-            ),
-        )
+    """Write the claims' new leases: the rows that exist (locked) updated, cheaper than an
+    upsert's conflict path, and held to go as one statement (``Cx.defer``); the others
+    inserted."""
+    for lease in leases:
+        if lease.execution_id in existing:
+            cx.defer(
+                _REPLACE_LEASE,
+                (lease.epoch, lease.owner, lease.token, lease.expires_at_ms, lease.duration_ms,
+                 lease.execution_id),
+            )  # fmt: skip
     put_leases(cx, [lease for lease in leases if lease.execution_id not in existing])
+
+
+_REPLACE_LEASE = SetWrite(
+    "UPDATE conduit_lease SET epoch = ?, owner = ?, token = ?, expires_at_ms = ?, "
+    "duration_ms = ?, released = 0 WHERE execution_id = ?",
+    "UPDATE conduit_lease SET epoch = v.epoch, owner = v.owner, token = v.token, "
+    "expires_at_ms = v.expires_at_ms, duration_ms = v.duration_ms, released = 0 "
+    "FROM unnest(%b::int[], %b::text[], %b::text[], %b::bigint[], %b::bigint[], %b::text[]) "
+    "AS v(epoch, owner, token, expires_at_ms, duration_ms, execution_id) "
+    "WHERE conduit_lease.execution_id = v.execution_id",
+)
 
 
 def _claim_chunk(
@@ -363,17 +362,11 @@ def _claim_chunk(
             )
     if not claimed:
         return out
-    # Every claimed attempt written by one statement, its revision bumped (a held recovery's
-    # row is rewritten as it was: its epoch and segment stay), every lease by one more.
-    rows = [execution_params(ex) for ex, _ in claimed]
-    cx.run(
-        "UPDATE conduit_execution SET epoch = CAST(v.column2 AS INTEGER), status = v.column3, "
-        "live = CAST(v.column4 AS INTEGER), holds_slot = CAST(v.column5 AS INTEGER), "
-        "data = v.column6, rev = conduit_execution.rev + 1 "
-        f"FROM (VALUES {', '.join('(?, ?, ?, ?, ?, ?)' for _ in rows)}) AS v "
-        "WHERE conduit_execution.id = v.column1",
-        tuple(value for p in rows for value in (p[0], p[3], p[4], p[5], p[6], p[9])),
-    )
+    # Every claimed attempt written, its revision bumped (a held recovery's row is rewritten
+    # as it was: its epoch and segment stay), then every lease: the rows are locked, so the
+    # writes are held and go as one statement per kind (``Cx.defer``).
+    for ex, _ in claimed:
+        save_execution(cx, ex, locked=True)
     _replace_leases(cx, [lease for _, lease in claimed], set(found))
     work_ids = sorted({ex.work_id for ex, _ in claimed})
     works = {

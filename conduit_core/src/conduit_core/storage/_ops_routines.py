@@ -211,6 +211,17 @@ _CANDIDATES_DUE = (
 _CLAIM_CHUNK = 1_000
 
 
+#: ``_claim_sql`` with one array per column (``Cx.has_arrays``): one text for any count, so it
+#: stays prepared; 5 x 1,000 parameters in a ``VALUES`` list were parsed afresh each time.
+_CLAIM_ARRAYS_SQL = (
+    "UPDATE conduit_routine SET status = v.status, next_run_at_ms = v.next_run_at_ms, "
+    "data = v.data FROM unnest(%b::text[], %b::text[], %b::text[], %b::bigint[], %b::text[]) "
+    "AS v(id, was, status, next_run_at_ms, data) "
+    "WHERE conduit_routine.id = v.id AND conduit_routine.status = v.was "
+    "RETURNING conduit_routine.id"
+)
+
+
 def _claim_sql(count: int) -> str:
     # VALUES columns are named column1.. on both backends. A row is written only while its
     # status is still the one it was read with: the rows not returned were lost.
@@ -231,8 +242,9 @@ def claim_queued(cx: Cx, change: RoutineChange, limit: int, due_at_ms: int | Non
     beyond ``limit`` are left queued for a later pass.
 
     Set-based: one read picks the rows, ``change`` (the pure ledger transition) is applied to
-    each record in Python, and one ``UPDATE … FROM (VALUES …) … RETURNING`` per chunk writes
-    status column and JSON together, guarded by the status each row was read with."""
+    each record in Python, and one ``UPDATE … FROM (VALUES …) … RETURNING`` per chunk
+    (``unnest`` of arrays on PostgreSQL) writes status column and JSON together, guarded by the
+    status each row was read with."""
     sql = _CANDIDATES_QUEUED
     params: tuple[int, ...] = ()
     if due_at_ms is not None:
@@ -256,7 +268,11 @@ def claim_queued(cx: Cx, change: RoutineChange, limit: int, due_at_ms: int | Non
     won: set[str] = set()
     for offset in range(0, len(writes), _CLAIM_CHUNK):
         chunk = writes[offset : offset + _CLAIM_CHUNK]
-        got = cx.rows(_claim_sql(len(chunk)), tuple(v for w in chunk for v in w))
+        if cx.has_arrays:
+            columns = tuple(list(column) for column in zip(*chunk, strict=True))
+            got = cx.rows(_CLAIM_ARRAYS_SQL, columns)
+        else:
+            got = cx.rows(_claim_sql(len(chunk)), tuple(v for w in chunk for v in w))
         won.update(r[0] for r in got)
     if due_at_ms is not None and more:
         due_pass(cx, due_at_ms)  # due rows beyond this batch: queued now, claimed later

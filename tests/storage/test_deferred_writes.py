@@ -167,3 +167,22 @@ async def test_postgres_a_row_held_twice_is_written_twice(store_url: str) -> Non
         await _in_transaction(store, twice)
         (after,) = (await _in_transaction(store, lambda cx: cx.rows(rev, (claim.execution.id,))))[0]
         assert after == before + 2
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+async def test_postgres_a_write_deferred_outside_a_pipelined_transaction_is_sent_at_once(
+    store_url: str,
+) -> None:
+    """A cursor-level Cx (migrations) has no commit of its own to send held writes with."""
+    import psycopg
+
+    from conduit_core.storage._postgres import _PgCx
+
+    async with await open_store(store_url) as store:
+        await store.create_work(make_work("w0"))
+    with psycopg.connect(store_url) as conn:
+        with conn.transaction():
+            _PgCx(conn.cursor()).defer(SAVE_WORK, _save("w0", "at once"))
+        assert conn.execute("SELECT data FROM conduit_work WHERE id = 'w0'").fetchone() == (
+            "at once",
+        )

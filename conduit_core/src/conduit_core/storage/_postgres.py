@@ -169,6 +169,9 @@ class _PgCx:
         self._execute(sql, params)
 
     def defer(self, write: SetWrite, params: tuple[Any, ...]) -> None:
+        if self._pipeline is None:  # no commit of ours to send it with (a migration, say)
+            self._execute(write.one, params)
+            return
         held = self._deferred.setdefault(write, {})
         row = params[write.key]
         if row in held:  # the same row again: the first write goes first

@@ -43,6 +43,7 @@ from conduit_core.storage._sql import (
     Codec,
     Cx,
     SetWrite,
+    as_columns,
     changed_work,
     close_open_segment,
     execution_params,
@@ -555,7 +556,7 @@ def update_attempts_later(
         if cx.has_arrays and isinstance(fast, tuple) and fast[0].execution.id not in rows:
             p = fast[1]  # _KNOWN_UPDATE_SQL's parameters
             rows[p[4]] = (p[4], p[0], p[1], p[2], p[3], p[5], p[6], p[9], p[10])
-    columns = tuple(list(column) for column in zip(*rows.values(), strict=True))
+    columns = as_columns(rows.values())
     take = cx.later(_KNOWN_UPDATES_SQL, columns) if rows else list
     written: set[str] | None = None
 
@@ -735,7 +736,7 @@ def read_settlements_ahead(
     ]
     if not cx.has_arrays or not asked:
         return [None] * len(calls)
-    columns = tuple(list(column) for column in zip(*asked, strict=True))
+    columns = as_columns(asked)
     found = {
         str(execution_id): SettleAhead(str(work_id), str(data))
         for execution_id, work_id, data in cx.rows(_KNOWN_SETTLES_SQL, columns)

@@ -22,7 +22,7 @@ from conduit_core.storage._routine_records import (
     RoutineRun,
     RoutineUpdate,
 )
-from conduit_core.storage._sql import Codec, Cx, dump, find_work, first, save_work
+from conduit_core.storage._sql import Codec, Cx, as_columns, dump, find_work, first, save_work
 
 __all__ = [
     "BoundWorkCheck",
@@ -269,7 +269,7 @@ def claim_queued(cx: Cx, change: RoutineChange, limit: int, due_at_ms: int | Non
     for offset in range(0, len(writes), _CLAIM_CHUNK):
         chunk = writes[offset : offset + _CLAIM_CHUNK]
         if cx.has_arrays:
-            columns = tuple(list(column) for column in zip(*chunk, strict=True))
+            columns = as_columns(chunk)
             got = cx.rows(_CLAIM_ARRAYS_SQL, columns)
         else:
             got = cx.rows(_claim_sql(len(chunk)), tuple(v for w in chunk for v in w))

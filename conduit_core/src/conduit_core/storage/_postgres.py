@@ -39,7 +39,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from conduit_core.errors import StoreError
 from conduit_core.storage._schema import SCHEMA_VERSION
-from conduit_core.storage._sql import Cx, Row, SetWrite, migrate, newer_schema_error
+from conduit_core.storage._sql import Cx, Row, SetWrite, as_columns, migrate, newer_schema_error
 from conduit_core.storage._sqlstore import ONE_STATEMENT_FROM, SqlStore
 
 __all__ = ["PostgresStore"]
@@ -184,7 +184,7 @@ class _PgCx:
         deferred, self._deferred = self._deferred, {}
         for write, held in deferred.items():
             if len(held) >= self.SET_FROM:
-                columns = tuple(list(column) for column in zip(*held.values(), strict=True))
+                columns = as_columns(held.values())
                 self._execute(write.many, columns)
             else:
                 for params in held.values():

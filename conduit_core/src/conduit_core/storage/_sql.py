@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import msgspec
@@ -163,6 +163,12 @@ class SetWrite(NamedTuple):
     one: str
     many: str
     key: int = -1
+
+
+def as_columns(rows: Iterable[tuple[Any, ...]]) -> tuple[list[Any], ...]:
+    """Rows of parameters as one list per column: the arrays a set-based statement takes
+    (``unnest``, ``Cx.has_arrays``). The rows are all of one length."""
+    return tuple(list(column) for column in zip(*rows, strict=True))
 
 
 def first(cx: Cx, sql: str, params: tuple[Any, ...] = ()) -> Row | None:

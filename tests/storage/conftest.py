@@ -107,3 +107,22 @@ async def claimed_known(store: Store, work_id: str) -> Any:
         claim.lease, lambda ex: msgspec.structs.replace(ex, launch_intent={"n": 1}), now_ms=T0
     )
     return claim
+
+
+def record_batch_sizes(
+    monkeypatch: pytest.MonkeyPatch, registry: dict[Any, Any], kind: Any, position: int
+) -> list[int]:
+    """Wrap the function at ``position`` of ``registry[kind]`` (a pair taking ``(cx, calls)``,
+    as ``_sqlstore.IN_TWO_STEPS`` and ``READ_AHEAD`` hold) to record how many calls each batch
+    gives it."""
+    pair = list(registry[kind])
+    fn = pair[position]
+    sizes: list[int] = []
+
+    def counted(cx: Any, calls: list[Any]) -> Any:
+        sizes.append(len(calls))
+        return fn(cx, calls)
+
+    pair[position] = counted
+    monkeypatch.setitem(registry, kind, tuple(pair))
+    return sizes

@@ -25,6 +25,7 @@ from conduit_core.model import Execution, ExecutionStatus, WorkKind
 from conduit_core.storage import AttemptEnd, ClaimRequest, Store, _sqlstore, open_store
 from conduit_core.storage import _ops_attempts as att
 from conduit_core.storage.conformance import LEASE_MS, T0, make_input, make_work, snapshot
+from tests.storage.conftest import record_batch_sizes
 
 pytestmark = pytest.mark.anyio
 
@@ -35,15 +36,7 @@ def _set(field: str, value: dict[str, Any]) -> Callable[[Execution], Execution]:
 
 def _one_statement_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Record the size of each batch of fenced writes sent as one (``update_attempts_later``)."""
-    one, many = _sqlstore.IN_TWO_STEPS[att.update_attempt]
-    sizes: list[int] = []
-
-    def counted(cx: Any, calls: list[Any]) -> Any:
-        sizes.append(len(calls))
-        return many(cx, calls)
-
-    monkeypatch.setitem(_sqlstore.IN_TWO_STEPS, att.update_attempt, (one, counted))
-    return sizes
+    return record_batch_sizes(monkeypatch, _sqlstore.IN_TWO_STEPS, att.update_attempt, 1)
 
 
 async def _claimed(store: Store, work_id: str = "w") -> Any:

@@ -21,7 +21,7 @@ from conduit_core.model import Event, Execution, ExecutionStatus, Work
 from conduit_core.storage import AttemptEnd, Settlement, Store, _sqlstore
 from conduit_core.storage import _ops_attempts as att
 from conduit_core.storage.conformance import T0, make_input
-from tests.storage.conftest import claimed_known
+from tests.storage.conftest import claimed_known, record_batch_sizes
 
 pytestmark = pytest.mark.anyio
 
@@ -50,14 +50,7 @@ async def _settle_batch(
     await b.update_attempt(
         stale.lease, lambda ex: msgspec.structs.replace(ex, recovery={"by": "b"}), now_ms=T0 + 1
     )
-    read, run = _sqlstore.READ_AHEAD[att.settle_attempt]
-    reads: list[int] = []
-
-    def counted(cx: Any, calls: list[Any]) -> Any:
-        reads.append(len(calls))
-        return read(cx, calls)
-
-    monkeypatch.setitem(_sqlstore.READ_AHEAD, att.settle_attempt, (counted, run))
+    reads = record_batch_sizes(monkeypatch, _sqlstore.READ_AHEAD, att.settle_attempt, 0)
     published = msgspec.structs.replace(
         make_input("published"), work_id=target.work.id, pending=True
     )

@@ -14,6 +14,7 @@ from conduit_core.errors import ConduitError, NotFoundError
 from conduit_core.model import Event, Work
 from conduit_core.storage import Store, _sqlstore, open_store
 from conduit_core.storage._sql import Cx
+from conduit_core.storage._threads import StoreThreads
 
 pytestmark = pytest.mark.anyio
 
@@ -128,7 +129,7 @@ def test_a_waiter_whose_write_another_leader_took_waits_instead_of_spinning() ->
     result: list[object] = []
 
     async def main() -> None:
-        group = GroupCommit(lambda ops: None, limiter=anyio.CapacityLimiter(2), max_parallel=2)
+        group = GroupCommit(lambda ops: None, threads=StoreThreads(2, name="t"), max_parallel=2)
         group._queue = TakenAtOnce()
         group._running = 1  # the other leader
         arrived.append(anyio.Event())
@@ -165,7 +166,7 @@ async def test_writes_left_behind_a_full_batch_run_next_each_with_its_own_result
             op.result = op.fn(None) * 10
         time.sleep(0.2)  # a slow commit, in the worker thread: the event loop should idle
 
-    group = GroupCommit(run_batch, limiter=anyio.CapacityLimiter(1), max_batch=3)
+    group = GroupCommit(run_batch, threads=StoreThreads(1, name="t"), max_batch=3)
     results: dict[int, object] = {}
 
     async def write(i: int) -> None:

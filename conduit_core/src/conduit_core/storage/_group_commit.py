@@ -3,11 +3,11 @@
 Each write is an operation (a function of the transaction's cursor). A caller that finds fewer
 than ``max_parallel`` batches running becomes a leader: it first lets the other tasks ready in
 the same turn of the event loop queue theirs, then takes every queued operation (up to
-``max_batch``) and runs them in one transaction in a worker thread, where one operation's
-refusal (a lost lease, say) rolls back only that operation (``run_batch``: ``SqlStore`` reruns
-such a batch with a savepoint per operation). The others wait and are woken with their own
-result: every operation of a batch waits on the batch's one event, set when the batch ends,
-so a write costs no event of its own. A driver error (busy, serialization
+``max_batch``) and runs them in one transaction in a worker thread (``StoreThreads``), where one
+operation's refusal (a lost lease, say) rolls back only that operation (``run_batch``:
+``SqlStore`` reruns such a batch with a savepoint per operation). The others wait and are woken
+with their own result: every operation of a batch waits on the batch's one event, set when the
+batch ends, so a write costs no event of its own. A driver error (busy, serialization
 failure) is the whole transaction's: the backend retries the batch, which reruns every
 operation against the fresh state, so the outcome is as if each had run in its own transaction,
 one after another.
@@ -18,12 +18,13 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 import anyio
 import anyio.lowlevel
-import anyio.to_thread
 
+from conduit_core.storage._threads import StoreThreads
 from conduit_core.telemetry import METRICS
 
 __all__ = ["GroupCommit", "Operation"]
@@ -76,12 +77,12 @@ class GroupCommit:
         self,
         run_batch: Callable[[list[Operation[Any]]], None],
         *,
-        limiter: anyio.CapacityLimiter,
+        threads: StoreThreads,
         max_parallel: int = 1,
         max_batch: int = 128,
     ) -> None:
         self._run_batch = run_batch
-        self._limiter = limiter
+        self._threads = threads
         self._max_parallel = max_parallel
         self._max_batch = max_batch
         self._queue: deque[Operation[Any]] = deque()
@@ -142,19 +143,16 @@ class GroupCommit:
                     op.taken = True
                 METRICS.store_batch(len(batch))
                 # The batch's writes commit (or not) as a whole whatever happens to this task:
-                # shield it so every caller in it gets its outcome.
-                with anyio.CancelScope(shield=True):
-                    try:
-                        await anyio.to_thread.run_sync(
-                            self._run_batch, batch, limiter=self._limiter
-                        )
-                    except BaseException as exc:
-                        for op in batch:
-                            if not op.finished:
-                                op.error = exc
+                # ``StoreThreads.run`` is shielded, so every caller in it gets its outcome.
+                try:
+                    await self._threads.run(partial(self._run_batch, batch))
+                except BaseException as exc:
                     for op in batch:
-                        op.finished = True
-                    ended.set()
+                        if not op.finished:
+                            op.error = exc
+                for op in batch:
+                    op.finished = True
+                ended.set()
                 await anyio.lowlevel.checkpoint_if_cancelled()
         finally:
             self._running -= 1

@@ -390,6 +390,7 @@ class PostgresStore(SqlStore):
         await anyio.to_thread.run_sync(self.close)
 
     def close(self) -> None:
+        self._threads.stop()
         self._pool.close()
 
 

@@ -168,6 +168,7 @@ class SqliteStore(SqlStore):
         self.close()
 
     def close(self) -> None:
+        self._threads.stop()
         with self._lock:
             self._conn.close()
         with self._read_lock:

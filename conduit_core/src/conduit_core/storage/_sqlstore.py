@@ -7,9 +7,6 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
-import anyio
-import anyio.to_thread
-
 from conduit_core.errors import ConduitError, LeaseLostError
 from conduit_core.model import (
     AttemptSnapshot,
@@ -53,6 +50,7 @@ from conduit_core.storage._contract import (
 )
 from conduit_core.storage._group_commit import GroupCommit, Operation
 from conduit_core.storage._sql import Cx, load_execution, load_work
+from conduit_core.storage._threads import StoreThreads
 
 T = TypeVar("T")
 #: Remembered attempts (``SqlStore._known``) beyond this are forgotten at once (all of them).
@@ -64,13 +62,14 @@ class SqlStore(Store):
 
     def __init__(self, url: str, *, threads: int, parallel_batches: int = 1) -> None:
         self.url = url
-        self._limiter = anyio.CapacityLimiter(threads)
+        #: Where every call runs, at most ``threads`` at once (the store's connections).
+        self._threads = StoreThreads(threads, name="conduit-store")
         # Concurrent writes share a transaction (and a disk sync): see _group_commit. Fewer
         # batches in flight make each one larger; serializable batches in parallel conflict.
         #: Per live attempt of this process, its row as last written (``update_attempt``).
         self._known: dict[str, att.Known] = {}
         self._group = GroupCommit(
-            self._run_batch, limiter=self._limiter, max_parallel=parallel_batches
+            self._run_batch, threads=self._threads, max_parallel=parallel_batches
         )
 
     @abstractmethod
@@ -141,13 +140,13 @@ class SqlStore(Store):
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         call = partial(self.transaction, partial(_bind, fn, args), write=False)
-        return await anyio.to_thread.run_sync(call, limiter=self._limiter)
+        return await self._threads.run(call)
 
     async def _read_one(self, fn: Callable[..., T], *args: Any) -> T:
         """A read that is one SELECT: one statement is one snapshot at any isolation level, so
         a backend may run it without a transaction block (see ``read_statement``)."""
         call = partial(self.read_statement, partial(_bind, fn, args))
-        return await anyio.to_thread.run_sync(call, limiter=self._limiter)
+        return await self._threads.run(call)
 
     def read_statement(self, fn: Callable[[Cx], T]) -> T:
         """Run ``fn``, which issues a single SELECT; by default in a read transaction."""

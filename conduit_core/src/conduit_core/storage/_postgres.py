@@ -281,7 +281,8 @@ class _OneStatementCx(_PgCx):
 
 
 class PostgresStore(SqlStore):
-    """The multi-host store: writers serialized by an advisory lock, readers on a snapshot."""
+    """The multi-host store: row-locked writers run concurrently (see the module), readers on a
+    snapshot."""
 
     def __init__(
         self,

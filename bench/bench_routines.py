@@ -35,7 +35,7 @@ from conduit_core.model import Event, Routine, RoutineStatus, Work, WorkStatus, 
 from conduit_core.plugins import Plugins
 from conduit_core.routines import Ticker, fired_by
 from conduit_core.routines.ticker import CLAIM_AHEAD_MS, CLAIM_BATCH
-from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock
+from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock, TaskPool
 from conduit_core.storage import Claim, Store, open_store
 
 try:
@@ -171,6 +171,7 @@ class AttemptRunner:
 
     async def run(self, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:  # type: ignore[no-untyped-def]
         async with self.sched.keeping_leases(), anyio.create_task_group() as tg:
+            tasks = TaskPool(tg)  # as the daemon's host loop runs its attempts
             task_status.started()
             while True:
                 await self._wake.wait()
@@ -181,7 +182,7 @@ class AttemptRunner:
                         break
                     for claim in claims:
                         self._in_flight += 1
-                        tg.start_soon(self._attempt, claim)
+                        tasks.start_soon(self._attempt, claim)
 
     async def _attempt(self, claim: Claim) -> None:
         self.started[claim.work.id] = self.clock.now_ms()

@@ -26,7 +26,7 @@ import anyio
 from conduit_core.config import Binding
 from conduit_core.model import Event, Work
 from conduit_core.plugins import Plugins
-from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock
+from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock, TaskPool
 from conduit_core.storage import Claim, Store, open_store
 
 #: ``?synchronous=normal`` with --sqlite-normal (fewer disk syncs; not durable on power loss).
@@ -69,6 +69,7 @@ async def process(sched: Scheduler, n: int, concurrency: int) -> int:
         progress.set()
 
     async with anyio.create_task_group() as tg:
+        tasks = TaskPool(tg)  # as the daemon's host loop runs its attempts
         while state["done"] < n:
             # Slots whose settlement is on its way count as free: the store's capacity check,
             # in the claim's transaction, is what holds the limit.
@@ -76,11 +77,12 @@ async def process(sched: Scheduler, n: int, concurrency: int) -> int:
             claims = (await sched.claim_ready(free))[0] if free > 0 else []
             for claim in claims:
                 state["in_flight"] += 1
-                tg.start_soon(run_one, claim)
+                tasks.start_soon(run_one, claim)
             if not claims:
                 # Nothing to claim now: wait until an attempt finishes (no polling sleep).
                 await progress.wait()
                 progress = anyio.Event()
+        tasks.close()
     return state["done"]
 
 

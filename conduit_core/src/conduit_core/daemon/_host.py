@@ -21,7 +21,7 @@ from conduit_core.daemon._wake import Waker
 from conduit_core.errors import ConduitError, LeaseLostError
 from conduit_core.http import Waiting
 from conduit_core.model import Lease
-from conduit_core.runtime import Scheduler
+from conduit_core.runtime import Scheduler, TaskPool
 from conduit_core.storage import Claim, ClaimRefusal
 
 __all__ = ["HostLoop", "PassStep"]
@@ -70,7 +70,8 @@ class HostLoop:
         self._waiting_at_ms: int | None = None
         self._steps: list[tuple[str, PassStep]] = []
         self._attempt_listeners: list[Callable[[Claim], None]] = []
-        self._tg: TaskGroup | None = None
+        #: Runs the attempts and the claims settlements trigger (tasks reused, see TaskPool).
+        self._tasks: TaskPool | None = None
         self._keepers: TaskGroup | None = None
         self._idle = anyio.Event()
         self.outage = outage or StoreOutage()
@@ -132,12 +133,13 @@ class HostLoop:
             self._keepers = keepers
             await keepers.start(self._keep_leases, self.scheduler)
             async with anyio.create_task_group() as tg:
-                self._tg = tg
+                self._tasks = TaskPool(tg)
                 task_status.started()
                 while not self.stopping:
                     await self.run_pass()
                     await self.waker.wait(self.outage.pause_s(await self._sleep_s()))
                 await self._release_running()
+                self._tasks.close()  # the pool's idle tasks end; the group's wait is for the busy
             keepers.cancel_scope.cancel()
 
     async def _sleep_s(self) -> float:
@@ -264,12 +266,12 @@ class HostLoop:
         joins the settlement's group-commit batch and takes the slot it frees (one transaction,
         not a settlement and then a pass's claim). The pass the attempt's end wakes still runs.
         """
-        if self.stopping or self.outage.down or self._tg is None:
+        if self.stopping or self.outage.down or self._tasks is None:
             return
         if self._claiming_with_settlement:
             return  # the claim under way takes every slot its batch frees
         self._claiming_with_settlement = True
-        self._tg.start_soon(self._claim_now, self.scheduler)
+        self._tasks.start_soon(self._claim_now, self.scheduler)
 
     async def _claim_now(self, sched: Scheduler) -> None:
         try:
@@ -295,11 +297,11 @@ class HostLoop:
     # --- attempts ------------------------------------------------------------------------------
 
     def _spawn(self, claim: Claim, kind: AttemptKind) -> None:
-        if self._tg is None:
+        if self._tasks is None:
             raise RuntimeError("the host loop is not running")
         running = _Running(lease=claim.lease, kind=kind)
         self.running[claim.execution.id] = running
-        self._tg.start_soon(self._run_attempt, self.scheduler, claim, running)
+        self._tasks.start_soon(self._run_attempt, self.scheduler, claim, running)
 
     async def _run_attempt(self, sched: Scheduler, claim: Claim, running: _Running) -> None:
         ex = claim.execution

@@ -10,6 +10,7 @@ from conduit_core.runtime._clock import Clock, ManualClock, SystemClock
 from conduit_core.runtime._holder import HeldLease, hold_lease
 from conduit_core.runtime._options import JOBS_POOL, SchedulerOptions
 from conduit_core.runtime._scheduler import Attempt, Scheduler
+from conduit_core.runtime._taskpool import TaskPool
 
 __all__ = [
     "HUMAN_GATE",
@@ -25,6 +26,7 @@ __all__ = [
     "SchedulerOptions",
     "StartGateError",
     "SystemClock",
+    "TaskPool",
     "hold_lease",
     "needs_you",
 ]

@@ -10,7 +10,7 @@ from conduit_core.runtime import TaskPool
 pytestmark = pytest.mark.anyio
 
 
-async def test_calls_one_after_another_run_on_one_task() -> None:
+async def test_calls_one_after_another_run_on_one_task_and_close_lets_the_group_end() -> None:
     seen: list[int] = []
 
     async def call() -> None:
@@ -22,7 +22,7 @@ async def test_calls_one_after_another_run_on_one_task() -> None:
             for _ in range(5):
                 pool.start_soon(call)
                 await anyio.wait_all_tasks_blocked()
-            pool.close()
+            pool.close()  # without it the group would wait for the idle task for ever
     assert len(seen) == 5
     assert len(set(seen)) == 1
 
@@ -77,19 +77,6 @@ async def test_an_error_in_a_call_ends_the_group_as_start_soon_would() -> None:
             await anyio.wait_all_tasks_blocked()
             pool.start_soon(fails)
     assert cancelled == ["other"]
-
-
-async def test_close_ends_the_idle_tasks_so_the_group_can_end() -> None:
-    async def call() -> None:
-        pass
-
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as tg:
-            pool = TaskPool(tg)
-            for _ in range(3):
-                pool.start_soon(call)
-            await anyio.wait_all_tasks_blocked()
-            pool.close()  # without it the group would wait for the idle tasks for ever
 
 
 async def test_a_call_handed_over_as_the_group_is_cancelled_still_runs_its_cleanup() -> None:

@@ -17,11 +17,19 @@ import anyio
 import pytest
 
 from conduit_core.extension import OutcomeKind, Result, Usage
-from conduit_core.model import ExecutionStatus
-from conduit_core.storage import AttemptEnd, Settlement, Store, open_store
+from conduit_core.model import ExecutionStatus, WorkStatus
+from conduit_core.storage import AttemptEnd, Claim, Settlement, Store, open_store
 from conduit_core.storage._ops_budgets import _STAGE_USAGE
-from conduit_core.storage._sql import DELETE_LEASE, SAVE_EXECUTION, SAVE_WORK, execution_params
-from conduit_core.storage.conformance import T0, make_work
+from conduit_core.storage._ops_work import CONSUME_INPUT
+from conduit_core.storage._sql import (
+    DELETE_LEASE,
+    INSERT_EXECUTION,
+    PUT_LEASE,
+    SAVE_EXECUTION,
+    SAVE_WORK,
+    execution_params,
+)
+from conduit_core.storage.conformance import T0, make_input, make_work, snapshot
 from tests.storage.conftest import claimed_known
 
 pytestmark = pytest.mark.anyio
@@ -86,6 +94,42 @@ async def test_a_batch_of_settlements_sends_each_kind_of_write_once(
         assert all(staged.get(c.work.id) == {"runs": 1.0} for c in claims), staged
     if store_url.startswith("postgresql"):
         for write in (SAVE_EXECUTION, DELETE_LEASE, SAVE_WORK, _STAGE_USAGE):
+            assert sent.count(write.many) == 1, f"not one statement for the batch: {write.many}"
+            assert sent.count(write.one) == 0
+
+
+async def test_a_batch_of_claims_sends_each_kind_of_write_once(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim batch's four writes (input consumed, attempt, lease, Work) go as one set-based
+    statement each on PostgreSQL, not one per claim, and every claim's rows are as if alone."""
+    count = 5
+    async with await open_store(store_url) as store:
+        ids = [f"w{i}" for i in range(count)]
+        for i, work_id in enumerate(ids):
+            await store.create_work(make_work(work_id), first_input=make_input(str(i)))
+        sent = _sent(monkeypatch, store_url)
+        claims = await store.claim_ready(
+            limit=count, snapshot_for=lambda w: snapshot(), owner="o", now_ms=T0 + 1,
+            lease_ms=30_000,
+        )  # fmt: skip
+        assert sorted(c.work.id for c in claims if isinstance(c, Claim)) == ids
+        for claim in claims:
+            assert isinstance(claim, Claim)
+            stored = await store.get_execution(claim.execution.id)
+            assert (stored.attempt, stored.epoch, stored.status) == (1, 1, claim.execution.status)
+            assert stored.status.live
+            lease = await store.get_lease(claim.execution.id)
+            assert lease is not None
+            assert lease.token == claim.lease.token
+            work = await store.get_work(claim.work.id)
+            assert (work.status, work.last_attempt) == (WorkStatus.RUNNING, 1)
+            assert [e.id for e in claim.inputs] == stored.inputs
+            assert len(stored.inputs) == 1
+            assert not await store.pending_inputs(claim.work.id), "the input stayed pending"
+        assert not await store.ready_work(limit=10)
+    if store_url.startswith("postgresql"):
+        for write in (CONSUME_INPUT, INSERT_EXECUTION, PUT_LEASE, SAVE_WORK):
             assert sent.count(write.many) == 1, f"not one statement for the batch: {write.many}"
             assert sent.count(write.one) == 0
 

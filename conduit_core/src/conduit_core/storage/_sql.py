@@ -171,6 +171,18 @@ def as_columns(rows: Iterable[tuple[Any, ...]]) -> tuple[list[Any], ...]:
     return tuple(list(column) for column in zip(*rows, strict=True))
 
 
+def write_rows(cx: Cx, write: SetWrite, rows: list[tuple[Any, ...]]) -> None:
+    """``write.one`` for each row, in order; where the backend takes arrays, one set-based
+    statement (``write.many``) for them all, so the server parses, plans and runs one statement
+    instead of one per row. The rows must be distinct (``write.many`` writes each row once)."""
+    if not rows:
+        return
+    if cx.has_arrays and len(rows) > 1:
+        cx.run(write.many, as_columns(rows))
+    else:
+        cx.many(write.one, rows)
+
+
 def first(cx: Cx, sql: str, params: tuple[Any, ...] = ()) -> Row | None:
     found = cx.rows(sql, params)
     return found[0] if found else None
@@ -301,6 +313,16 @@ INSERT_EXECUTION_SQL = (
 )
 
 
+#: New attempt rows, ``execution_params`` each.
+INSERT_EXECUTION = SetWrite(
+    INSERT_EXECUTION_SQL,
+    "INSERT INTO conduit_execution "
+    "(id, work_id, attempt, epoch, status, live, holds_slot, pool, scope, data) "
+    "SELECT * FROM unnest(%b::text[], %b::text[], %b::int[], %b::int[], %b::text[], %b::int[], "
+    "%b::int[], %b::text[], %b::text[], %b::text[])",
+)
+
+
 SAVE_EXECUTION = SetWrite(
     "UPDATE conduit_execution SET epoch = ?, status = ?, live = ?, holds_slot = ?, data = ?, "
     "rev = rev + 1 WHERE id = ?",
@@ -356,6 +378,17 @@ PUT_LEASE_SQL = (
     "epoch = excluded.epoch, owner = excluded.owner, token = excluded.token, "
     "expires_at_ms = excluded.expires_at_ms, duration_ms = excluded.duration_ms, "
     "released = 0"
+)
+
+
+#: ``PUT_LEASE_SQL`` for many leases, ``lease_params`` each (of distinct attempts).
+PUT_LEASE = SetWrite(
+    PUT_LEASE_SQL,
+    PUT_LEASE_SQL.replace(
+        "VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
+        "SELECT v.*, 0 FROM unnest(%b::text[], %b::text[], %b::int[], %b::text[], %b::text[], "
+        "%b::bigint[], %b::bigint[]) AS v",
+    ),
 )
 
 

@@ -89,6 +89,8 @@ class GroupCommit:
         #: What every queued operation waits on: a leader takes it with the batch it takes.
         self._queued_wakeup = anyio.Event()
         self._running = 0
+        #: A caller is letting the loop's turn queue more writes before it leads them.
+        self._gathering = False
 
     async def submit(
         self,
@@ -108,12 +110,18 @@ class GroupCommit:
         try:
             while not op.finished:
                 # An operation another leader has taken is that leader's to finish (it wakes
-                # us): leading now would find the queue empty and spin without yielding.
-                if not op.taken and self._running < self._max_parallel:
+                # us): leading now would find the queue empty and spin without yielding. A
+                # caller already gathering a batch will take this one too.
+                if not op.taken and self._running < self._max_parallel and not self._gathering:
                     # Let every task already woken this turn of the loop queue its write first
                     # (an attempt's end wakes several): they then share this batch instead of
-                    # each leading a transaction of one.
-                    await anyio.lowlevel.checkpoint()
+                    # each leading a transaction of one. They wait for it meanwhile, without a
+                    # turn of the loop each.
+                    self._gathering = True
+                    try:
+                        await anyio.lowlevel.checkpoint()
+                    finally:
+                        self._gathering = False
                     if op.taken or self._running >= self._max_parallel:
                         continue  # another caller led meanwhile
                     await self._lead()
@@ -124,6 +132,9 @@ class GroupCommit:
         except BaseException:
             if not op.taken:
                 self._queue.remove(op)  # never ran, never will
+                if self._queue and self._running < self._max_parallel:
+                    # It may have been gathering: those queued meanwhile wait for a leader.
+                    self._requeue().set()
             raise
         METRICS.store_write(time.perf_counter() - submitted)
         if op.error is not None:

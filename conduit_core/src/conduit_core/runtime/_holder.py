@@ -8,8 +8,10 @@ is cancelled at once (not at its next fenced write) and :class:`LeaseLostError` 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from types import TracebackType
 
 import anyio
 
@@ -103,6 +105,9 @@ class LeaseKeeper:
         self._clock = clock
         self._held: dict[tuple[str, int], tuple[HeldLease, anyio.CancelScope, float]] = {}
         self._changed = anyio.Event()
+        #: When ``run`` looks at the held leases next (loop time): a hold due before then wakes
+        #: it, any other waits for it (every attempt's hold woke it, ~15 µs each).
+        self._wakes_at = math.inf
 
     def _due_at(self, lease: Lease) -> float:
         """When a third of the lease has passed since it was granted (in loop time).
@@ -118,9 +123,12 @@ class LeaseKeeper:
         """Renew until cancelled (run it in the host's task group)."""
         while True:
             tick = min((h.lease.duration_ms for h, _, _ in self._held.values()), default=6000)
+            self._wakes_at = anyio.current_time() + tick / 6000
             with anyio.move_on_after(tick / 6000):
                 await self._changed.wait()
                 self._changed = anyio.Event()
+            # Until it waits again, every new hold wakes it (it may have counted without them).
+            self._wakes_at = math.inf
             now = anyio.current_time()
             due = [key for key, (_, _, next_at) in self._held.items() if next_at <= now]
             if due:
@@ -160,21 +168,46 @@ class LeaseKeeper:
             METRICS.lease_losses.inc()
             scope.cancel()
 
-    @asynccontextmanager
-    async def hold(self, lease: Lease) -> AsyncIterator[HeldLease]:
-        held = HeldLease(lease)
-        key = (lease.execution_id, lease.epoch)
-        completed = False
-        with anyio.CancelScope() as scope:
-            self._held[key] = (held, scope, self._due_at(lease))
-            self._changed.set()
-            try:
-                yield held
-                completed = True
-            finally:
-                self._held.pop(key, None)
-        # A renewal refused after the body finished (it settled the attempt) is no loss.
-        if held.lost is not None and not completed:
+    def hold(self, lease: Lease) -> AbstractAsyncContextManager[HeldLease]:
+        """Hold ``lease`` for the body: renewed by this keeper, the body cancelled and
+        ``LeaseLostError`` raised if a renewal is refused."""
+        return _KeptHold(self, lease)
+
+
+class _KeptHold:
+    """One hold of a :class:`LeaseKeeper` (a class, not a generator: entered per attempt)."""
+
+    __slots__ = ("_held", "_keeper", "_key", "_scope")
+
+    def __init__(self, keeper: LeaseKeeper, lease: Lease) -> None:
+        self._keeper = keeper
+        self._held = HeldLease(lease)
+        self._key = (lease.execution_id, lease.epoch)
+        self._scope = anyio.CancelScope()
+
+    async def __aenter__(self) -> HeldLease:
+        keeper = self._keeper
+        self._scope.__enter__()
+        due = keeper._due_at(self._held.lease)
+        keeper._held[self._key] = (self._held, self._scope, due)
+        if due < keeper._wakes_at:
+            keeper._changed.set()  # due before the keeper looks again: it looks now
+        return self._held
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        self._keeper._held.pop(self._key, None)
+        swallowed = bool(self._scope.__exit__(exc_type, exc, tb))
+        held = self._held
+        # The keeper cancelled the body: its lease was lost. A renewal refused after the body
+        # finished (it settled the attempt) is no loss.
+        if swallowed and held.lost is not None:
+            lease = held.lease
             raise LeaseLostError(
                 f"lease of execution {lease.execution_id!r} epoch {lease.epoch} was lost"
             ) from held.lost
+        return swallowed

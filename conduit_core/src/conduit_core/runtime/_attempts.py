@@ -77,6 +77,13 @@ class Attempt:
         return self.held.lease
 
 
+@dataclass(frozen=True, slots=True)
+class _ObserveFailed:
+    """Observing the attempt raised ``error`` (``AttemptRunner._wait``)."""
+
+    error: Exception
+
+
 class AttemptRunner:
     """Pins, launches, observes and settles attempts; holds their leases.
 
@@ -277,48 +284,61 @@ class AttemptRunner:
     # --- observe and settle --------------------------------------------------------------------
 
     async def observe(self, attempt: Attempt) -> Execution:
-        """Wait for the attempt outside storage, then apply its result under the lease."""
+        """Wait for the attempt outside storage, then apply its result under the lease.
+
+        A quick attempt's launch trail goes with its settlement; a longer one's is written once
+        it has run for ``QUICK_OBSERVE_S``, so its running state shows. The quick window and the
+        deadline share one cancel scope: the common attempt, a quick one, enters one."""
         execution = attempt.execution
         remaining_s = max(execution.snapshot.deadline_ms - self.clock.now_ms(), 0) / 1000
-        result: Result | None = None
-        with anyio.move_on_after(remaining_s) as deadline:
+        now = anyio.current_time()
+        ends_at = now + remaining_s
+        trail = attempt.callbacks
+        quick_until = now + QUICK_OBSERVE_S if trail is not None and trail.has_pending else ends_at
+        outcome = await self._wait(attempt, min(ends_at, quick_until))
+        if outcome is None and quick_until < ends_at:
+            outcome = await self._wait(attempt, ends_at, flush_first=True)
+        if outcome is None:
+            return await self.time_out(attempt)
+        if not isinstance(outcome, _ObserveFailed):
+            return await self.apply_result(
+                execution, attempt.held, outcome, attempt.executor, attempt.callbacks
+            )
+        error = outcome.error
+        if isinstance(error, OperationError):
+            return await self._fail(
+                execution, attempt.held, error.code,
+                f"executor observation failed: {error.code}: {error.message}",
+                permanent=error.permanent, hint=error.retry_hint, executor=attempt.executor,
+                error=error, trail=attempt.callbacks,
+            )  # fmt: skip
+        log.warning(
+            "observe failed execution=%s epoch=%s cause=%s",
+            execution.id, execution.epoch, type(error).__name__,
+        )  # fmt: skip
+        return await self._fail(
+            execution, attempt.held, "executor_error",
+            f"executor observation failed ({type(error).__name__})",
+            executor=attempt.executor, error=error, trail=attempt.callbacks,
+        )  # fmt: skip
+
+    async def _wait(
+        self, attempt: Attempt, deadline: float, *, flush_first: bool = False
+    ) -> Result | _ObserveFailed | None:
+        """The attempt's result; ``None`` at ``deadline`` (loop time); the executor's error if
+        observing it failed. ``flush_first``: write the buffered launch trail first."""
+        with anyio.CancelScope(deadline=deadline):
             try:
-                result = await self._wait_quick_then_flush(attempt)
+                if flush_first and attempt.callbacks is not None:
+                    await attempt.callbacks.flush()
+                return await attempt.handle.wait()
             except (LeaseLostError, StoreError):
                 # A store that cannot take the observation's writes says nothing about the job:
                 # never fail the attempt for it. The host hands it to recovery (adopt, not rerun).
                 raise
-            except OperationError as exc:
-                return await self._fail(
-                    execution, attempt.held, exc.code,
-                    f"executor observation failed: {exc.code}: {exc.message}",
-                    permanent=exc.permanent, hint=exc.retry_hint, executor=attempt.executor,
-                    error=exc, trail=attempt.callbacks,
-                )  # fmt: skip
             except Exception as exc:
-                log.warning(
-                    "observe failed execution=%s epoch=%s cause=%s",
-                    execution.id, execution.epoch, type(exc).__name__,
-                )  # fmt: skip
-                return await self._fail(
-                    execution, attempt.held, "executor_error",
-                    f"executor observation failed ({type(exc).__name__})",
-                    executor=attempt.executor, error=exc, trail=attempt.callbacks,
-                )  # fmt: skip
-        if deadline.cancelled_caught or result is None:
-            return await self.time_out(attempt)
-        return await self.apply_result(
-            execution, attempt.held, result, attempt.executor, attempt.callbacks
-        )
-
-    async def _wait_quick_then_flush(self, attempt: Attempt) -> Result:
-        """A quick attempt's launch trail goes with its settlement; a longer one's is written
-        once it has run for ``QUICK_OBSERVE_S``, so its running state shows."""
-        if attempt.callbacks is not None and attempt.callbacks.has_pending:
-            with anyio.move_on_after(QUICK_OBSERVE_S):
-                return await attempt.handle.wait()
-            await attempt.callbacks.flush()
-        return await attempt.handle.wait()
+                return _ObserveFailed(exc)
+        return None
 
     async def apply_result(
         self,

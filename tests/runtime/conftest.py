@@ -98,7 +98,9 @@ async def submit(
     keys: list[str] | None = None,
 ) -> Work:
     _counter["n"] += 1
-    wid = work_id or f"w{_counter['n']}"
+    # Zero-padded: Work ready in the same millisecond is claimed in id order, and "w10" would
+    # sort before "w9".
+    wid = work_id or f"w{_counter['n']:06d}"
     now = sched.clock.now_ms()
     scope = sched.options.bindings[binding].scope
     work = Work(

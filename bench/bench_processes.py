@@ -28,6 +28,7 @@ import anyio
 import psycopg
 
 from conduit_core.config import Binding
+from conduit_core.daemon import tune_garbage_collection
 from conduit_core.plugins import Plugins
 from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock
 from conduit_core.storage import Claim, open_store
@@ -48,6 +49,7 @@ async def drain(
     the store-wide limit every process configures (``settings.concurrency`` counts the slot
     holders of every daemon on the store)."""
     gates_as_a_user_has_them()
+    tune_garbage_collection()  # as `conduit daemon` runs its process (daemon/_gc.py)
     async with await open_store(url) as store:
         sched = Scheduler(
             store, SystemClock(), Plugins.load(disabled=()),

@@ -31,6 +31,7 @@ import anyio
 import msgspec
 
 from conduit_core.config import Binding
+from conduit_core.daemon import tune_garbage_collection
 from conduit_core.model import Event, Routine, RoutineStatus, Work, WorkStatus, WorkTemplate
 from conduit_core.plugins import Plugins
 from conduit_core.routines import Ticker, fired_by
@@ -244,6 +245,7 @@ async def main(
     concurrency: int,
     claim_ahead_ms: int,
 ) -> None:
+    tune_garbage_collection()  # as `conduit daemon` runs its process (daemon/_gc.py)
     async with await open_store(url) as store:
         clock = SystemClock()
         start = clock.now_ms()

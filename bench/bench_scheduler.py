@@ -24,6 +24,7 @@ from pathlib import Path
 import anyio
 
 from conduit_core.config import Binding
+from conduit_core.daemon import tune_garbage_collection
 from conduit_core.model import Event, Work
 from conduit_core.plugins import Plugins
 from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock, TaskPool
@@ -100,6 +101,7 @@ def gates_as_a_user_has_them() -> None:
 
 async def bench_one(url: str, n: int, concurrency: int) -> dict[str, object]:
     gates_as_a_user_has_them()
+    tune_garbage_collection()  # as `conduit daemon` runs its process (daemon/_gc.py)
     async with await open_store(url) as store:
         sched = Scheduler(
             store,

@@ -10,7 +10,7 @@ import anyio
 import click
 
 from conduit_core.cli._context import CONFIG_ENV, config_option, load
-from conduit_core.daemon import Daemon, configure_logging
+from conduit_core.daemon import Daemon, configure_logging, tune_garbage_collection
 from conduit_core.errors import ConduitError
 
 __all__ = ["daemon_command", "reload_command"]
@@ -39,6 +39,7 @@ def daemon_command(
     """
     configure_logging("json" if log_format == "json" else "text", log_level)
     path = config_path or Path(os.environ.get(CONFIG_ENV, "conduit.toml"))
+    tune_garbage_collection()  # this process is a scheduler host from here on
     anyio.run(Daemon(path, rescan_s=rescan_s).run)
 
 

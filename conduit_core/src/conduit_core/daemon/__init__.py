@@ -1,5 +1,6 @@
 """The daemon: the host loop that drives the scheduler, its HTTP listeners and signals."""
 
+from conduit_core.daemon._gc import tune_garbage_collection
 from conduit_core.daemon._host import HostLoop, PassStep
 from conduit_core.daemon._logging import LogFormat, configure_logging
 from conduit_core.daemon._netfs import check_local_filesystem, filesystem_type
@@ -26,4 +27,5 @@ __all__ = [
     "is_postgres",
     "notify_sync",
     "start_tracing",
+    "tune_garbage_collection",
 ]

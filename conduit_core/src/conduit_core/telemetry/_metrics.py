@@ -6,10 +6,11 @@ application's registry and a test can read exactly conduit's. Gauges that mirror
 (capacity, ready Work, holds) are not here: the ``/metrics`` endpoint computes them from the
 store at scrape (see ``http/_metrics.py``), so they always match what the API says.
 
-Every method is a dictionary look-up and an increment under prometheus_client's lock: cheap
-enough to call on every attempt, renewal and store write. The per-attempt instruments keep their
-labelled children (one per binding, executor and outcome: bounded by the configuration), so an
-attempt does not pay for prometheus_client's label validation and look-up.
+Every method is a dictionary look-up and an increment under a lock: cheap enough to call on every
+attempt, renewal and store write. The per-attempt and per-write instruments are ``_hot``'s (an
+observation ~0.5 us against prometheus_client's ~2 us); they keep their labelled children (one
+per binding, executor and outcome: bounded by the configuration), so an attempt does not pay for
+label validation and look-up.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.process_collector import ProcessCollector
+
+from conduit_core.telemetry._hot import HotCounter, HotHistogram
 
 __all__ = ["METRICS", "Metrics"]
 
@@ -39,27 +42,27 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.attempts_started = Counter(
+        self.attempts_started = HotCounter(
             "conduit_attempts_started",
             "Attempts whose executor accepted the launch (fresh starts; relaunches are counted "
             "by conduit_recoveries_total)",
             ["binding", "executor"],
             registry=r,
         )
-        self.attempts_finished = Counter(
+        self.attempts_finished = HotCounter(
             "conduit_attempts_finished",
             "Attempts that ended, by outcome (the attempt's final status)",
             ["binding", "executor", "outcome"],
             registry=r,
         )
-        self.attempt_duration = Histogram(
+        self.attempt_duration = HotHistogram(
             "conduit_attempt_duration_seconds",
             "From an attempt's claim to its end, recoveries included",
             ["binding", "executor", "outcome"],
             buckets=_DURATION_BUCKETS,
             registry=r,
         )
-        self.claim_to_start = Histogram(
+        self.claim_to_start = HotHistogram(
             "conduit_attempt_claim_to_start_seconds",
             "From an attempt's claim to its executor accepting the launch",
             ["binding", "executor"],
@@ -92,13 +95,13 @@ class Metrics:
             ["routine", "policy"],
             registry=r,
         )
-        self.store_write_latency = Histogram(
+        self.store_write_latency = HotHistogram(
             "conduit_store_write_seconds",
             "From a write's submission to its commit (queueing for the batch included)",
             buckets=_WRITE_BUCKETS,
             registry=r,
         )
-        self.store_batch_size = Histogram(
+        self.store_batch_size = HotHistogram(
             "conduit_store_write_batch_size",
             "Writes committed together in one group-commit transaction",
             buckets=_BATCH_BUCKETS,
@@ -146,8 +149,8 @@ class Metrics:
 def _children(
     cache: dict[tuple[str, ...], tuple[Any, Any]],
     key: tuple[str, ...],
-    counter: Counter,
-    histogram: Histogram,
+    counter: HotCounter,
+    histogram: HotHistogram,
 ) -> tuple[Any, Any]:
     """The counter's and the histogram's children for these label values, made once."""
     children = cache.get(key)

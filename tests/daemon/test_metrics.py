@@ -144,7 +144,10 @@ def test_metrics_match_the_store(
     writes = value(found, "conduit_store_write_seconds_count")
     batched = value(found, "conduit_store_write_batch_size_sum")
     assert writes >= len(attempts) * 2  # at least a claim and a settle per attempt
-    assert batched == writes  # every write is in exactly one batch
+    # Every write is in exactly one batch. A batch is counted when it is taken and a write when
+    # it returns, so a write in flight at the scrape (the running job's lease renewal) is
+    # counted in its batch only.
+    assert writes <= batched <= writes + 2
 
     # Approving the held deploy moves the gauges with the store.
     daemon.cli("approve", deploy)

@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from conduit_core.extension import OutcomeKind, Result, Usage
-from conduit_core.model import ExecutionStatus, WorkStatus
+from conduit_core.model import ExecutionStatus, Work, WorkStatus
 from conduit_core.storage import AttemptEnd, Claim, Settlement, Store, open_store
 from conduit_core.storage._ops_budgets import _STAGE_USAGE
 from conduit_core.storage._ops_work import CONSUME_INPUT
@@ -130,6 +130,33 @@ async def test_a_batch_of_claims_sends_each_kind_of_write_once(
         assert not await store.ready_work(limit=10)
     if store_url.startswith("postgresql"):
         for write in (CONSUME_INPUT, INSERT_EXECUTION, PUT_LEASE, SAVE_WORK):
+            assert sent.count(write.many) == 1, f"not one statement for the batch: {write.many}"
+            assert sent.count(write.one) == 0
+
+
+async def test_a_bulk_create_sends_one_statement_per_table(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Routine claim pass creates its fires' Work at once (``create_works``): on PostgreSQL
+    the Work rows and their first inputs go as one set-based statement each; what is stored is
+    as if created one by one (an id already taken refused, nothing written for it)."""
+    from conduit_core.storage._ops_bulk import _INSERT_EVENT, _INSERT_WORK
+
+    async with await open_store(store_url) as store:
+        await store.create_work(make_work("taken"))
+        sent = _sent(monkeypatch, store_url)
+        items = [(make_work(f"w{i}"), make_input(f"{i}")) for i in range(5)]
+        results = await store.create_works([*items, (make_work("taken"), make_input("t"))])
+        assert [r.id for r in results[:5] if isinstance(r, Work)] == [f"w{i}" for i in range(5)]
+        assert getattr(results[5], "code", None) == "work_exists"
+        for i in range(5):
+            work = await store.get_work(f"w{i}")
+            assert work.pending_inputs == 1
+            (pending,) = await store.pending_inputs(f"w{i}")
+            assert pending.id == f"ev-{i}"
+        assert not await store.pending_inputs("taken")
+    if store_url.startswith("postgresql"):
+        for write in (_INSERT_WORK, _INSERT_EVENT):
             assert sent.count(write.many) == 1, f"not one statement for the batch: {write.many}"
             assert sent.count(write.one) == 0
 

@@ -17,20 +17,35 @@ import msgspec
 from conduit_core.errors import ConduitError
 from conduit_core.model import Event, Work
 from conduit_core.storage._ops_work import accept_event
-from conduit_core.storage._sql import Cx, dump, next_event_seqs, work_params
+from conduit_core.storage._sql import (
+    Cx,
+    SetWrite,
+    dump,
+    next_event_seqs,
+    work_params,
+    write_rows,
+)
 
 __all__ = ["accept_events", "create_works"]
 
 #: Ids per ``IN (…)`` list (well under both backends' parameter limits).
 _CHUNK = 1_000
 
-_INSERT_WORK = (
+#: New Work rows, ``work_params`` each (one set-based statement where the backend has arrays).
+_INSERT_WORK = SetWrite(
     "INSERT INTO conduit_work (id, status, scope, claimable, ready_since, data) "
-    "VALUES (?, ?, ?, ?, ?, ?)"
+    "VALUES (?, ?, ?, ?, ?, ?)",
+    "INSERT INTO conduit_work (id, status, scope, claimable, ready_since, data) "
+    "SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::int[], %b::bigint[], "
+    "%b::text[])",
 )
-_INSERT_EVENT = (
+#: New event rows, ``_event_row`` each.
+_INSERT_EVENT = SetWrite(
     "INSERT INTO conduit_event (id, delivery_id, seq, work_id, pending, data) "
-    "VALUES (?, ?, ?, ?, ?, ?)"
+    "VALUES (?, ?, ?, ?, ?, ?)",
+    "INSERT INTO conduit_event (id, delivery_id, seq, work_id, pending, data) "
+    "SELECT * FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::text[], %b::int[], "
+    "%b::text[])",
 )
 
 
@@ -76,7 +91,7 @@ def create_works(cx: Cx, items: Sequence[tuple[Work, Event | None]]) -> list[Wor
         works.append(stored)
         results.append(stored)
     if works:
-        cx.many(_INSERT_WORK, [work_params(w) for w in works])
+        write_rows(cx, _INSERT_WORK, [work_params(w) for w in works])
     _insert_numbered(cx, inputs)
     return results
 
@@ -102,7 +117,8 @@ def _insert_numbered(cx: Cx, events: list[Event]) -> None:
     if not events:
         return
     seqs = next_event_seqs(cx, len(events))
-    cx.many(
+    write_rows(
+        cx,
         _INSERT_EVENT,
         [_event_row(msgspec.structs.replace(e, seq=n)) for e, n in zip(events, seqs, strict=True)],
     )

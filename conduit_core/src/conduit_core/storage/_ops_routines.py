@@ -22,7 +22,17 @@ from conduit_core.storage._routine_records import (
     RoutineRun,
     RoutineUpdate,
 )
-from conduit_core.storage._sql import Codec, Cx, as_columns, dump, find_work, first, save_work
+from conduit_core.storage._sql import (
+    Codec,
+    Cx,
+    SetWrite,
+    as_columns,
+    dump,
+    find_work,
+    first,
+    save_work,
+    write_rows,
+)
 
 __all__ = [
     "BoundWorkCheck",
@@ -99,11 +109,23 @@ def apply_routine(
     return after
 
 
-_PUT_RUN = (
+_PUT_RUN = SetWrite(
     "INSERT INTO conduit_routine_run "
     "(routine_id, scheduled_for_ms, work_id, outcome, started_at_ms, data) "
     "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (routine_id, scheduled_for_ms) DO UPDATE SET "
-    "work_id = excluded.work_id, outcome = excluded.outcome, data = excluded.data"
+    "work_id = excluded.work_id, outcome = excluded.outcome, data = excluded.data",
+    "INSERT INTO conduit_routine_run "
+    "(routine_id, scheduled_for_ms, work_id, outcome, started_at_ms, data) "
+    "SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], %b::bigint[], "
+    "%b::text[]) ON CONFLICT (routine_id, scheduled_for_ms) DO UPDATE SET "
+    "work_id = excluded.work_id, outcome = excluded.outcome, data = excluded.data",
+)
+#: A Routine row, ``_params`` each (the rows of one statement are distinct Routines).
+_SAVE_ROUTINE = SetWrite(
+    "UPDATE conduit_routine SET status = ?, next_run_at_ms = ?, data = ? WHERE id = ?",
+    "UPDATE conduit_routine SET status = v.status, next_run_at_ms = v.next_run_at_ms, "
+    "data = v.data FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[]) "
+    "AS v(status, next_run_at_ms, data, id) WHERE conduit_routine.id = v.id",
 )
 
 
@@ -119,7 +141,7 @@ def _run_row(run: RoutineRun) -> tuple[str, int, str | None, str, int, str]:
 
 
 def _put_run(cx: Cx, run: RoutineRun) -> None:
-    cx.run(_PUT_RUN, _run_row(run))
+    cx.run(_PUT_RUN.one, _run_row(run))
 
 
 #: Ids per ``IN (…)`` list and rows per set-based write.
@@ -164,15 +186,19 @@ def apply_routines(cx: Cx, updates: Sequence[RoutineUpdate]) -> list[Routine | C
         events.extend(update.events)
         results.append(after)
     if changed:
-        cx.many(
-            "UPDATE conduit_routine SET status = ?, next_run_at_ms = ?, data = ? WHERE id = ?",
-            [_params(r) for r in changed.values()],
-        )
+        write_rows(cx, _SAVE_ROUTINE, [_params(r) for r in changed.values()])
     if runs:
-        cx.many(_PUT_RUN, [_run_row(r) for r in runs.values()])
+        write_rows(cx, _PUT_RUN, [_run_row(r) for r in runs.values()])
     if events:
         accept_events(cx, events)
     return results
+
+
+_SAVE_ROUTINE_DATA = SetWrite(
+    "UPDATE conduit_routine SET data = ? WHERE id = ?",
+    "UPDATE conduit_routine SET data = v.data FROM unnest(%b::text[], %b::text[]) AS v(data, id) "
+    "WHERE conduit_routine.id = v.id",
+)
 
 
 def due_pass(cx: Cx, now_ms: int) -> int:
@@ -183,8 +209,9 @@ def due_pass(cx: Cx, now_ms: int) -> int:
         (now_ms,),
     )
     if rows:
-        cx.many(
-            "UPDATE conduit_routine SET data = ? WHERE id = ?",
+        write_rows(
+            cx,
+            _SAVE_ROUTINE_DATA,
             [
                 (
                     dump(

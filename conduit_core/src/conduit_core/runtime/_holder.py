@@ -187,8 +187,8 @@ class _KeptHold:
 
     async def __aenter__(self) -> HeldLease:
         keeper = self._keeper
-        self._scope.__enter__()
         due = keeper._due_at(self._held.lease)
+        self._scope.__enter__()
         keeper._held[self._key] = (self._held, self._scope, due)
         if due < keeper._wakes_at:
             keeper._changed.set()  # due before the keeper looks again: it looks now

@@ -383,8 +383,8 @@ CONSUME_INPUT = SetWrite(
 
 
 class ClaimWrites:
-    """The writes of a batch of claims, sent at its end as one batched statement per table
-    (``Cx.many``) instead of four or five round trips per claim.
+    """The writes of a batch of claims, sent at its end as one statement per table (set-based
+    over arrays on PostgreSQL, ``write_rows``) instead of four or five round trips per claim.
 
     Safe because nothing a batch reads after a claim depends on that claim's rows: each claimed
     Work row was locked and read before the batch began, its pending input was read with the

@@ -19,7 +19,8 @@ import pytest
 from conduit_core.extension import OutcomeKind, Result, Usage
 from conduit_core.model import ExecutionStatus, Work, WorkStatus
 from conduit_core.storage import AttemptEnd, Claim, Settlement, Store, open_store
-from conduit_core.storage._ops_budgets import _STAGE_USAGE
+from conduit_core.storage._admission import NoBudgets
+from conduit_core.storage._ops_budgets import _DROP_STAGED, _STAGE_USAGE
 from conduit_core.storage._ops_work import CONSUME_INPUT
 from conduit_core.storage._sql import (
     DELETE_LEASE,
@@ -103,7 +104,12 @@ async def test_a_batch_of_settlements_sends_each_kind_of_write_once(
             assert (await store.get_work(claim.work.id)).updated_at_ms == T0 + 2
         staged = {p.work_id: p.units for p in await store.pending_usage()}
         assert all(staged.get(c.work.id) == {"runs": 1.0} for c in claims), staged
-    _each_sent_once(store_url, sent, SAVE_EXECUTION, DELETE_LEASE, SAVE_WORK, _STAGE_USAGE)
+        # Applied (here: dropped, budgets being off), the staged rows go in one statement.
+        assert await store.settle_budgets(NoBudgets(), now_ms=T0 + 3) == count
+        assert await store.pending_usage() == []
+    _each_sent_once(
+        store_url, sent, SAVE_EXECUTION, DELETE_LEASE, SAVE_WORK, _STAGE_USAGE, _DROP_STAGED
+    )
 
 
 async def test_a_batch_of_claims_sends_each_kind_of_write_once(

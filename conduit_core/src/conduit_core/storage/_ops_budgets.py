@@ -65,6 +65,7 @@ from conduit_core.storage._sql import (
     find_work,
     load_work,
     save_work,
+    write_rows,
 )
 from conduit_core.validation import saturating_add
 
@@ -88,6 +89,12 @@ _ledger_decoder = msgspec.json.Decoder(BudgetLedger)
 # --- Usage staging and charging -------------------------------------------------------------
 
 
+#: Staged usage applied: its rows go (one statement for a pass's rows where the backend has
+#: arrays).
+_DROP_STAGED = SetWrite(
+    "DELETE FROM conduit_budget_pending WHERE id = ?",
+    "DELETE FROM conduit_budget_pending WHERE id = ANY(%b::text[])",
+)
 _STAGE_USAGE = SetWrite(
     "INSERT INTO conduit_budget_pending (id, work_id, data) VALUES (?, ?, ?) "
     "ON CONFLICT (id) DO NOTHING",
@@ -214,7 +221,7 @@ def _charge_staged(cx: Cx, policy: BudgetPolicy, now_ms: int, rows: list[Row]) -
         lock_ledgers(cx, [spec.key for spec, _, _ in charges])  # all at once, in key order
         for spec, amount, usage in charges:
             charge(cx, policy, spec, amount, usage.work_id, usage.scope, now_ms)
-    cx.many("DELETE FROM conduit_budget_pending WHERE id = ?", [(u.id,) for u in staged])
+    write_rows(cx, _DROP_STAGED, [(u.id,) for u in staged])
     return len(staged)
 
 

@@ -3,7 +3,8 @@
 A Routine claim pass fires up to a thousand Routines at once; writing each fire's Work, input and
 observability events with the one-row operations costs ~8 round trips per Work and per event on
 a server. These do the same writes with one existence check, one block of event sequence
-numbers (``next_event_seqs``) and one pipelined ``executemany`` per table. Their results equal
+numbers (``next_event_seqs``) and one statement per table (set-based over arrays on PostgreSQL,
+``write_rows``; ``executemany`` on SQLite). Their results equal
 the one-row operations' (``create_work``, ``accept_event``) applied in order.
 """
 

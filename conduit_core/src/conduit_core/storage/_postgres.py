@@ -39,8 +39,16 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from conduit_core.errors import StoreError
 from conduit_core.storage._schema import SCHEMA_VERSION
-from conduit_core.storage._sql import Cx, Row, SetWrite, as_columns, migrate, newer_schema_error
-from conduit_core.storage._sqlstore import ONE_STATEMENT_FROM, SqlStore
+from conduit_core.storage._sql import (
+    ONE_STATEMENT_FROM,
+    Cx,
+    Row,
+    SetWrite,
+    as_columns,
+    migrate,
+    newer_schema_error,
+)
+from conduit_core.storage._sqlstore import SqlStore
 
 __all__ = ["PostgresStore"]
 

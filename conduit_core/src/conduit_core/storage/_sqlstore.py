@@ -49,7 +49,7 @@ from conduit_core.storage._contract import (
     WorkChange,
 )
 from conduit_core.storage._group_commit import GroupCommit, Operation
-from conduit_core.storage._sql import Cx, load_execution, load_work
+from conduit_core.storage._sql import ONE_STATEMENT_FROM, Cx, load_execution, load_work
 from conduit_core.storage._threads import StoreThreads
 
 T = TypeVar("T")
@@ -214,9 +214,9 @@ class SqlStore(Store):
         lease_ms: int,
         capacity: CapacityLimits | None = None,
     ) -> list[Claim | ClaimRefusal]:
-        return self._remember_claims(await self._write(
-            ops.claim_attempts, list(requests), owner, now_ms, lease_ms, capacity
-        ))
+        return self._remember_claims(
+            await self._write(ops.claim_attempts, list(requests), owner, now_ms, lease_ms, capacity)
+        )
 
     async def claim_ready(
         self,
@@ -228,9 +228,11 @@ class SqlStore(Store):
         lease_ms: int,
         capacity: CapacityLimits | None = None,
     ) -> list[Claim | ClaimRefusal]:
-        return self._remember_claims(await self._write(
-            ops.claim_ready, limit, snapshot_for, owner, now_ms, lease_ms, capacity
-        ))
+        return self._remember_claims(
+            await self._write(
+                ops.claim_ready, limit, snapshot_for, owner, now_ms, lease_ms, capacity
+            )
+        )
 
     # --- Leases and recovery -----------------------------------------------------------------
 
@@ -337,9 +339,7 @@ class SqlStore(Store):
         self, lease: Lease, decide: Decision, *, now_ms: int, consumed: Sequence[str] = ()
     ) -> Execution:
         known = self._known.pop(lease.execution_id, None)  # the attempt ends here
-        return await self._write(
-            att.settle_attempt, lease, decide, now_ms, list(consumed), known
-        )
+        return await self._write(att.settle_attempt, lease, decide, now_ms, list(consumed), known)
 
     async def get_execution(self, execution_id: str) -> Execution:
         return await self._read_one(load_execution, execution_id)
@@ -651,13 +651,6 @@ _AFTER_THE_BATCH = "\U0010ffff"
 IN_TWO_STEPS: dict[Callable[..., Any], tuple[Callable[..., Any], Callable[..., Any]]] = {
     att.update_attempt: (att.update_attempt_later, att.update_attempts_later),
 }
-
-
-#: How many operations of a kind a batch needs for their first steps to go as one statement.
-#: Fewer go one statement each, in the same round trip: on PostgreSQL a set-based write of 4
-#: rows took the server 0.21 ms, 4 one-row writes 4 x 0.034 ms (``pg_stat_statements``, c = 4);
-#: at 64 rows it is 28 us a row against 34, and the client's time per row falls by more.
-ONE_STATEMENT_FROM = 8
 
 
 #: Operations whose first read several of a batch may share: ``read(cx, [each one's

@@ -58,6 +58,12 @@ def _count_cx(cls: type[Any]) -> None:
     _count_deferred(cls)
 
 
+def _sql_threshold() -> int:
+    from conduit_core.storage import _sql
+
+    return int(_sql.ONE_STATEMENT_FROM)
+
+
 def _count_deferred(cls: type[Any]) -> None:
     """Deferred writes (``Cx.defer``) count where they are sent: at once (SQLite), or when the
     held ones go (PostgreSQL), one statement for a kind's rows sent as one."""
@@ -75,10 +81,13 @@ def _count_deferred(cls: type[Any]) -> None:
         cls.defer = deferred
         return
 
+    # The threshold: on the class in checkouts before it moved beside ``write_rows``.
+    set_from = getattr(cls, "SET_FROM", None) or _sql_threshold()
+
     def sent(self: Any, _o: Callable[..., Any] = send) -> Any:
         if _COUNTING["on"]:
             for write, held in self._deferred.items():
-                if len(held) >= self.SET_FROM:
+                if len(held) >= set_from:
                     STATEMENTS[_norm(write.many)] += 1
                 else:
                     STATEMENTS[_norm(write.one)] += len(held)

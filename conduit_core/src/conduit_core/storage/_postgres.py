@@ -40,13 +40,12 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from conduit_core.errors import StoreError
 from conduit_core.storage._schema import SCHEMA_VERSION
 from conduit_core.storage._sql import (
-    ONE_STATEMENT_FROM,
     Cx,
     Row,
     SetWrite,
-    as_columns,
     migrate,
     newer_schema_error,
+    write_rows,
 )
 from conduit_core.storage._sqlstore import SqlStore
 
@@ -93,7 +92,8 @@ class _PgCx:
     something (``rows``, ``count``, a ``later`` read taken) or with the ``COMMIT``, which goes
     with leaving the pipeline. A transaction costs a round trip per read it waits for, plus one
     for its commit. Deferred writes (``defer``) are held until the next other statement or the
-    commit, then sent, ``SET_FROM`` or more rows of one kind as one statement."""
+    commit, then sent kind by kind (``write_rows``: ``ONE_STATEMENT_FROM`` or more rows of a kind
+    as one statement)."""
 
     __slots__ = (
         "_alone", "_begin", "_conn", "_cur", "_deferred", "_pipeline", "_pipeline_mode",
@@ -102,9 +102,6 @@ class _PgCx:
     locks_rows = True
     has_sequences = True
     has_arrays = True
-    #: How many held rows of one kind go as one statement; fewer go one statement each (all in
-    #: the same round trip either way). The batches' threshold for their set-based statements.
-    SET_FROM = ONE_STATEMENT_FROM
 
     def __init__(
         self,
@@ -191,12 +188,7 @@ class _PgCx:
         """Send the held writes, kind by kind in the order first deferred (``Cx.defer``)."""
         deferred, self._deferred = self._deferred, {}
         for write, held in deferred.items():
-            if len(held) >= self.SET_FROM:
-                columns = as_columns(held.values())
-                self._execute(write.many, columns)
-            else:
-                for params in held.values():
-                    self._execute(write.one, params)
+            write_rows(self, write, list(held.values()))
 
     def count(self, sql: str, params: tuple[Any, ...] = ()) -> int:
         self._execute(sql, params)

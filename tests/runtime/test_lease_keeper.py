@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import anyio
 import pytest
@@ -12,6 +12,7 @@ from conduit_core.runtime import SystemClock
 from conduit_core.runtime._holder import LeaseKeeper
 from conduit_core.storage import Claim, ClaimRequest, Store
 from conduit_core.storage.conformance import make_input, make_work, snapshot
+from tests.runtime.conftest import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -24,11 +25,13 @@ async def _claimed(store: Store, work_id: str, now_ms: int, lease_ms: int) -> Cl
     )  # fmt: skip
 
 
-async def _until(condition: Callable[[], bool], seconds: float = 5.0) -> None:
-    """Poll ``condition`` (the keeper's state has no event to wait on) until the deadline."""
-    with anyio.fail_after(seconds):
-        while not condition():  # noqa: ASYNC110
-            await anyio.sleep(0.005)
+def _now(condition: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
+    """``condition`` as the async check ``eventually`` polls (the keeper's state is in memory)."""
+
+    async def check() -> bool:
+        return condition()
+
+    return check
 
 
 async def test_a_hold_due_before_the_keeper_looks_again_is_renewed_in_time(store: Store) -> None:
@@ -40,11 +43,11 @@ async def test_a_hold_due_before_the_keeper_looks_again_is_renewed_in_time(store
         tg.start_soon(keeper.run)
         async with keeper.hold(long.lease):
             # The keeper waits, to look again a sixth of the long lease (10 s) from now.
-            await _until(lambda: anyio.current_time() + 5 < keeper._wakes_at < math.inf)
+            await eventually(_now(lambda: anyio.current_time() + 5 < keeper._wakes_at < math.inf))
             async with keeper.hold(short.lease) as held:
                 # The body outlives the short lease three times over: it must be renewed (the
                 # hold woke the keeper), never lost.
-                await _until(lambda: held.renewals >= 3)
+                await eventually(_now(lambda: held.renewals >= 3))
                 assert held.lost is None
         tg.cancel_scope.cancel()
     assert (await store.get_lease(short.execution.id)) is not None
@@ -57,7 +60,7 @@ async def test_holds_due_after_the_keepers_next_look_do_not_wake_it(store: Store
     async with anyio.create_task_group() as tg:
         tg.start_soon(keeper.run)
         async with keeper.hold(claims[0].lease):
-            await _until(lambda: anyio.current_time() + 5 < keeper._wakes_at < math.inf)
+            await eventually(_now(lambda: anyio.current_time() + 5 < keeper._wakes_at < math.inf))
             woken = keeper._changed
             async with keeper.hold(claims[1].lease), keeper.hold(claims[2].lease):
                 assert not woken.is_set(), "a hold due in 20 s woke a keeper looking in 10 s"

@@ -48,6 +48,11 @@ class HeldLease:
             raise
 
 
+def _lost(lease: Lease) -> LeaseLostError:
+    """What a hold raises once its body was cancelled for a refused renewal."""
+    return LeaseLostError(f"lease of execution {lease.execution_id!r} epoch {lease.epoch} was lost")
+
+
 @asynccontextmanager
 async def hold_lease(
     store: Store, clock: Clock, lease: Lease, *, tick_s: float | None = None
@@ -87,9 +92,7 @@ async def hold_lease(
             tg.cancel_scope.cancel()
     # A renewal refused after the body finished (it settled the attempt) is no loss.
     if held.lost is not None and not completed:
-        raise LeaseLostError(
-            f"lease of execution {lease.execution_id!r} epoch {lease.epoch} was lost"
-        ) from held.lost
+        raise _lost(lease) from held.lost
 
 
 class LeaseKeeper:
@@ -206,8 +209,5 @@ class _KeptHold:
         # The keeper cancelled the body: its lease was lost. A renewal refused after the body
         # finished (it settled the attempt) is no loss.
         if swallowed and held.lost is not None:
-            lease = held.lease
-            raise LeaseLostError(
-                f"lease of execution {lease.execution_id!r} epoch {lease.epoch} was lost"
-            ) from held.lost
+            raise _lost(held.lease) from held.lost
         return swallowed

@@ -62,10 +62,7 @@ def _params(routine: Routine) -> tuple[str, int | None, str, str]:
 
 
 def _save(cx: Cx, routine: Routine) -> None:
-    cx.run(
-        "UPDATE conduit_routine SET status = ?, next_run_at_ms = ?, data = ? WHERE id = ?",
-        _params(routine),
-    )
+    cx.run(_SAVE_ROUTINE.one, _params(routine))
 
 
 def _insert_sql() -> str:

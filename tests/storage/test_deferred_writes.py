@@ -53,9 +53,9 @@ def _sent(monkeypatch: pytest.MonkeyPatch, store_url: str) -> list[str]:
 
     execute = _PgCx._execute
 
-    def recorded(self: Any, sql: str, params: Any, *, many: bool = False) -> None:
+    def recorded(self: Any, sql: str, params: Any, *, many: bool = False) -> Any:
         sent.append(sql)
-        execute(self, sql, params, many=many)
+        return execute(self, sql, params, many=many)
 
     monkeypatch.setattr(_PgCx, "_execute", recorded)
     return sent

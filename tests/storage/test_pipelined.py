@@ -33,7 +33,9 @@ def pg(postgres_url: str) -> Iterator[PostgresStore]:
 
 
 def _ids(store: PostgresStore) -> list[int]:
-    return [r[0] for r in store.transaction(lambda cx: cx.rows("SELECT id FROM t_pipe ORDER BY id"))]
+    return [
+        r[0] for r in store.transaction(lambda cx: cx.rows("SELECT id FROM t_pipe ORDER BY id"))
+    ]
 
 
 def test_a_queued_write_that_fails_at_the_next_read_rolls_back_everything(
@@ -149,3 +151,85 @@ def test_a_lone_update_that_fails_leaves_nothing_and_a_clean_connection(
     assert pg.transaction(lambda cx: cx.rows("SELECT v FROM t_pipe")) == [(0,)]
     assert pg.transaction(lambda cx: cx.count_or_restart("UPDATE t_pipe SET v = 1"), alone=True)
     assert pg.transaction(lambda cx: cx.rows("SELECT v FROM t_pipe")) == [(1,)]
+
+
+# --- conduit's own pipeline (``storage/_pipeline.py``): prepared statements and results ------
+
+
+def _conduit_statements(store: PostgresStore) -> list[str]:
+    """The statements prepared under conduit's names on the connection the read runs on."""
+    rows = store.transaction(
+        lambda cx: cx.rows(
+            "SELECT name FROM pg_prepared_statements WHERE name LIKE '\\_conduit\\_%'"
+        )
+    )
+    return [r[0] for r in rows]
+
+
+@pytest.fixture
+def pg1(postgres_url: str) -> Iterator[PostgresStore]:
+    """One pooled connection: every transaction runs on it."""
+    store = PostgresStore.open(postgres_url, masked_url="postgresql://test", pool_size=1)
+    store.transaction(
+        lambda cx: cx.run("CREATE TABLE t_pipe (id INTEGER PRIMARY KEY, v INTEGER NOT NULL)")
+    )
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def test_each_statement_is_prepared_once_per_connection(pg1: PostgresStore) -> None:
+    for i in range(30):
+        pg1.transaction(
+            lambda cx, i=i: (
+                cx.run("INSERT INTO t_pipe (id, v) VALUES (?, ?)", (i, i))
+                or cx.rows("SELECT v FROM t_pipe WHERE id = ?", (i,))
+            )
+        )
+    # The fixture's CREATE TABLE, BEGIN, the writers' lock, the INSERT, the SELECT, COMMIT and
+    # this read: whatever the number of transactions (prepared anew each time: over 150).
+    assert len(_conduit_statements(pg1)) <= 7
+
+
+def test_results_come_back_typed(pg1: PostgresStore) -> None:
+    pg1.transaction(lambda cx: cx.run("INSERT INTO t_pipe (id, v) VALUES (?, ?)", (7, 42)))
+    rows = pg1.transaction(
+        lambda cx: cx.rows(
+            "SELECT id, v * 2, 'x' || v, NULL, v > 40 FROM t_pipe WHERE id = ?", (7,)
+        )
+    )
+    assert rows == [(7, 84, "x42", None, True)]
+    counted = pg1.transaction(
+        lambda cx: cx.count("UPDATE t_pipe SET v = v + 1 WHERE id >= ?", (0,))
+    )
+    assert counted == 1
+
+
+def test_statements_dropped_by_the_server_are_prepared_again(pg1: PostgresStore) -> None:
+    pg1.transaction(lambda cx: cx.run("INSERT INTO t_pipe (id, v) VALUES (?, ?)", (1, 1)))
+    assert _conduit_statements(pg1)
+    with pg1._pool.connection() as conn:  # the only connection: behind the store's back
+        conn.execute("DEALLOCATE ALL")
+    # The next transaction finds its statements gone, and is retried with them prepared again.
+    pg1.transaction(lambda cx: cx.run("INSERT INTO t_pipe (id, v) VALUES (?, ?)", (2, 2)))
+    assert _ids(pg1) == [1, 2]
+
+
+def test_a_rollback_that_drops_every_statement_leaves_the_next_transaction_working(
+    pg1: PostgresStore,
+) -> None:
+    # psycopg prepares a statement of its own from its fifth run (a one-statement read goes
+    # through psycopg's cursor); its rollback then ends with DEALLOCATE ALL.
+    for _ in range(6):
+        pg1.read_statement(lambda cx: cx.rows("SELECT count(*) FROM t_pipe"))
+    pg1.transaction(lambda cx: cx.run("INSERT INTO t_pipe (id, v) VALUES (?, ?)", (1, 1)))
+
+    def refused(cx: Cx) -> None:
+        cx.rows("SELECT id FROM t_pipe")
+        raise ValueError("refused after a read")
+
+    with pytest.raises(ValueError, match="refused after a read"):
+        pg1.transaction(refused)
+    pg1.transaction(lambda cx: cx.run("INSERT INTO t_pipe (id, v) VALUES (?, ?)", (2, 2)))
+    assert _ids(pg1) == [1, 2]

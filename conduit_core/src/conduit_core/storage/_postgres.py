@@ -28,16 +28,16 @@ import contextlib
 import random
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from functools import lru_cache, partial
 from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
-from psycopg.pq import TransactionStatus
+from psycopg.pq import PipelineStatus, TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from conduit_core.errors import StoreError
+from conduit_core.storage._pipeline import Pipeline, Result, forget_prepared
 from conduit_core.storage._schema import SCHEMA_VERSION
 from conduit_core.storage._sql import (
     Cx,
@@ -77,6 +77,8 @@ _RETRYABLE = (
     psycopg.errors.SerializationFailure,
     psycopg.errors.DeadlockDetected,
     psycopg.errors.UniqueViolation,
+    # The connection's prepared statements were dropped (see ``_pipeline.forget_prepared``).
+    psycopg.errors.InvalidSqlStatementName,
 )
 
 
@@ -86,18 +88,17 @@ def _pg_sql(sql: str) -> str:
 
 
 class _PgCx:
-    """A transaction's statements, sent in psycopg's pipeline mode (``_run``; migrations and
-    ``_OneStatementCx`` send each statement on its own): a statement whose outcome nobody reads
-    (``run``, ``many``) is queued and goes to the server with the next one that returns
-    something (``rows``, ``count``, a ``later`` read taken) or with the ``COMMIT``, which goes
-    with leaving the pipeline. A transaction costs a round trip per read it waits for, plus one
-    for its commit. Deferred writes (``defer``) are held until the next other statement or the
-    commit, then sent kind by kind (``write_rows``: ``ONE_STATEMENT_FROM`` or more rows of a kind
-    as one statement)."""
+    """A transaction's statements. With ``begin`` they are sent pipelined (``_run``; see
+    ``_pipeline``): a statement whose outcome nobody reads (``run``, ``many``) is queued and
+    goes to the server with the next one that returns something (``rows``, ``count``, a
+    ``later`` read taken) or with the ``COMMIT``. A transaction costs a round trip per read it
+    waits for, plus one for its commit. Deferred writes (``defer``) are held until the next
+    other statement or the commit, then sent kind by kind (``write_rows``:
+    ``ONE_STATEMENT_FROM`` or more rows of a kind as one statement). Without ``begin``
+    (migrations, ``_OneStatementCx``) each statement goes on its own through psycopg's cursor."""
 
     __slots__ = (
-        "_alone", "_begin", "_conn", "_cur", "_deferred", "_pipeline", "_pipeline_mode",
-        "committed", "works_written",
+        "_alone", "_begin", "_conn", "_cur", "_deferred", "_pipe", "committed", "works_written",
     )  # fmt: skip
     locks_rows = True
     has_sequences = True
@@ -116,8 +117,7 @@ class _PgCx:
         self._begin = begin
         #: The operation is alone in its transaction (``count_or_restart`` may commit it).
         self._alone = alone
-        self._pipeline: psycopg.Pipeline | None = None
-        self._pipeline_mode: AbstractContextManager[psycopg.Pipeline] | None = None
+        self._pipe: Pipeline | None = None
         #: The transaction committed with ``count_or_restart``: nothing more may be sent.
         self.committed = False
         self.works_written: set[str] | None = None
@@ -129,52 +129,46 @@ class _PgCx:
     def _open(self) -> None:
         """Enter pipeline mode and queue the transaction's ``BEGIN`` (and the writers' lock)."""
         assert self._begin is not None
-        self._pipeline_mode = self._conn.pipeline()
-        self._pipeline = self._pipeline_mode.__enter__()
-        try:
-            for statement in self._begin:
-                self._cur.execute(statement)
-        except BaseException as exc:
-            self.abandon(exc)  # leave pipeline mode now, not when the GC finds it
-            raise
+        pipe = self._pipe = Pipeline(self._conn)
+        for statement in self._begin:
+            pipe.send(statement)
 
     def _leave(self) -> None:
         """Leave pipeline mode: what is queued is sent, every result taken (one round trip);
         an error of any statement sent is raised here."""
-        mode, self._pipeline_mode, self._pipeline = self._pipeline_mode, None, None
-        if mode is not None:
-            mode.__exit__(None, None, None)
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            pipe.close()
 
     def commit(self) -> None:
         if not self.committed:
             if self._deferred:
                 self._send_deferred()
-            self._cur.execute("COMMIT")
+            self._send("COMMIT", ())
             self._leave()
 
     def abandon(self, exc: BaseException) -> None:
         """Leave a failed transaction's pipeline (its results, errors included, discarded)."""
-        mode, pipeline = self._pipeline_mode, self._pipeline
-        self._pipeline_mode = self._pipeline = None
+        pipe, self._pipe = self._pipe, None
         self._deferred.clear()
-        if mode is None or pipeline is None:
-            return
-        if isinstance(exc, psycopg.Error):
-            # An aborted pipeline: take its remaining results now, so leaving it is clean.
+        if pipe is not None:
             with contextlib.suppress(psycopg.Error):
-                pipeline.sync()
-        with contextlib.suppress(psycopg.Error):
-            mode.__exit__(None, None, None)
+                pipe.close(discard=True)
+        conn = self._conn
+        if not conn.closed and conn.pgconn.pipeline_status != PipelineStatus.OFF:
+            conn.close()  # results left unread (a lost connection, say): never reuse it
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
-        self._execute(sql, params)
-        return self._cur.fetchall()  # in a pipeline: sends what is queued, waits for this
+        if self._pipe is None:
+            self._execute(sql, params)
+            return self._cur.fetchall()
+        return self._pipe.rows(self._send(sql, params))  # sends what is queued, waits for it
 
     def run(self, sql: str, params: tuple[Any, ...] = ()) -> None:
         self._execute(sql, params)
 
     def defer(self, write: SetWrite, params: tuple[Any, ...]) -> None:
-        if self._pipeline is None:  # no commit of ours to send it with (a migration, say)
+        if self._pipe is None:  # no commit of ours to send it with (a migration, say)
             self._execute(write.one, params)
             return
         held = self._deferred.setdefault(write, {})
@@ -191,21 +185,22 @@ class _PgCx:
             write_rows(self, write, list(held.values()))
 
     def count(self, sql: str, params: tuple[Any, ...] = ()) -> int:
-        self._execute(sql, params)
-        if self._pipeline is not None:
-            self._pipeline.sync()
-        return self._cur.rowcount
+        if self._pipe is None:
+            self._execute(sql, params)
+            return self._cur.rowcount
+        return self._pipe.count(self._send(sql, params))
 
     def count_or_restart(self, sql: str, params: tuple[Any, ...] = ()) -> int:
-        if not self._alone or self._pipeline is None:
+        pipe = self._pipe
+        if not self._alone or pipe is None:
             return self.count(sql, params)
-        # The statement and the COMMIT (on a cursor of its own, so this one keeps the
-        # statement's count) are sent with leaving the pipeline: one round trip. An error in the
-        # statement makes the server skip the COMMIT: the transaction fails as any other.
-        self._execute(sql, params)
-        self._conn.cursor().execute("COMMIT")
+        # The statement and the COMMIT are sent with leaving the pipeline: one round trip. An
+        # error in the statement makes the server skip the COMMIT: the transaction fails as
+        # any other.
+        result = self._send(sql, params)
+        self._send("COMMIT", ())
         self._leave()
-        changed = self._cur.rowcount
+        changed = pipe.count(result)
         if changed:
             self.committed = True
         else:  # nothing was written: the operation goes on in a fresh transaction
@@ -216,39 +211,42 @@ class _PgCx:
         self._execute(sql, params, many=True)
 
     def count_later(self, sql: str, params: tuple[Any, ...] = ()) -> Callable[[], int]:
-        if self.committed:
-            raise RuntimeError(f"a statement after the operation committed: {sql[:60]}")
-        if self._deferred:
-            self._send_deferred()
-        cur = self._conn.cursor()  # its own cursor keeps its own count
-        cur.execute(_pg_sql(sql), params)
-
-        def counted() -> int:
-            # -1 until its result is taken in: one sync takes in every result sent so far.
-            if cur.rowcount < 0 and self._pipeline is not None:
-                self._pipeline.sync()
-            return cur.rowcount
-
-        return counted
+        pipe = self._pipe
+        if pipe is None:
+            changed = self.count(sql, params)
+            return lambda: changed
+        return partial(pipe.count, self._send(sql, params))
 
     def later(self, sql: str, params: tuple[Any, ...] = ()) -> Callable[[], list[Row]]:
-        if self.committed:
-            raise RuntimeError(f"a statement after the operation committed: {sql[:60]}")
-        if self._deferred:
-            self._send_deferred()
-        cur = self._conn.cursor()  # its own cursor keeps its own result
-        cur.execute(_pg_sql(sql), params)
-        return cur.fetchall
+        pipe = self._pipe
+        if pipe is None:
+            found = self.rows(sql, params)
+            return lambda: found
+        return partial(pipe.rows, self._send(sql, params))
 
-    def _execute(self, sql: str, params: Any, *, many: bool = False) -> None:
+    def _send(self, sql: str, params: Any) -> Result:
+        result = self._execute(sql, params)
+        assert result is not None, "only a pipelined transaction sends statements to take later"
+        return result
+
+    def _execute(self, sql: str, params: Any, *, many: bool = False) -> Result | None:
+        """Every statement goes here: queued in the pipeline (its ``Result``, but ``many``'s),
+        or, outside one, executed by psycopg's cursor (``None``)."""
         if self.committed:
             raise RuntimeError(f"a statement after the operation committed: {sql[:60]}")
         if self._deferred:
             self._send_deferred()
-        if many:
+        pipe = self._pipe
+        if pipe is not None:
+            if not many:
+                return pipe.send(sql, params)
+            for row in params:
+                pipe.send(sql, row)
+        elif many:
             self._cur.executemany(_pg_sql(sql), params)
         else:
             self._cur.execute(_pg_sql(sql), params)
+        return None
 
 
 class _OneStatementCx(_PgCx):
@@ -427,6 +425,7 @@ def _run(
     except BaseException:
         if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
             conn.rollback()
+            forget_prepared(conn)  # psycopg's rollback may have deallocated them all
         raise
     return result
 

@@ -1,7 +1,8 @@
-"""Settlements batched together read their fences in one statement (PostgreSQL).
+"""Settlements batched together read their fences in one round trip (PostgreSQL).
 
-``SqlStore`` gives a batch of ``ONE_STATEMENT_FROM`` or more settlements of distinct attempts
-one read that fences and locks them all (``read_settlements_ahead``) and runs them first. Each
+``SqlStore`` gives a batch of two or more settlements of distinct attempts one read ahead that
+fences and locks them all (``read_settlements_ahead``: one statement from
+``ONE_STATEMENT_FROM``, one each sent together below) and runs them first. Each
 must end as if it had read its own rows at its turn: an attempt written by another handle
 since its holder last wrote it takes its own path and keeps the newer row; a Work that an
 earlier settlement of the batch published an input to is read anew, so its pending count is
@@ -25,7 +26,8 @@ from tests.storage.conftest import claimed_known, record_batch_sizes
 
 pytestmark = pytest.mark.anyio
 
-COUNT = max(_sqlstore.ONE_STATEMENT_FROM, 2) + 1
+#: Both ways of reading ahead: one statement per settlement, and one for them all.
+COUNTS = [3, max(_sqlstore.ONE_STATEMENT_FROM, 2) + 1]
 
 
 def _decide(publish: list[Event]) -> Callable[[Execution, Work], Settlement]:
@@ -40,10 +42,10 @@ def _decide(publish: list[Event]) -> Callable[[Execution, Work], Settlement]:
 
 
 async def _settle_batch(
-    two: tuple[Store, Store], store_url: str, monkeypatch: pytest.MonkeyPatch
+    two: tuple[Store, Store], store_url: str, monkeypatch: pytest.MonkeyPatch, count: int
 ) -> tuple[dict[str, Any], list[int], Any, Any]:
     a, b = two
-    claims = [await claimed_known(a, f"w{i}") for i in range(COUNT)]
+    claims = [await claimed_known(a, f"w{i}") for i in range(count)]
     by_id = sorted(claims, key=lambda c: c.execution.id)
     publisher, target, stale = by_id[0], by_id[-1], by_id[len(by_id) // 2]
     # Another handle writes one attempt: its holder's copy is stale.
@@ -61,20 +63,52 @@ async def _settle_batch(
         publish = [published] if claim is publisher else []
         ended[claim.work.id] = await a.settle_attempt(claim.lease, _decide(publish), now_ms=T0 + 2)
 
+    syncs = _syncs_reading_ahead(monkeypatch, store_url)
     async with anyio.create_task_group() as tg:
         for claim in claims:
             tg.start_soon(settle, claim)
+    if store_url.startswith("postgresql"):
+        assert syncs == [1], f"not one round trip for the batch's reads: {syncs}"
     assert all(e.status is ExecutionStatus.COMPLETED for e in ended.values())
     after = (await a.get_work(target.work.id)).pending_inputs
     return {"before": before, "after": after}, reads, stale, a
 
 
+def _syncs_reading_ahead(monkeypatch: pytest.MonkeyPatch, store_url: str) -> list[int]:
+    """The round trips each read ahead takes from now on (PostgreSQL)."""
+    trips: list[int] = []
+    if not store_url.startswith("postgresql"):
+        return trips
+    from conduit_core.storage._pipeline import Pipeline
+
+    counted = [0]
+    sync = Pipeline.sync
+
+    def counting(self: Any) -> None:
+        counted[0] += 1
+        sync(self)
+
+    monkeypatch.setattr(Pipeline, "sync", counting)
+    read, run = _sqlstore.READ_AHEAD[att.settle_attempt]
+
+    def reading(cx: Any, calls: list[Any]) -> Any:
+        before = counted[0]
+        try:
+            return read(cx, calls)
+        finally:
+            trips.append(counted[0] - before)
+
+    monkeypatch.setitem(_sqlstore.READ_AHEAD, att.settle_attempt, (reading, run))
+    return trips
+
+
+@pytest.mark.parametrize("count", COUNTS)
 async def test_a_batch_of_settlements_reads_ahead_each_as_if_alone(
-    two: tuple[Store, Store], store_url: str, monkeypatch: pytest.MonkeyPatch
+    two: tuple[Store, Store], store_url: str, monkeypatch: pytest.MonkeyPatch, count: int
 ) -> None:
-    counts, reads, stale, a = await _settle_batch(two, store_url, monkeypatch)
+    counts, reads, stale, a = await _settle_batch(two, store_url, monkeypatch, count)
     if store_url.startswith("postgresql"):
-        assert reads == [COUNT], f"not one read for the batch's settlements: {reads}"
+        assert reads == [count], f"not one read for the batch's settlements: {reads}"
     else:
         assert reads == []  # SQLite runs in process: each reads its own
     assert counts["after"] == counts["before"] + 1, "the input published in the batch was lost"
@@ -83,9 +117,10 @@ async def test_a_batch_of_settlements_reads_ahead_each_as_if_alone(
     assert kept.status is ExecutionStatus.COMPLETED
 
 
+@pytest.mark.parametrize("count", COUNTS)
 @pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
 async def test_postgres_negative_control_settles_from_a_stale_read(
-    two: tuple[Store, Store], store_url: str, monkeypatch: pytest.MonkeyPatch
+    two: tuple[Store, Store], store_url: str, monkeypatch: pytest.MonkeyPatch, count: int
 ) -> None:
     """Settling from the read-ahead Work even after the batch wrote it loses the input."""
 
@@ -95,6 +130,6 @@ async def test_postgres_negative_control_settles_from_a_stale_read(
 
     read, _ = _sqlstore.READ_AHEAD[att.settle_attempt]
     monkeypatch.setitem(_sqlstore.READ_AHEAD, att.settle_attempt, (read, careless))
-    counts, reads, _, _ = await _settle_batch(two, store_url, monkeypatch)
-    assert reads == [COUNT]
+    counts, reads, _, _ = await _settle_batch(two, store_url, monkeypatch, count)
+    assert reads == [count]
     assert counts["after"] == counts["before"], "the control did not reproduce the lost input"

@@ -40,6 +40,7 @@ from conduit_core.storage._ops_work import Slots, accept_event, new_lease
 from conduit_core.storage._sql import (
     DELETE_LEASE,
     LEASE_COLUMNS,
+    ONE_STATEMENT_FROM,
     Codec,
     Cx,
     SetWrite,
@@ -724,23 +725,34 @@ class SettleAhead(NamedTuple):
 def read_settlements_ahead(
     cx: Cx, calls: Sequence[tuple[Lease, Decision, int, Sequence[str], Known | None]]
 ) -> list[SettleAhead | None]:
-    """The fast read of ``settle_attempt`` for each call (its arguments) in one statement;
-    ``None`` for a call it cannot serve (nothing known, or its attempt has moved on: that
-    settlement takes its own path). Only where ``Cx.has_arrays``; the attempts are distinct."""
+    """The fast read of ``settle_attempt`` for each call (its arguments), all in one round trip:
+    one statement from ``ONE_STATEMENT_FROM`` calls, one each (sent together) below; ``None``
+    for a call it cannot serve (nothing known, or its attempt has moved on: that settlement
+    takes its own path). Only where ``Cx.has_arrays``; the attempts are distinct."""
     ids = [lease.execution_id for lease, *_ in calls]
     assert len(set(ids)) == len(ids), "one read ahead per attempt"
     asked = [
-        (lease.execution_id, known.rev, lease.epoch, lease.token, now_ms)
+        (lease.execution_id, known.rev, lease.epoch, lease.token, now_ms, known.execution.work_id)
         for lease, _, now_ms, _, known in calls
         if known is not None and _knows(lease, known)
     ]
     if not cx.has_arrays or not asked:
         return [None] * len(calls)
-    columns = as_columns(asked)
-    found = {
-        str(execution_id): SettleAhead(str(work_id), str(data))
-        for execution_id, work_id, data in cx.rows(_KNOWN_SETTLES_SQL, columns)
-    }
+    found: dict[str, SettleAhead] = {}
+    if len(asked) >= ONE_STATEMENT_FROM:
+        columns = as_columns([a[:5] for a in asked])
+        found = {
+            str(execution_id): SettleAhead(str(work_id), str(data))
+            for execution_id, work_id, data in cx.rows(_KNOWN_SETTLES_SQL, columns)
+        }
+    else:  # in the batch's order: attempt id order, as the one statement locks them
+        reads = [
+            (a, cx.later(_KNOWN_SETTLE_SQL, (a[0], a[1], a[2], a[2], a[3], a[4]))) for a in asked
+        ]
+        for a, rows in reads:
+            row = next(iter(rows()), None)
+            if row is not None:
+                found[a[0]] = SettleAhead(a[5], str(row[0]))
     return [
         found.get(lease.execution_id) if _knows(lease, known) else None
         for lease, _, _, _, known in calls

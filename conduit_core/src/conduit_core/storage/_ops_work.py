@@ -178,6 +178,10 @@ SLOT_COUNT_SQL = (
 )
 
 
+def _counted_already() -> None:
+    """``Slots.prepare_later`` with nothing to count afresh."""
+
+
 class Slots:
     """Slot holders of the limits a transaction claims against, kept current as it claims.
 
@@ -221,6 +225,11 @@ class Slots:
 
     def prepare(self, targets: Iterable[tuple[str | None, str]]) -> None:
         """Lock the limits ``(pool, scope)`` targets count against (once each), then count."""
+        self.prepare_later(targets)()
+
+    def prepare_later(self, targets: Iterable[tuple[str | None, str]]) -> Callable[[], None]:
+        """``prepare``, sent now and taken in when the returned function is called (a claim
+        batch takes it in with its pending input: one round trip for both)."""
         needed = {name for pool, scope in targets for name in self._limit_rows(pool, scope)}
         new = sorted(needed - self._locked)
         if new and self._lock:
@@ -233,7 +242,8 @@ class Slots:
             )
         self._locked.update(new)
         if new or not self._counted:
-            self.count_later()()
+            return self.count_later()
+        return _counted_already
 
     def count_later(self) -> Callable[[], None]:
         """Count every slot holder afresh (this transaction's own claims included): the count
@@ -388,7 +398,7 @@ class ClaimWrites:
 
     Safe because nothing a batch reads after a claim depends on that claim's rows: each claimed
     Work row was locked and read before the batch began, its pending input was read with the
-    batch's first claim (``prefetch``), and capacity is counted in memory (``Slots.take``)
+    batch's first claim (``prefetch_later``), and capacity is counted in memory (``Slots.take``)
     except when ``Slots`` counts the slot holders afresh, which flushes the writes first.
     """
 
@@ -400,13 +410,10 @@ class ClaimWrites:
         self._works: list[Work] = []
         self._pending: dict[str, list[Event]] | None = None
 
-    def prefetch(self, work_ids: Sequence[str]) -> None:
-        """Read the pending input of every Work the batch may claim, in one statement."""
-        self.prefetch_later(work_ids)(work_ids)
-
     def prefetch_later(self, work_ids: Sequence[str]) -> Callable[[Iterable[str]], None]:
-        """``prefetch``, sent now (after the statements that locked those Work rows) and taken
-        in for the Work the batch goes on with when the returned function is called."""
+        """Read the pending input of every Work the batch may claim, in one statement: sent now
+        (after the statements that locked those Work rows) and taken in for the Work the batch
+        goes on with when the returned function is called."""
         if not work_ids:
             rows: Callable[[], list[Row]] = list
         else:
@@ -656,10 +663,18 @@ def claim_ready(
     pinned = [(work, snapshot_for(work)) for work in ready]
     requests = [(w, ClaimRequest(work_id=w.id, snapshot=s)) for w, s in pinned if s is not None]
     writes = ClaimWrites(cx)
-    writes.prefetch([w.id for w, _ in requests])
+    kept = [w.id for w, _ in requests]
+    take_inputs = writes.prefetch_later(kept)
     slots = Slots(cx, capacity, before_count=writes.flush) if capacity is not None else None
-    if slots is not None:  # every limit this batch may need, locked at once in one order
-        slots.prepare((r.snapshot.pool, w.scope) for w, r in requests)
+    # Every limit this batch may need, locked at once in one order, and counted: sent after the
+    # input read, taken in with it (one round trip).
+    counted = (
+        slots.prepare_later((r.snapshot.pool, w.scope) for w, r in requests)
+        if slots is not None
+        else _counted_already
+    )
+    take_inputs(kept)
+    counted()
     claims = [
         claim_one(cx, w, r, owner, now_ms, lease_ms, slots, writes=writes) for w, r in requests
     ]

@@ -744,8 +744,9 @@ def _read_ahead(
     """The batch's order and, per operation read ahead for (by ``id``), how it then runs.
 
     Operations of one kind in ``READ_AHEAD`` (settlements), each the batch's only operation
-    on its attempt, ``ONE_STATEMENT_FROM`` or more of them, have their first read made in one
-    statement and run first, in the batch's order: the batch's operations are concurrent
+    on its attempt, two or more of them, have their first reads sent together (one statement
+    from ``ONE_STATEMENT_FROM``, one each below: one round trip either way) and run first, in
+    the batch's order: the batch's operations are concurrent
     submissions, so any order is one they could have run in. Running first, each finds its
     attempt as read (only its own operation touches it); its Work may have been written by one
     run before it (an input published to it), which ``Cx.works_written``, tracked from the
@@ -761,7 +762,7 @@ def _read_ahead(
             for op in ordered
             if isinstance(op.fn, _Call) and op.fn.fn is kind and attempts[op.order] == 1
         ]
-        if len(group) < ONE_STATEMENT_FROM:
+        if len(group) < 2:
             continue
         hints = read(cx, [call.args for _, call in group])
         cx.works_written = set()

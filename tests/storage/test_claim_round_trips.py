@@ -1,0 +1,68 @@
+"""A claim batch from the ready queue reads in two round trips before it writes (PostgreSQL).
+
+``admit_ready`` first locks the ready Work (with the staged usage), then needs their pending
+input and, with capacity limits, the limits' rows locked and their slot holders counted. Both
+depend only on which Work were locked, so they are sent together and taken in with one sync;
+the server still runs them in the order sent (input read after its Work's lock, the count after
+the limits' lock). Every claim must come out as it would have read one thing at a time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conduit_core.model import Work
+from conduit_core.storage import CapacityLimits, Claim, Store, open_store
+from conduit_core.storage._admission import NoBudgets
+from conduit_core.storage.conformance import T0, make_input, make_work, snapshot
+
+pytestmark = pytest.mark.anyio
+
+
+def _count_syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    from conduit_core.storage._pipeline import Pipeline
+
+    counted = [0]
+    sync = Pipeline.sync
+
+    def counting(self: Any) -> None:
+        counted[0] += 1
+        sync(self)
+
+    monkeypatch.setattr(Pipeline, "sync", counting)
+    return counted
+
+
+@pytest.mark.parametrize("store_url", ["sqlite", "postgres"], indirect=True)
+async def test_a_claim_batch_takes_its_input_and_slot_counts_together(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with await open_store(store_url) as store:
+        await _ready(store, 4)
+        syncs = _count_syncs(monkeypatch) if store_url.startswith("postgresql") else None
+        claims, asked = await store.admit_ready(
+            limit=4, snapshot_for=lambda work: snapshot(), max_inputs=None, owner="o",
+            now_ms=T0, lease_ms=30_000, capacity=CapacityLimits(global_limit=3),
+            budgets=NoBudgets(), gates=None,
+        )  # fmt: skip
+        assert asked == []
+        claimed = [c for c in claims if isinstance(c, Claim)]
+        # The limit holds (3 of 4), and each claim consumed its own input, read in this batch.
+        assert len(claimed) == 3
+        assert [c.code for c in claims if not isinstance(c, Claim)] == ["capacity_concurrency"]
+        for claim in claimed:
+            assert [e.id for e in claim.inputs] == [f"ev-{claim.work.id}-in"]
+            assert (await store.get_work(claim.work.id)).pending_inputs == 0
+        if syncs is not None:
+            # The ready Work locked; their input with the limits locked and counted; the commit.
+            assert syncs == [3], f"round trips of the claim batch: {syncs}"
+
+
+async def _ready(store: Store, count: int) -> list[Work]:
+    made = []
+    for i in range(count):
+        work = make_work(f"w{i}")
+        made.append(await store.create_work(work, first_input=make_input(f"w{i}-in")))
+    return made

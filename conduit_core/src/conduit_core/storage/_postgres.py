@@ -130,8 +130,12 @@ class _PgCx:
         """Enter pipeline mode and queue the transaction's ``BEGIN`` (and the writers' lock)."""
         assert self._begin is not None
         pipe = self._pipe = Pipeline(self._conn)
-        for statement in self._begin:
-            pipe.send(statement)
+        try:
+            for statement in self._begin:
+                pipe.send(statement)
+        except BaseException as exc:
+            self.abandon(exc)  # leave pipeline mode now: the pool must get the connection clean
+            raise
 
     def _leave(self) -> None:
         """Leave pipeline mode: what is queued is sent, every result taken (one round trip);

@@ -126,3 +126,19 @@ def record_batch_sizes(
     pair[position] = counted
     monkeypatch.setitem(registry, kind, tuple(pair))
     return sizes
+
+
+def count_syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Round trips of the store's pipelined PostgreSQL transactions from now on: ``[n]``,
+    counted as they happen (each ``Pipeline.sync`` is one)."""
+    from conduit_core.storage._pipeline import Pipeline
+
+    counted = [0]
+    sync = Pipeline.sync
+
+    def counting(self: Any) -> None:
+        counted[0] += 1
+        sync(self)
+
+    monkeypatch.setattr(Pipeline, "sync", counting)
+    return counted

@@ -9,30 +9,15 @@ the limits' lock). Every claim must come out as it would have read one thing at 
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from conduit_core.model import Work
 from conduit_core.storage import CapacityLimits, Claim, Store, open_store
 from conduit_core.storage._admission import NoBudgets
 from conduit_core.storage.conformance import T0, make_input, make_work, snapshot
+from tests.storage.conftest import count_syncs
 
 pytestmark = pytest.mark.anyio
-
-
-def _count_syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    from conduit_core.storage._pipeline import Pipeline
-
-    counted = [0]
-    sync = Pipeline.sync
-
-    def counting(self: Any) -> None:
-        counted[0] += 1
-        sync(self)
-
-    monkeypatch.setattr(Pipeline, "sync", counting)
-    return counted
 
 
 @pytest.mark.parametrize("store_url", ["sqlite", "postgres"], indirect=True)
@@ -41,7 +26,7 @@ async def test_a_claim_batch_takes_its_input_and_slot_counts_together(
 ) -> None:
     async with await open_store(store_url) as store:
         await _ready(store, 4)
-        syncs = _count_syncs(monkeypatch) if store_url.startswith("postgresql") else None
+        syncs = count_syncs(monkeypatch) if store_url.startswith("postgresql") else None
         claims, asked = await store.admit_ready(
             limit=4, snapshot_for=lambda work: snapshot(), max_inputs=None, owner="o",
             now_ms=T0, lease_ms=30_000, capacity=CapacityLimits(global_limit=3),

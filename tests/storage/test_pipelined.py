@@ -20,9 +20,8 @@ from conduit_core.storage._postgres import PostgresStore
 from conduit_core.storage._sql import Cx
 
 
-@pytest.fixture
-def pg(postgres_url: str) -> Iterator[PostgresStore]:
-    store = PostgresStore.open(postgres_url, masked_url="postgresql://test")
+def _with_table(postgres_url: str, **options: Any) -> Iterator[PostgresStore]:
+    store = PostgresStore.open(postgres_url, masked_url="postgresql://test", **options)
     store.transaction(
         lambda cx: cx.run("CREATE TABLE t_pipe (id INTEGER PRIMARY KEY, v INTEGER NOT NULL)")
     )
@@ -30,6 +29,11 @@ def pg(postgres_url: str) -> Iterator[PostgresStore]:
         yield store
     finally:
         store.close()
+
+
+@pytest.fixture
+def pg(postgres_url: str) -> Iterator[PostgresStore]:
+    yield from _with_table(postgres_url)
 
 
 def _ids(store: PostgresStore) -> list[int]:
@@ -169,14 +173,7 @@ def _conduit_statements(store: PostgresStore) -> list[str]:
 @pytest.fixture
 def pg1(postgres_url: str) -> Iterator[PostgresStore]:
     """One pooled connection: every transaction runs on it."""
-    store = PostgresStore.open(postgres_url, masked_url="postgresql://test", pool_size=1)
-    store.transaction(
-        lambda cx: cx.run("CREATE TABLE t_pipe (id INTEGER PRIMARY KEY, v INTEGER NOT NULL)")
-    )
-    try:
-        yield store
-    finally:
-        store.close()
+    yield from _with_table(postgres_url, pool_size=1)
 
 
 def test_each_statement_is_prepared_once_per_connection(pg1: PostgresStore) -> None:

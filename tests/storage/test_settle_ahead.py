@@ -22,7 +22,7 @@ from conduit_core.model import Event, Execution, ExecutionStatus, Work
 from conduit_core.storage import AttemptEnd, Settlement, Store, _sqlstore
 from conduit_core.storage import _ops_attempts as att
 from conduit_core.storage.conformance import T0, make_input
-from tests.storage.conftest import claimed_known, record_batch_sizes
+from tests.storage.conftest import claimed_known, count_syncs, record_batch_sizes
 
 pytestmark = pytest.mark.anyio
 
@@ -79,16 +79,7 @@ def _syncs_reading_ahead(monkeypatch: pytest.MonkeyPatch, store_url: str) -> lis
     trips: list[int] = []
     if not store_url.startswith("postgresql"):
         return trips
-    from conduit_core.storage._pipeline import Pipeline
-
-    counted = [0]
-    sync = Pipeline.sync
-
-    def counting(self: Any) -> None:
-        counted[0] += 1
-        sync(self)
-
-    monkeypatch.setattr(Pipeline, "sync", counting)
+    counted = count_syncs(monkeypatch)
     read, run = _sqlstore.READ_AHEAD[att.settle_attempt]
 
     def reading(cx: Any, calls: list[Any]) -> Any:

@@ -668,11 +668,7 @@ def settle_attempt(
     fast = None
     if _knows(lease, known):
         assert known is not None
-        fast = first(
-            cx,
-            _KNOWN_SETTLE_SQL,
-            (lease.execution_id, known.rev, lease.epoch, lease.epoch, lease.token, now_ms),
-        )
+        fast = first(cx, _KNOWN_SETTLE_SQL, _known_settle_params(lease, known, now_ms))
     if fast is not None:
         assert known is not None
         return _settle_known(cx, known.execution, fast[0], decide, now_ms, consumed)
@@ -683,6 +679,10 @@ def settle_attempt(
         settle_consumed(cx, ex.id, consumed, now_ms)
         work = load_work(cx, ex.work_id)
     return _settle(cx, ex, work, decide, now_ms)
+
+
+def _known_settle_params(lease: Lease, known: Known, now_ms: int) -> tuple[Any, ...]:
+    return (lease.execution_id, known.rev, lease.epoch, lease.epoch, lease.token, now_ms)
 
 
 def _knows(lease: Lease, known: Known | None) -> bool:
@@ -732,7 +732,7 @@ def read_settlements_ahead(
     ids = [lease.execution_id for lease, *_ in calls]
     assert len(set(ids)) == len(ids), "one read ahead per attempt"
     asked = [
-        (lease.execution_id, known.rev, lease.epoch, lease.token, now_ms, known.execution.work_id)
+        (lease, known, now_ms)
         for lease, _, now_ms, _, known in calls
         if known is not None and _knows(lease, known)
     ]
@@ -740,19 +740,23 @@ def read_settlements_ahead(
         return [None] * len(calls)
     found: dict[str, SettleAhead] = {}
     if len(asked) >= ONE_STATEMENT_FROM:
-        columns = as_columns([a[:5] for a in asked])
+        columns = as_columns(
+            (lease.execution_id, known.rev, lease.epoch, lease.token, now_ms)
+            for lease, known, now_ms in asked
+        )
         found = {
             str(execution_id): SettleAhead(str(work_id), str(data))
             for execution_id, work_id, data in cx.rows(_KNOWN_SETTLES_SQL, columns)
         }
     else:  # in the batch's order: attempt id order, as the one statement locks them
         reads = [
-            (a, cx.later(_KNOWN_SETTLE_SQL, (a[0], a[1], a[2], a[2], a[3], a[4]))) for a in asked
+            (lease, known, cx.later(_KNOWN_SETTLE_SQL, _known_settle_params(lease, known, now_ms)))
+            for lease, known, now_ms in asked
         ]
-        for a, rows in reads:
+        for lease, known, rows in reads:
             row = next(iter(rows()), None)
             if row is not None:
-                found[a[0]] = SettleAhead(a[5], str(row[0]))
+                found[lease.execution_id] = SettleAhead(known.execution.work_id, str(row[0]))
     return [
         found.get(lease.execution_id) if _knows(lease, known) else None
         for lease, _, _, _, known in calls

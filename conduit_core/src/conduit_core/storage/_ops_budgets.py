@@ -55,6 +55,7 @@ from conduit_core.storage._ops_work import (
     ineligibility,
     lock_ready_work_rows_later,
     lock_work_rows_later,
+    read_inputs_and_slots,
     work_rows,
 )
 from conduit_core.storage._sql import (
@@ -374,18 +375,11 @@ def admit_ready(
     pinned = [(work_id, snapshot_for(row[0])) for work_id, row in locked.items()]
     writes = ClaimWrites(cx)  # the claims' rows, written together at the end
     # The input of the Work claimed now, and the first input the gates see of the rest.
-    kept = [w for w, snap in pinned if snap is not None]
-    take_inputs = writes.prefetch_later(kept)
+    kept = [(w, snap) for w, snap in pinned if snap is not None]
     slots = Slots(cx, capacity, before_count=writes.flush) if capacity is not None else None
-    if slots is not None:
-        # Every limit this batch may need, locked at once in one order, and counted: sent after
-        # the input read, taken in with it (one round trip for both).
-        counted = slots.prepare_later(
-            (snap.pool, locked[w][0].scope) for w, snap in pinned if snap is not None
-        )
-    take_inputs(kept)
-    if slots is not None:
-        counted()
+    read_inputs_and_slots(
+        writes, [w for w, _ in kept], slots, [(snap.pool, locked[w][0].scope) for w, snap in kept]
+    )
     firsts = {w: next(iter(writes.pending_inputs(w, 1)), None) for w, _ in pinned}
     asked = {w for w, snap in pinned if snap and needs_gates(locked[w][0], gates, snap, firsts[w])}
     outcomes: list[Claim | ClaimRefusal] = []

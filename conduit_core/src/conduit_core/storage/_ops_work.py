@@ -392,6 +392,21 @@ CONSUME_INPUT = SetWrite(
 )
 
 
+def read_inputs_and_slots(
+    writes: ClaimWrites,
+    work_ids: list[str],
+    slots: Slots | None,
+    targets: Iterable[tuple[str | None, str]],
+) -> None:
+    """A claim batch's reads once its Work are locked: their pending input, then (with
+    ``slots``) every limit the batch may need, locked at once in one order, and counted. All
+    are sent before any is taken in: one round trip, the statements run in the order sent."""
+    take_inputs = writes.prefetch_later(work_ids)
+    counted = slots.prepare_later(targets) if slots is not None else _counted_already
+    take_inputs(work_ids)
+    counted()
+
+
 class ClaimWrites:
     """The writes of a batch of claims, sent at its end as one statement per table (set-based
     over arrays on PostgreSQL, ``write_rows``) instead of four or five round trips per claim.
@@ -663,18 +678,9 @@ def claim_ready(
     pinned = [(work, snapshot_for(work)) for work in ready]
     requests = [(w, ClaimRequest(work_id=w.id, snapshot=s)) for w, s in pinned if s is not None]
     writes = ClaimWrites(cx)
-    kept = [w.id for w, _ in requests]
-    take_inputs = writes.prefetch_later(kept)
     slots = Slots(cx, capacity, before_count=writes.flush) if capacity is not None else None
-    # Every limit this batch may need, locked at once in one order, and counted: sent after the
-    # input read, taken in with it (one round trip).
-    counted = (
-        slots.prepare_later((r.snapshot.pool, w.scope) for w, r in requests)
-        if slots is not None
-        else _counted_already
-    )
-    take_inputs(kept)
-    counted()
+    targets = [(r.snapshot.pool, w.scope) for w, r in requests]
+    read_inputs_and_slots(writes, [w.id for w, _ in requests], slots, targets)
     claims = [
         claim_one(cx, w, r, owner, now_ms, lease_ms, slots, writes=writes) for w, r in requests
     ]

@@ -53,21 +53,18 @@ def parse(sql: str) -> tuple[bytes, tuple[PyFormat, ...]]:
     return _PLACEHOLDER.sub(number, sql).encode(), tuple(formats)
 
 
-class _Names:
-    """The statements prepared on one connection: (query, parameter types) -> name."""
-
-    __slots__ = ("by_key",)
-
-    def __init__(self) -> None:
-        self.by_key: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
-
+#: A statement as prepared: its query and its parameters' type OIDs.
+_Key = tuple[bytes, tuple[int, ...]]
 
 #: Statement names are never reused, on any connection: one forgotten (``forget_prepared``)
 #: while the server still has it cannot collide with its successor.
 _NAME_NUMBERS = itertools.count(1)
 
 
-_PREPARED: weakref.WeakKeyDictionary[psycopg.Connection[Any], _Names] = weakref.WeakKeyDictionary()
+#: Per connection, the statements prepared on it and their names.
+_PREPARED: weakref.WeakKeyDictionary[psycopg.Connection[Any], dict[_Key, bytes]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def forget_prepared(conn: psycopg.Connection[Any]) -> None:
@@ -91,7 +88,7 @@ class _Prepare:
 
     __slots__ = ("key", "names")
 
-    def __init__(self, names: _Names, key: tuple[bytes, tuple[int, ...]]) -> None:
+    def __init__(self, names: dict[_Key, bytes], key: _Key) -> None:
         self.names = names
         self.key = key
 
@@ -105,10 +102,7 @@ class Pipeline:
         self._conn = conn
         self._pg = conn.pgconn
         self._tx = Transformer(conn)
-        names = _PREPARED.get(conn)
-        if names is None:
-            names = _PREPARED[conn] = _Names()
-        self._names = names
+        self._names = _PREPARED.setdefault(conn, {})
         self._commands: deque[Callable[[], None]] = deque()
         #: What each result set still to come is for, in the order they come.
         self._pending: deque[Result | _Prepare | None] = deque()
@@ -127,9 +121,9 @@ class Pipeline:
             types = ()
         key = (query, types)
         names = self._names
-        name = names.by_key.get(key)
+        name = names.get(key)
         if name is None:
-            name = names.by_key[key] = b"_conduit_%d" % next(_NAME_NUMBERS)
+            name = names[key] = b"_conduit_%d" % next(_NAME_NUMBERS)
             self._commands.append(
                 partial(self._pg.send_prepare, name, query, param_types=types or None)
             )
@@ -169,10 +163,10 @@ class Pipeline:
                 if isinstance(error, psycopg.errors.InvalidSqlStatementName):
                     # Dropped behind our back (a ``DEALLOCATE ALL``): prepared again on the
                     # transaction's retry (the error is one ``PostgresStore`` retries).
-                    self._names.by_key.clear()
+                    self._names.clear()
             if isinstance(sink, _Prepare):
                 if status in (_FATAL, _ABORTED):
-                    sink.names.by_key.pop(sink.key, None)  # never prepared: prepare again
+                    sink.names.pop(sink.key, None)  # never prepared: prepare again
             elif sink is not None and status not in (_ABORTED, _FATAL):
                 sink.pgresult = result
         return error

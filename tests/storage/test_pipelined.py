@@ -230,3 +230,57 @@ def test_a_rollback_that_drops_every_statement_leaves_the_next_transaction_worki
         pg1.transaction(refused)
     pg1.transaction(lambda cx: cx.run("INSERT INTO t_pipe (id, v) VALUES (?, ?)", (2, 2)))
     assert _ids(pg1) == [1, 2]
+
+
+def test_a_round_trip_takes_every_result_in_one_wait(
+    pg1: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conduit_core.storage._pipeline import Pipeline
+
+    waits = [0]
+    wait = psycopg.Connection.wait
+
+    def counting_wait(self: psycopg.Connection[Any], *args: Any, **kwargs: Any) -> Any:
+        waits[0] += 1
+        return wait(self, *args, **kwargs)
+
+    per_sync: list[int] = []
+    sync = Pipeline.sync
+
+    def counting_sync(self: Pipeline) -> None:
+        before = waits[0]
+        sync(self)
+        per_sync.append(waits[0] - before)
+
+    monkeypatch.setattr(psycopg.Connection, "wait", counting_wait)
+    monkeypatch.setattr(Pipeline, "sync", counting_sync)
+
+    def body(cx: Cx) -> list[tuple[Any, ...]]:
+        for i in range(20):
+            cx.run("INSERT INTO t_pipe (id, v) VALUES (?, ?)", (i, i))
+        return cx.rows("SELECT count(*) FROM t_pipe")
+
+    assert pg1.transaction(body) == [(20,)]
+    # One wait per round trip, however many statements it carries (psycopg's generators
+    # waited once per statement's results: 27 for the read's round trip here).
+    assert per_sync
+    assert per_sync == [1] * len(per_sync)
+
+
+def test_large_statements_and_results_both_ways_in_one_round_trip(pg1: PostgresStore) -> None:
+    # Results of several MB come back while parameters of several MB are still being sent:
+    # whoever sends must also read (libpq does while it cannot send; the exchange reads when
+    # the socket is readable), or both sides wait on full socket buffers forever.
+    pg1.transaction(lambda cx: cx.run("CREATE TABLE t_big (id INTEGER PRIMARY KEY, s TEXT)"))
+    mb = 1 << 20
+
+    def body(cx: Cx) -> list[list[tuple[Any, ...]]]:
+        repeats = [cx.later("SELECT repeat('y', ?)", (2 * mb,)) for _ in range(4)]
+        for i in range(4):
+            cx.run("INSERT INTO t_big (id, s) VALUES (?, ?)", (i, "x" * (2 * mb)))
+        return [take() for take in repeats]
+
+    results = pg1.transaction(body)
+    assert [len(rows[0][0]) for rows in results] == [2 * mb] * 4
+    sizes = pg1.transaction(lambda cx: cx.rows("SELECT sum(length(s)) FROM t_big"))
+    assert sizes == [(8 * mb,)]

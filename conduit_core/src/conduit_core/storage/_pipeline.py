@@ -23,7 +23,7 @@ import itertools
 import re
 import weakref
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from functools import lru_cache, partial
 from typing import Any
 
@@ -31,13 +31,14 @@ import psycopg
 import psycopg.errors
 from psycopg import pq
 from psycopg.adapt import PyFormat, Transformer
-from psycopg.generators import fetch_many, pipeline_communicate
+from psycopg.waiting import Ready, Wait
 
 __all__ = ["Pipeline", "Result", "forget_prepared"]
 
 _FATAL = pq.ExecStatus.FATAL_ERROR
 _ABORTED = pq.ExecStatus.PIPELINE_ABORTED
 _SYNC = pq.ExecStatus.PIPELINE_SYNC
+_READABLE = Ready.R
 _PLACEHOLDER = re.compile(r"\?|%s|%b")
 
 
@@ -93,6 +94,43 @@ class _Prepare:
         self.key = key
 
 
+def _exchange(
+    pg: pq.abc.PGconn, commands: deque[Callable[[], None]]
+) -> Generator[Wait, Ready | int, list[list[pq.abc.PGresult]]]:
+    """Send every command (the last a sync), then take in every result set up to that sync
+    (psycopg's ``wait`` drives it: it yields what to wait for, and is sent what is ready).
+
+    psycopg's ``pipeline_communicate`` waits on the socket once per command sent, and
+    ``fetch_many`` takes one statement's results per ``wait`` (18 per attempt at concurrency 4).
+    Here the commands go into libpq's buffer together and every result is read in this one
+    ``wait``, which waits only when the socket makes it: a flush that would block (reading
+    when readable, as libpq's own flush does, so a server writing results never waits on us)
+    and results not yet arrived."""
+    while commands:
+        commands.popleft()()
+    while pg.flush():
+        if (yield Wait.RW) & _READABLE:
+            pg.consume_input()
+    fetched: list[list[pq.abc.PGresult]] = []
+    results: list[pq.abc.PGresult] = []
+    while True:
+        if pg.is_busy():
+            while not (yield Wait.R):
+                continue
+            pg.consume_input()
+            continue
+        result = pg.get_result()
+        if result is None:  # the end of one statement's result sets
+            if results:
+                fetched.append(results)
+                results = []
+        elif result.status == _SYNC:  # alone, and the last: no end follows it
+            fetched.append([result])
+            return fetched
+        else:
+            results.append(result)
+
+
 class Pipeline:
     """One connection in pipeline mode: statements queued, sent and taken in at ``sync``."""
 
@@ -140,12 +178,7 @@ class Pipeline:
         pg = self._pg
         self._commands.append(pg.pipeline_sync)
         self._pending.append(None)
-        error = self._take(self._conn.wait(pipeline_communicate(pg, self._commands)), None)
-        while self._pending:
-            results = self._conn.wait(fetch_many(pg))
-            if not results:
-                break
-            error = self._take([results], error)
+        error = self._take(self._conn.wait(_exchange(pg, self._commands)), None)
         if error is not None:
             raise error
 

@@ -154,14 +154,17 @@ class ExecutionStatus(StrEnum):
     @property
     def live(self) -> bool:
         """Unfinished and not parked: holds a capacity slot and a lease."""
-        return self in (
-            ExecutionStatus.LAUNCHING,
-            ExecutionStatus.RUNNING,
-            ExecutionStatus.RESUMING,
-            ExecutionStatus.RECOVERING,
-        )
+        return self in _LIVE_EXECUTION
 
 
+_LIVE_EXECUTION = frozenset(
+    {
+        ExecutionStatus.LAUNCHING,
+        ExecutionStatus.RUNNING,
+        ExecutionStatus.RESUMING,
+        ExecutionStatus.RECOVERING,
+    }
+)
 _TERMINAL_EXECUTION = frozenset(
     {
         ExecutionStatus.COMPLETED,

@@ -492,7 +492,7 @@ def _admit_one(
         now_ms,
         lease_ms,
         slots,
-        rows_checked=True,  # _precheck above; since then at most the Work row was saved
+        checked=True,  # claim_refusal above; since then at most the Work row was saved
         writes=writes,
     )
     if isinstance(claim, Claim):

@@ -482,15 +482,15 @@ def claim_one(
     lease_ms: int,
     slots: Slots | None,
     *,
-    rows_checked: bool = False,
+    checked: bool = False,
     writes: ClaimWrites | None = None,
 ) -> Claim | ClaimRefusal:
-    """Claim the next attempt of ``work``. ``rows_checked``: the caller found no hold and no
-    live attempt for it earlier in this transaction and wrote neither since (skips re-reading).
-    ``writes``: the batch's writes, flushed by the caller (see ``ClaimWrites``)."""
+    """Claim the next attempt of ``work``. ``checked``: the caller found nothing against it in
+    ``claim_refusal`` earlier in this transaction and has taken no slot since (not checked
+    twice). ``writes``: the batch's writes, flushed by the caller (see ``ClaimWrites``)."""
     work_id = request.work_id
     snapshot: AttemptSnapshot = request.snapshot
-    refused = claim_refusal(cx, work, work_id, snapshot.pool, slots, rows_checked=rows_checked)
+    refused = None if checked else claim_refusal(cx, work, work_id, snapshot.pool, slots)
     if refused is not None or work is None:
         return refused or ClaimRefusal(work_id=work_id, code="not_found", message=work_id)
     batch = writes if writes is not None else ClaimWrites(cx)

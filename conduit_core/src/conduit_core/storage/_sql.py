@@ -300,14 +300,16 @@ def changed_work(before: Work, after: Work, now_ms: int) -> Work:
 
 def execution_params(ex: Execution) -> tuple[Any, ...]:
     """Column values of an Execution row, in table order (also used by bulk loaders)."""
-    holds_slot = ex.status.live or (ex.status.terminal and not ex.exclusion_confirmed)
+    status = ex.status
+    live = status.live
+    holds_slot = live or (status.terminal and not ex.exclusion_confirmed)
     return (
         ex.id,
         ex.work_id,
         ex.attempt,
         ex.epoch,
-        str(ex.status),
-        int(ex.status.live),
+        str(status),
+        int(live),
         int(holds_slot),
         ex.snapshot.pool,
         ex.scope,

@@ -47,7 +47,7 @@ from conduit_core.storage._sql import (
     as_columns,
     changed_work,
     close_open_segment,
-    execution_params,
+    dump,
     first,
     first_segment,
     lease_of,
@@ -459,8 +459,11 @@ class Known(NamedTuple):
 
 
 # The fence of ``fenced`` as one statement's WHERE, over the attempt row at a known revision.
+# ``live`` and ``holds_slot`` are not set: the row is live (the WHERE) and stays live
+# (``_check_live``), so both stay 1, and SQLite leaves the partial indexes over them untouched
+# (an UPDATE that names a column maintains every index on it: 13 → 9 µs per write, c = 64).
 _KNOWN_UPDATE_SQL = (
-    "UPDATE conduit_execution SET status = ?, live = ?, holds_slot = ?, data = ?, rev = rev + 1 "
+    "UPDATE conduit_execution SET status = ?, data = ?, rev = rev + 1 "
     "WHERE id = ? AND rev = ? AND epoch = ? AND live = 1 AND EXISTS (SELECT 1 FROM conduit_lease "
     "l WHERE l.execution_id = ? AND l.epoch = ? AND l.token = ? AND l.released = 0 "
     "AND l.expires_at_ms > ?)"
@@ -518,11 +521,10 @@ def _sent_alone(
 # go in binary (``%b``): an array of documents in text form is escaped element by element in
 # Python, ~50x the cost.
 _KNOWN_UPDATES_SQL = (
-    "UPDATE conduit_execution SET status = v.status, live = v.live, holds_slot = v.holds_slot, "
-    "data = v.data, rev = conduit_execution.rev + 1 "
-    "FROM unnest(%b::text[], %b::text[], %b::int[], %b::int[], %b::text[], %b::bigint[], "
-    "%b::bigint[], %b::text[], %b::bigint[]) "
-    "AS v(id, status, live, holds_slot, data, rev, epoch, token, now_ms) "
+    "UPDATE conduit_execution SET status = v.status, data = v.data, "
+    "rev = conduit_execution.rev + 1 "
+    "FROM unnest(%b::text[], %b::text[], %b::text[], %b::bigint[], %b::bigint[], %b::text[], "
+    "%b::bigint[]) AS v(id, status, data, rev, epoch, token, now_ms) "
     "WHERE conduit_execution.id = v.id AND conduit_execution.rev = v.rev "
     "AND conduit_execution.epoch = v.epoch AND conduit_execution.live = 1 "
     "AND EXISTS (SELECT 1 FROM conduit_lease l WHERE l.execution_id = v.id "
@@ -556,7 +558,7 @@ def update_attempts_later(
     for fast in fasts:
         if cx.has_arrays and isinstance(fast, tuple) and fast[0].execution.id not in rows:
             p = fast[1]  # _KNOWN_UPDATE_SQL's parameters
-            rows[p[4]] = (p[4], p[0], p[1], p[2], p[3], p[5], p[6], p[9], p[10])
+            rows[p[2]] = (p[2], p[0], p[1], p[3], p[4], p[7], p[8])
     columns = as_columns(rows.values())
     take = cx.later(_KNOWN_UPDATES_SQL, columns) if rows else list
     written: set[str] | None = None
@@ -610,8 +612,7 @@ def _known_update(
         return None
     after = _kept_identity(known.execution, change(known.execution))
     _check_live(after)
-    p = execution_params(after)
-    params = (p[4], p[5], p[6], p[9], after.id, known.rev, lease.epoch,
+    params = (str(after.status), dump(after), after.id, known.rev, lease.epoch,
               after.id, lease.epoch, lease.token, now_ms)  # fmt: skip
     return Known(lease.token, known.rev + 1, after), params
 

@@ -485,7 +485,7 @@ def update_attempt(
     written before every check passed, so the operation needs no savepoint of its own.
     """
     fast = _known_update(lease, change, now_ms, known)
-    if fast is not None and cx.count_or_restart(_KNOWN_UPDATE_SQL, fast[1]) == 1:
+    if fast is not None and cx.count_or_restart(_KNOWN_UPDATE_SQL, fast[1].params()) == 1:
         return fast[0]
     return _fenced_update(cx, lease, change, now_ms)
 
@@ -503,7 +503,7 @@ def update_attempt_later(
 
 def _sent_alone(
     cx: Cx,
-    fast: tuple[Known, tuple[Any, ...]] | None,
+    fast: tuple[Known, _KnownWrite] | None,
     lease: Lease,
     change: ExecutionChange,
     now_ms: int,
@@ -511,7 +511,7 @@ def _sent_alone(
     """``update_attempt_later`` once ``_known_update`` has given ``fast``."""
     if fast is None:
         return partial(_fenced_update, cx, lease, change, now_ms)
-    counted = cx.count_later(_KNOWN_UPDATE_SQL, fast[1])
+    counted = cx.count_later(_KNOWN_UPDATE_SQL, fast[1].params())
     return partial(_written_or_fenced, lambda: counted() == 1, fast[0], cx, lease, change, now_ms)
 
 
@@ -548,17 +548,16 @@ def update_attempts_later(
 
     A backend without array parameters (SQLite, in process: one statement each costs what one
     for all would, as measured) takes each as ``update_attempt_later``."""
-    fasts: list[tuple[Known, tuple[Any, ...]] | Exception | None] = []
+    fasts: list[tuple[Known, _KnownWrite] | Exception | None] = []
     for lease, change, now_ms, known in calls:
         try:
             fasts.append(_known_update(lease, change, now_ms, known))
         except Exception as exc:  # the change refused: that operation's error, nothing sent
             fasts.append(exc)
-    rows: dict[str, tuple[Any, ...]] = {}  # per distinct attempt, its first write's row
+    rows: dict[str, _KnownWrite] = {}  # per distinct attempt, its first write's row
     for fast in fasts:
-        if cx.has_arrays and isinstance(fast, tuple) and fast[0].execution.id not in rows:
-            p = fast[1]  # _KNOWN_UPDATE_SQL's parameters
-            rows[p[2]] = (p[2], p[0], p[1], p[3], p[4], p[7], p[8])
+        if cx.has_arrays and isinstance(fast, tuple) and fast[1].id not in rows:
+            rows[fast[1].id] = fast[1]
     columns = as_columns(rows.values())
     take = cx.later(_KNOWN_UPDATES_SQL, columns) if rows else list
     written: set[str] | None = None
@@ -603,18 +602,35 @@ def _written_or_fenced(
     return _fenced_update(cx, lease, change, now_ms)
 
 
+class _KnownWrite(NamedTuple):
+    """One known-revision write: a row of ``_KNOWN_UPDATES_SQL``, in its columns' order."""
+
+    id: str
+    status: str
+    data: str
+    rev: int
+    epoch: int
+    token: str
+    now_ms: int
+
+    def params(self) -> tuple[Any, ...]:
+        """The write as ``_KNOWN_UPDATE_SQL``'s parameters."""
+        return (self.status, self.data, self.id, self.rev, self.epoch,
+                self.id, self.epoch, self.token, self.now_ms)  # fmt: skip
+
+
 def _known_update(
     lease: Lease, change: ExecutionChange, now_ms: int, known: Known | None
-) -> tuple[Known, tuple[Any, ...]] | None:
-    """The attempt as ``change`` leaves what the holder knows of it, and the parameters of
-    ``_KNOWN_UPDATE_SQL`` that write it; ``None`` when the holder knows nothing current."""
+) -> tuple[Known, _KnownWrite] | None:
+    """The attempt as ``change`` leaves what the holder knows of it, and the write of it at
+    the known revision; ``None`` when the holder knows nothing current."""
     if known is None or not _knows(lease, known):
         return None
     after = _kept_identity(known.execution, change(known.execution))
     _check_live(after)
-    params = (str(after.status), dump(after), after.id, known.rev, lease.epoch,
-              after.id, lease.epoch, lease.token, now_ms)  # fmt: skip
-    return Known(lease.token, known.rev + 1, after), params
+    write = _KnownWrite(after.id, str(after.status), dump(after), known.rev, lease.epoch,
+                        lease.token, now_ms)  # fmt: skip
+    return Known(lease.token, known.rev + 1, after), write
 
 
 def _fenced_update(cx: Cx, lease: Lease, change: ExecutionChange, now_ms: int) -> Known:

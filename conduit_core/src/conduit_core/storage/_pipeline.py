@@ -206,22 +206,21 @@ class Pipeline:
 
     def rows(self, result: Result) -> list[tuple[Any, ...]]:
         """The rows of a statement sent (synced first if its result is not in yet)."""
-        if result.pgresult is None:
-            self.sync()
-        res = result.pgresult
-        assert res is not None
+        res = self._taken(result)
         tx = self._tx
         tx.set_pgresult(res)
         return tx.load_rows(0, res.ntuples, tuple)
 
     def count(self, result: Result) -> int:
         """The rows a statement sent changed (synced first if its result is not in yet)."""
+        changed = self._taken(result).command_tuples
+        return -1 if changed is None else changed
+
+    def _taken(self, result: Result) -> pq.abc.PGresult:
         if result.pgresult is None:
             self.sync()
-        res = result.pgresult
-        assert res is not None
-        changed = res.command_tuples
-        return -1 if changed is None else changed
+        assert result.pgresult is not None
+        return result.pgresult
 
     def close(self, *, discard: bool = False) -> None:
         """Leave pipeline mode, every result taken; ``discard``: their errors too (a failed

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import secrets
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -58,12 +57,6 @@ class HostHooks(Protocol):
     def wake(self) -> None:
         """A write happened: run a pass now (and tell other daemons sharing the store)."""
 
-    def waiting_for(self, work_id: str) -> Waiting | None:
-        """Why the last pass could not start this Work, if it could not."""
-
-    def waiting_counts(self) -> tuple[Mapping[str, int], int | None]:
-        """Refusals of the last pass per limit name (pool, ``global``, ``scope:<id>``), and when."""
-
     def run_resumed(self, claims: list[Claim]) -> None:
         """Run attempts an input woke, each in its own task."""
 
@@ -82,12 +75,6 @@ class NoHost:
 
     def wake(self) -> None:
         return None
-
-    def waiting_for(self, work_id: str) -> Waiting | None:
-        return None
-
-    def waiting_counts(self) -> tuple[Mapping[str, int], int | None]:
-        return {}, None
 
     def run_resumed(self, claims: list[Claim]) -> None:
         # Without a host the resumed attempts' leases lapse and a daemon recovers them.
@@ -176,7 +163,7 @@ class ApiService:
             work=work_view(work),
             attempts=[attempt_view(a) for a in attempts],
             holds=holds,
-            waiting=blocked_by_attempt(attempts) or self._waiting(work, holds),
+            waiting=blocked_by_attempt(attempts) or await self._waiting(work, holds),
         )
 
     async def inputs(self, work_id: str, *, limit: int = 20) -> list[InputView]:
@@ -198,7 +185,7 @@ class ApiService:
         views.extend(_input_view(event, pending=True) for event in pending[:limit])
         return views
 
-    def _waiting(self, work: Work, holds: list[Any]) -> Waiting | None:
+    async def _waiting(self, work: Work, holds: list[Any]) -> Waiting | None:
         if work.status is WorkStatus.HELD and holds:
             hold = holds[0]
             return Waiting(code=f"hold_{hold.kind}", message=hold.reason, limit_name=hold.holder)
@@ -211,7 +198,12 @@ class ApiService:
                 code=work.blocked_reason,
                 message=f"blocked ({work.blocked_reason}): `conduit work retry {work.id}`",
             )
-        return self.host.waiting_for(work.id)
+        if work.pending_inputs <= 0:
+            return None  # idle until its next input: not waiting for a slot
+        refusal = await self.store.capacity_refusal(self.scheduler.capacity(), work)
+        if refusal is None:
+            return None
+        return Waiting(code=refusal.code, message=refusal.message, limit_name=refusal.limit_name)
 
     async def capacity(self) -> CapacityView:
         opts = self.scheduler.options
@@ -229,7 +221,8 @@ class ApiService:
             by_pool[ex.snapshot.pool or GLOBAL_POOL] += 1
             for scope in opts.scope_chain(ex.scope):
                 by_scope[scope] += 1
-        waiting, at_ms = self.host.waiting_counts()
+        at_ms = self._now()
+        waiting = await self.store.capacity_waiting(self.scheduler.capacity())
         limits: dict[str, int | None] = {
             GLOBAL_POOL: opts.concurrency,
             JOBS_POOL: opts.job_concurrency,

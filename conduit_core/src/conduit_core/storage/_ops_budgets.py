@@ -49,6 +49,7 @@ from conduit_core.storage._ops_work import (
     Slots,
     accept_event,
     cancel_work,
+    capacity_sized,
     claim_one,
     claim_refusal,
     first_pending_inputs,
@@ -367,16 +368,23 @@ def admit_ready(
     give it now, its slot counted as taken so younger Work does not overtake it (as the dry run
     counts it), for ``admit_attempts`` after the gates were asked outside any transaction.
     """
+    writes = ClaimWrites(cx)  # the claims' rows, written together at the end
+    slots = Slots(cx, capacity, before_count=writes.flush) if capacity is not None else None
+    only = None
+    if slots is not None:
+        # Only as much of the queue as there are free slots for (see ``capacity_sized``).
+        slots.count_later()()
+        only = capacity_sized(slots, limit)
+        if only is None:
+            return [], []
     staged = cx.later(_STAGED_USAGE_SQL)
-    ready = lock_ready_work_rows_later(cx, limit)
+    ready = lock_ready_work_rows_later(cx, limit, only)
     # Ledgers are locked after the Work rows, as ``_admit_one``'s budget check does.
     _charge_staged(cx, policy, now_ms, staged())
     locked = ready()  # oldest first
     pinned = [(work_id, snapshot_for(row[0])) for work_id, row in locked.items()]
-    writes = ClaimWrites(cx)  # the claims' rows, written together at the end
     # The input of the Work claimed now, and the first input the gates see of the rest.
     kept = [(w, snap) for w, snap in pinned if snap is not None]
-    slots = Slots(cx, capacity, before_count=writes.flush) if capacity is not None else None
     read_inputs_and_slots(
         writes, [w for w, _ in kept], slots, [(snap.pool, locked[w][0].scope) for w, snap in kept]
     )

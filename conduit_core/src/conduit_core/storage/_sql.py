@@ -224,15 +224,17 @@ def work_params(work: Work) -> tuple[Any, ...]:
         int(is_claimable(work)),
         work.updated_at_ms,
         dump(work),
+        work.binding,
     )
+
+
+#: The columns ``work_params`` gives, in its order.
+WORK_COLUMNS = "id, status, scope, claimable, ready_since, data, binding"
 
 
 def insert_work(cx: Cx, work: Work) -> None:
-    cx.run(
-        "INSERT INTO conduit_work (id, status, scope, claimable, ready_since, data) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        work_params(work),
-    )
+    cx.run(f"INSERT INTO conduit_work ({WORK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+           work_params(work))  # fmt: skip
 
 
 SAVE_WORK_SQL = (
@@ -242,7 +244,8 @@ SAVE_WORK_SQL = (
 
 
 def save_work_params(work: Work) -> tuple[Any, ...]:
-    return (*work_params(work)[1:], work.id)
+    # The binding never changes once the Work exists: not rewritten.
+    return (*work_params(work)[1:6], work.id)
 
 
 def save_work(cx: Cx, work: Work, *, locked: bool = False) -> None:

@@ -292,7 +292,8 @@ async def test_start_gates_wait_for_capacity(
     # tells what waits for which limit when asked.
     assert (claims, refusals) == ([], [])
     refused = await store.capacity_refusal(sched.capacity(), await store.get_work(waiting.id))
-    assert refused is not None and refused.code == "capacity_concurrency"
+    assert refused is not None
+    assert refused.code == "capacity_concurrency"
     assert await store.capacity_waiting(sched.capacity()) == {"global": 1}
     assert gate_calls(waiting.id) == []  # never asked while capacity refuses the start
     with pytest.raises(ConduitError) as single:

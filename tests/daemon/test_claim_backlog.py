@@ -15,6 +15,7 @@ from collections.abc import Callable
 import psycopg
 
 from tests.daemon.conftest import Daemon, wait_for
+from tests.daemon.test_metrics import samples, value
 
 JOBS, LIMIT = 40, 4  # LIMIT is `job_concurrency` in tests/daemon/conftest.py's config
 
@@ -54,12 +55,22 @@ def test_a_backlog_claims_only_free_slots_and_shows_what_waits(
     assert waiting is not None
     assert (waiting.code, waiting.limit_name) == ("capacity_job_concurrency", "jobs")
     assert daemon.show(first[0]).waiting is None  # running: waits for nothing
+    # The queue's depth, per binding, in the health answer and in /metrics.
+    status, health = daemon.raw("GET", "/v1/health")
+    assert status == 200, health
+    assert health["ready_depth"] == {"held": JOBS - LIMIT}
+    found = samples(daemon)
+    assert value(found, "conduit_work_ready_depth", binding="held", pool="jobs") == JOBS - LIMIT
+    assert value(found, "conduit_work_ready_depth", binding="ok", pool="jobs") == 0
 
     for work_id in ids:
         daemon.release(work_id)
     wait_for(f"{JOBS} jobs to end", lambda: all(daemon.runs(i, "end") for i in ids), 120)
     assert all(daemon.runs(i, "start") == 1 for i in ids), "a job ran twice"
     assert _jobs_pool(daemon)["waiting"] == 0
+    # Every first attempt's submit-to-start wait was measured: a histogram, no store read.
+    found = samples(daemon)
+    assert value(found, "conduit_work_submit_to_start_seconds_count", binding="held") == JOBS
     daemon.signal(signal.SIGTERM)
     assert daemon.wait_exit() == 0
 

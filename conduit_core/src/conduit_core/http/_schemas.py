@@ -229,6 +229,8 @@ class Health(_Response, frozen=True, kw_only=True):
     config_generation: int
     running_attempts: int = 0
     stopping: bool = False
+    #: Work that could start now, per binding (the queue's depth; bindings with none left out).
+    ready_depth: dict[str, int] = {}
 
 
 # --- conversions ------------------------------------------------------------------------------

@@ -259,6 +259,7 @@ class ApiService:
             ),
             running_attempts=self.host.running_count(),
             stopping=self.host.stopping,
+            ready_depth=await self.store.ready_depth(),
         )
 
     # --- writes ----------------------------------------------------------------------------

@@ -276,7 +276,8 @@ class AttemptRunner:
                 if isinstance(launched, Execution):
                     ended = launched
                 else:
-                    count_start(launched.execution, self.clock.now_ms())
+                    count_start(launched.execution, self.clock.now_ms(),
+                                submitted_at_ms=claim.work.created_at_ms)  # fmt: skip
                     ended = await self.observe(launched)
             trace.ended(str(ended.status), failure_code=ended.failure_code, epoch=ended.epoch)
             return ended

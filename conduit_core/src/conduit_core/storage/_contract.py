@@ -286,6 +286,11 @@ class Store(ABC):
         grouped reads of partial indexes, never a claim that fails."""
 
     @abstractmethod
+    async def ready_depth(self) -> dict[str, int]:
+        """How many Work could start now, per binding (bindings with none left out): one
+        grouped read of the ready Work's partial index, never a scan of every Work."""
+
+    @abstractmethod
     async def capacity_refusal(self, capacity: CapacityLimits, work: Work) -> ClaimRefusal | None:
         """Why ``work`` could not start now for capacity (its pool or a scope of its chain is
         full), or ``None``; the slot holders are counted, nothing is locked."""

@@ -715,15 +715,25 @@ def _ready_work_rows_sql(filters: str = "") -> str:
 _READY_WORK_ROWS_SQL = _ready_work_rows_sql()
 
 
+#: The startable Work per binding and scope (from ``conduit_work_ready_binding``).
+_READY_BY_BINDING_SQL = (
+    f"SELECT binding, scope, COUNT(*) FROM conduit_work WHERE claimable = 1 AND {_UNBLOCKED} "
+    "GROUP BY binding, scope"
+)
+
+
+def ready_depth(cx: Cx) -> dict[str, int]:
+    depth: Counter[str] = Counter()
+    for binding, _scope, count in cx.rows(_READY_BY_BINDING_SQL):
+        depth[binding] += int(count)
+    return dict(depth)
+
+
 def capacity_waiting(cx: Cx, capacity: CapacityLimits) -> dict[str, int]:
     slots = Slots(cx, capacity, lock=False)
     slots.count_later()()
     waiting: Counter[str] = Counter()
-    rows = cx.rows(
-        f"SELECT binding, scope, COUNT(*) FROM conduit_work WHERE claimable = 1 AND {_UNBLOCKED} "
-        "GROUP BY binding, scope"
-    )
-    for binding, scope, count in rows:
+    for binding, scope, count in cx.rows(_READY_BY_BINDING_SQL):
         refusal = slots.refusal(binding, capacity.binding_pools.get(binding), scope)
         if refusal is not None:
             waiting[refusal.limit_name or refusal.code] += int(count)

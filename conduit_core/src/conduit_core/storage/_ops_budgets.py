@@ -66,6 +66,7 @@ from conduit_core.storage._sql import (
     dump,
     find_work,
     load_work,
+    lock_counter_rows,
     save_work,
     write_rows,
 )
@@ -171,12 +172,7 @@ def lock_ledgers(cx: Cx, keys: Sequence[str]) -> None:
     limit nor lose a charge (a ledger not yet written has no row of its own to lock)."""
     names = sorted({f"budget:{key}" for key in keys})
     if names and cx.locks_rows:
-        cx.run(
-            "INSERT INTO conduit_counter (name, value) VALUES "
-            + ", ".join("(?, 0)" for _ in names)
-            + " ON CONFLICT (name) DO UPDATE SET value = conduit_counter.value",
-            tuple(names),
-        )
+        lock_counter_rows(cx, names)
 
 
 def _ledger(cx: Cx, spec: LedgerSpec) -> BudgetLedger:

@@ -46,6 +46,7 @@ from conduit_core.storage._sql import (
     is_claimable,
     lease_params,
     load_work,
+    lock_counter_rows,
     next_event_seq,
     save_execution,
     save_work,
@@ -233,13 +234,7 @@ class Slots:
         needed = {name for pool, scope in targets for name in self._limit_rows(pool, scope)}
         new = sorted(needed - self._locked)
         if new and self._lock:
-            # An upsert locks each row (inserted or updated) until commit, in VALUES order.
-            self._cx.run(
-                "INSERT INTO conduit_counter (name, value) VALUES "
-                + ", ".join("(?, 0)" for _ in new)
-                + " ON CONFLICT (name) DO UPDATE SET value = conduit_counter.value",
-                tuple(new),
-            )
+            lock_counter_rows(self._cx, new)
         self._locked.update(new)
         # A count taken before a new lock may miss what others committed until it was granted;
         # without locks (SQLite's one writer) a count stays current: this transaction's own

@@ -18,7 +18,7 @@ import random
 import time
 from collections.abc import Callable
 
-from conduit_core.errors import STORE_OUTAGE_CODES, ConduitError
+from conduit_core.errors import STORE_OUTAGE_CODES, ConduitError, is_store_outage
 
 __all__ = ["OUTAGE_CODES", "StoreOutage", "is_outage"]
 
@@ -27,8 +27,7 @@ log = logging.getLogger("conduit.daemon")
 OUTAGE_CODES = STORE_OUTAGE_CODES
 
 
-def is_outage(exc: BaseException) -> bool:
-    return isinstance(exc, ConduitError) and exc.code in OUTAGE_CODES
+is_outage = is_store_outage
 
 
 class StoreOutage:

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 import psycopg
 import psycopg.errors
 from psycopg.pq import PipelineStatus, TransactionStatus
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from conduit_core.errors import StoreError
 from conduit_core.storage._pipeline import Pipeline, Result, forget_prepared
@@ -377,6 +377,10 @@ class PostgresStore(SqlStore):
                         f"{self.retry_budget_s:g} s: {exc}",
                         code="store_busy",
                     ) from exc
+            except PoolClosed:
+                if self._pool is pool:
+                    raise
+                continue  # renewed meanwhile (``_renewed_when_back``): try the new pool
             except PoolTimeout as exc:
                 self._unreachable = True
                 if tries == 0 and self._renewed_when_back(pool):

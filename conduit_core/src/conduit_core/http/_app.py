@@ -22,6 +22,8 @@ from conduit_core.errors import STORE_OUTAGE_CODES, ConduitError, LeaseLostError
 from conduit_core.http._approvals import APPROVAL_HANDLERS, APPROVAL_ROUTES
 from conduit_core.http._guard import RequestGuard, bearer_check
 from conduit_core.http._schemas import (
+    BatchSubmitRequest,
+    BatchSubmitResult,
     CancelRequest,
     CapacityView,
     ConfirmStoppedRequest,
@@ -58,7 +60,7 @@ _UNAVAILABLE = frozenset({"store_unreachable", "store_unavailable", "daemon_stop
 _BAD_REQUEST = frozenset(
     {
         "invalid_json", "invalid_body", "invalid_query", "too_deep", "invalid_id",
-        "invalid_name", "invalid_number", "invalid_value", "invalid_text",
+        "invalid_name", "invalid_number", "invalid_value", "invalid_text", "too_many_items",
     }
 )  # fmt: skip
 #: The page sizes ``limit`` may ask for; outside them a request is refused, not clamped.
@@ -104,6 +106,14 @@ class ApiRoute:
 ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute(
         "POST", "/v1/work", "Create Work with its first input", WorkDetail, 201, SubmitRequest
+    ),
+    ApiRoute(
+        "POST",
+        "/v1/work/batch",
+        "Create many Work in one request; each item is created or refused on its own",
+        BatchSubmitResult,
+        200,
+        BatchSubmitRequest,
     ),
     ApiRoute(
         "GET",
@@ -234,6 +244,10 @@ async def _submit(svc: ApiService, request: Request, body: Any) -> msgspec.Struc
     return await svc.submit(body)
 
 
+async def _submit_batch(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
+    return await svc.submit_batch(body)
+
+
 async def _list(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
     return await svc.list_work(**_query(request))
 
@@ -276,6 +290,7 @@ async def _health(svc: ApiService, request: Request, body: Any) -> msgspec.Struc
 
 _HANDLERS: dict[tuple[str, str], Handler] = {
     ("POST", "/v1/work"): _submit,
+    ("POST", "/v1/work/batch"): _submit_batch,
     ("GET", "/v1/work"): _list,
     ("GET", "/v1/work/{id}"): _show,
     ("POST", "/v1/work/{id}/input"): _input,

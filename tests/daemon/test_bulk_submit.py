@@ -116,6 +116,18 @@ def test_an_oversized_or_malformed_batch_is_refused_whole(
     assert all_work(daemon) == []
 
 
+def test_the_batch_path_serves_only_post(make_daemon: Callable[..., Daemon]) -> None:
+    """A literal path shadows the template it matches (as OpenAPI reads paths): ``GET
+    /v1/work/batch`` is not a lookup of Work ``batch``, and ``Allow`` names POST alone."""
+    daemon = make_daemon().start()
+    daemon.submit("ok", id="batch")
+    for method in ("GET", "OPTIONS", "DELETE"):
+        status, error = daemon.raw(method, "/v1/work/batch")
+        assert (status, error["code"]) == (405, "method_not_allowed"), method
+        assert "allowed: POST)" in error["error"]
+    assert daemon.raw("GET", "/v1/work/w-1")[0] == 404  # other ids are still looked up
+
+
 def test_submit_from_a_jsonl_file(make_daemon: Callable[..., Daemon], tmp_path: Path) -> None:
     daemon = make_daemon().start()
     bad = tmp_path / "bad.jsonl"

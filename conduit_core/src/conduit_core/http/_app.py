@@ -306,12 +306,15 @@ _HANDLERS: dict[tuple[str, str], Handler] = {
 
 
 def allowed_methods(app: Starlette, scope: Any) -> list[str]:
-    """Every method some route serves at this request's path (the ``Allow`` of a 405)."""
-    methods: set[str] = set()
+    """Every method some route serves at this request's path (the ``Allow`` of a 405). A
+    literal path shadows the templates it also matches, as OpenAPI matches paths:
+    ``/v1/work/batch`` is the bulk submit (POST only), never ``GET /v1/work/{id}``."""
+    literal: set[str] = set()
+    templated: set[str] = set()
     for route in app.router.routes:
         if isinstance(route, Route) and route.methods and route.matches(scope)[0] != Match.NONE:
-            methods |= route.methods
-    return sorted(methods)
+            (templated if route.param_convertors else literal).update(route.methods)
+    return sorted(literal or templated)
 
 
 def create_app(
@@ -326,10 +329,16 @@ def create_app(
 
     document = _ENCODER.encode(openapi_document())
 
+    literal_paths = frozenset(r.path for r in ROUTES if "{" not in r.path)
+
     def endpoint(route: ApiRoute) -> Callable[[Request], Awaitable[Response]]:
         handler = _HANDLERS[(route.method, route.path)]
+        templated = "{" in route.path
 
         async def serve(request: Request) -> Response:
+            if templated and request.scope["path"] in literal_paths:
+                # GET /v1/work/batch: the literal route's path, with a method it does not serve.
+                return method_not_allowed(request)
             try:
                 body = None
                 if route.body is not None:
@@ -368,6 +377,9 @@ def create_app(
         return _error(f"no route {request.method} {request.url.path}", "not_found", 404)
 
     async def not_allowed(request: Request, exc: Exception) -> Response:
+        return method_not_allowed(request)
+
+    def method_not_allowed(request: Request) -> Response:
         # One Route per (path, method): Starlette's own Allow would name only the first match.
         allow = allowed_methods(app, request.scope)
         response = _error(

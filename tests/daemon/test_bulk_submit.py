@@ -19,7 +19,7 @@ from conduit_core.http import (
     WorkPage,
     new_work_id,
 )
-from conduit_core.validation import check_work_id
+from conduit_core.validation import MAX_PAYLOAD_BYTES, check_work_id
 from tests.daemon.conftest import Daemon, wait_for
 
 
@@ -47,6 +47,7 @@ def test_a_batch_decides_each_item_and_the_created_ones_run(
             SubmitRequest(binding="ok", id="taken"),
             SubmitRequest(binding="ok", id="mine"),  # the same id twice in one batch
             SubmitRequest(binding="ok", scope="nowhere"),
+            SubmitRequest(binding="ok", input="x" * MAX_PAYLOAD_BYTES),
         ],
     )
     codes = [(item.index, item.created, item.code) for item in result.items]
@@ -57,8 +58,9 @@ def test_a_batch_decides_each_item_and_the_created_ones_run(
         (3, False, "work_exists"),
         (4, False, "work_exists"),
         (5, False, "unknown_scope"),
+        (6, False, "too_large"),
     ]
-    assert (result.created, result.refused) == (2, 4)
+    assert (result.created, result.refused) == (2, 5)
     assert result.items[1].id == "mine"
     assert "nope" in (result.items[2].error or "")
     generated = result.items[0].id

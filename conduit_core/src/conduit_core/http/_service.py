@@ -15,7 +15,12 @@ from typing import Any, Protocol
 from conduit_core._version import __version__
 from conduit_core.config import Config
 from conduit_core.errors import ConduitError
+from conduit_core.http._ids import new_work_id
 from conduit_core.http._schemas import (
+    MAX_BATCH_ITEMS,
+    BatchItemResult,
+    BatchSubmitRequest,
+    BatchSubmitResult,
     CancelRequest,
     CapacityView,
     ConfirmStoppedRequest,
@@ -85,11 +90,6 @@ class NoHost:
 
     def running_count(self) -> int:
         return 0
-
-
-def new_work_id(now_ms: int) -> str:
-    """Ids sort by creation time (``work list`` pages by id)."""
-    return f"w-{now_ms:012x}-{secrets.token_hex(3)}"
 
 
 class ApiService:
@@ -265,6 +265,53 @@ class ApiService:
     # --- writes ----------------------------------------------------------------------------
 
     async def submit(self, req: SubmitRequest) -> WorkDetail:
+        work, first = self._new_work(req, self._now())
+        await self.scheduler.submit(work, first)
+        log.info("work submitted work=%s binding=%s scope=%s", work.id, work.binding, work.scope)
+        self.host.wake()
+        return await self.show(work.id)
+
+    async def submit_batch(self, req: BatchSubmitRequest) -> BatchSubmitResult:
+        """Each item is decided alone (created, or refused with its own code), all in one store
+        transaction: a producer's batch is many independent jobs, and one taken id or unknown
+        binding must not send the other 999 back. A request over :data:`MAX_BATCH_ITEMS` items,
+        or one the store cannot take (an outage), is refused whole and stores nothing."""
+        if len(req.items) > MAX_BATCH_ITEMS:
+            raise ConduitError(
+                f"a batch takes at most {MAX_BATCH_ITEMS} items, this one has {len(req.items)}; "
+                "split it",
+                code="too_many_items",
+            )
+        now = self._now()
+        outcomes: list[BatchItemResult | None] = []
+        valid: list[tuple[Work, Event | None]] = []
+        for index, item in enumerate(req.items):
+            try:
+                work, first = self._new_work(item, now)
+            except ConduitError as exc:
+                outcomes.append(_refused(index, item.id, exc))
+                continue
+            outcomes.append(None)
+            valid.append((work, first))
+        stored = await self.scheduler.submit_many(valid) if valid else []
+        decided = iter(zip(valid, stored, strict=True))
+        results: list[BatchItemResult] = []
+        for index, outcome in enumerate(outcomes):
+            if outcome is None:
+                (work, _), created = next(decided)
+                if isinstance(created, ConduitError):
+                    outcome = _refused(index, work.id, created)
+                else:
+                    outcome = BatchItemResult(index=index, id=work.id, created=True)
+            results.append(outcome)
+        made = sum(r.created for r in results)
+        log.info("work submitted in bulk: %d created, %d refused", made, len(results) - made)
+        if made:
+            self.host.wake()
+        return BatchSubmitResult(items=results, created=made, refused=len(results) - made)
+
+    def _new_work(self, req: SubmitRequest, now: int) -> tuple[Work, Event]:
+        """The Work and first input a submit asks for, or the config's refusal."""
         binding = self.config.bindings.get(req.binding)
         if binding is None:
             known = ", ".join(sorted(self.config.bindings)) or "none"
@@ -277,7 +324,6 @@ class ApiService:
             raise ConduitError(
                 f"unknown scope {scope!r} (configured: {known})", code="unknown_scope"
             )
-        now = self._now()
         work_id = req.id or new_work_id(now)
         work = Work(
             id=work_id,
@@ -297,10 +343,7 @@ class ApiService:
             pending=True,
             accepted_at_ms=now,
         )
-        await self.scheduler.submit(work, first)
-        log.info("work submitted work=%s binding=%s scope=%s", work_id, req.binding, scope)
-        self.host.wake()
-        return await self.show(work_id)
+        return work, first
 
     def _event(self, work_id: str, req: InputRequest) -> Event:
         now = self._now()
@@ -430,3 +473,7 @@ def _event_view(
         resumed=resumed or [],
         control_id=control_id,
     )
+
+
+def _refused(index: int, work_id: str | None, exc: ConduitError) -> BatchItemResult:
+    return BatchItemResult(index=index, id=work_id, created=False, error=exc.message, code=exc.code)

@@ -112,6 +112,9 @@ class Settings(_Section, frozen=True, kw_only=True):
     #: How long before its due instant the ticker claims a Routine's fire (it still fires at the
     #: instant): the claim's own time is paid before the instant. 0 claims at the instant.
     routine_claim_ahead_seconds: Annotated[float, msgspec.Meta(ge=0, le=60)] = 0.5
+    #: How long the daemon gives one stop, interrupt or inject it starts on its own; each runs
+    #: off the host loop's pass, so only that attempt waits (tried again after a backoff).
+    executor_call_timeout_seconds: PositiveSeconds = 60.0
     http: HttpSettings = HttpSettings()
     metrics: MetricsSettings = MetricsSettings()
     tracing: TracingSettings = TracingSettings()

@@ -45,6 +45,9 @@ class SchedulerOptions:
     #: jobs wait on four times as many commits); executors that call an engine bound their own
     #: calls (the container executor's limiter), and the shell executor checks them in one look.
     recovery_concurrency: int = 256
+    #: How long a host gives one stop, interrupt or inject it starts on its own (the daemon's
+    #: stop/confirm pass and control dispatch) before it gives up and tries again later.
+    executor_call_timeout_ms: int = 60_000
 
     def __post_init__(self) -> None:
         # Copy the mappings so a caller mutating theirs cannot change a running scheduler.
@@ -77,6 +80,7 @@ class SchedulerOptions:
             state_dir=state_dir,
             budgets=tuple(config.budgets),
             pool_limits={name: pool.concurrency for name, pool in config.pools.items()},
+            executor_call_timeout_ms=int(settings.executor_call_timeout_seconds * 1000),
         )
 
     def capacity(self) -> CapacityLimits:

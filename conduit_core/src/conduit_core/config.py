@@ -17,7 +17,7 @@ import msgspec
 
 from conduit_core.errors import ConduitError, ConfigError, UnsupportedGenerationError
 from conduit_core.plugins import Plugins
-from conduit_core.remote import ProgramSettings, ProgramSpec
+from conduit_core.remote import CallbackLimits, ProgramSettings, ProgramSpec
 from conduit_core.validation import (
     MAX_AMOUNT,
     MAX_SECONDS,
@@ -140,11 +140,22 @@ class ExecutorProgram(_Section, frozen=True, kw_only=True):
     handshake_timeout_seconds: PositiveSeconds = 30.0
     #: run / recover / stop / inject must be answered within this (``wait`` has no limit).
     request_timeout_seconds: PositiveSeconds = 120.0
+    #: Callbacks one attempt (one run / resume / recover request) may make, refused included.
+    callbacks_per_attempt: PositiveInt = 1000
+    #: Callbacks per second one attempt may make on average (bursts of as many allowed).
+    callbacks_per_second: Annotated[float, msgspec.Meta(ge=1, le=1_000_000)] = 100.0
+    #: Callbacks of the program being recorded at once; past it the daemon stops reading it.
+    callbacks_in_flight: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 32
 
     def spec(self) -> ProgramSpec:
         settings = ProgramSettings(
             handshake_timeout=self.handshake_timeout_seconds,
             request_timeout=self.request_timeout_seconds,
+            callbacks=CallbackLimits(
+                per_attempt=self.callbacks_per_attempt,
+                per_second=self.callbacks_per_second,
+                in_flight=self.callbacks_in_flight,
+            ),
         )
         return ProgramSpec(command=tuple(self.command), settings=settings)
 

@@ -145,7 +145,7 @@ class ExecutorProgram(_Section, frozen=True, kw_only=True):
     #: Callbacks per second one attempt may make on average (bursts of as many allowed).
     callbacks_per_second: Annotated[float, msgspec.Meta(ge=1, le=1_000_000)] = 100.0
     #: Callbacks of the program being recorded at once; past it the daemon stops reading it.
-    callbacks_in_flight: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 32
+    callbacks_in_flight: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 256
 
     def spec(self) -> ProgramSpec:
         settings = ProgramSettings(

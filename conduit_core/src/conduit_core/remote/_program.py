@@ -93,7 +93,7 @@ class CallbackLimits:
     #: past it each is refused with ``callback_rate_exceeded``.
     per_second: float = 100.0
     #: Callbacks of one program being recorded at once; past it the core stops reading.
-    in_flight: int = 32
+    in_flight: int = 256
 
 
 class _CallbackBudget:

@@ -17,7 +17,7 @@ import msgspec
 
 from conduit_core.errors import ConduitError, ConfigError, UnsupportedGenerationError
 from conduit_core.plugins import Plugins
-from conduit_core.remote import ProgramSettings, ProgramSpec
+from conduit_core.remote import CallbackLimits, ProgramSettings, ProgramSpec
 from conduit_core.validation import (
     MAX_AMOUNT,
     MAX_SECONDS,
@@ -112,6 +112,9 @@ class Settings(_Section, frozen=True, kw_only=True):
     #: How long before its due instant the ticker claims a Routine's fire (it still fires at the
     #: instant): the claim's own time is paid before the instant. 0 claims at the instant.
     routine_claim_ahead_seconds: Annotated[float, msgspec.Meta(ge=0, le=60)] = 0.5
+    #: How long the daemon gives one stop, interrupt or inject it starts on its own; each runs
+    #: off the host loop's pass, so only that attempt waits (tried again after a backoff).
+    executor_call_timeout_seconds: PositiveSeconds = 60.0
     http: HttpSettings = HttpSettings()
     metrics: MetricsSettings = MetricsSettings()
     tracing: TracingSettings = TracingSettings()
@@ -137,11 +140,22 @@ class ExecutorProgram(_Section, frozen=True, kw_only=True):
     handshake_timeout_seconds: PositiveSeconds = 30.0
     #: run / recover / stop / inject must be answered within this (``wait`` has no limit).
     request_timeout_seconds: PositiveSeconds = 120.0
+    #: Callbacks one attempt (one run / resume / recover request) may make, refused included.
+    callbacks_per_attempt: PositiveInt = 1000
+    #: Callbacks per second one attempt may make on average (bursts of as many allowed).
+    callbacks_per_second: Annotated[float, msgspec.Meta(ge=1, le=1_000_000)] = 100.0
+    #: Callbacks of the program being recorded at once; past it the daemon stops reading it.
+    callbacks_in_flight: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 256
 
     def spec(self) -> ProgramSpec:
         settings = ProgramSettings(
             handshake_timeout=self.handshake_timeout_seconds,
             request_timeout=self.request_timeout_seconds,
+            callbacks=CallbackLimits(
+                per_attempt=self.callbacks_per_attempt,
+                per_second=self.callbacks_per_second,
+                in_flight=self.callbacks_in_flight,
+            ),
         )
         return ProgramSpec(command=tuple(self.command), settings=settings)
 

@@ -1,8 +1,11 @@
 """The host loop: one pass at a time drives the scheduler; every attempt runs in its own task.
 
 A pass fires due timers, recovers expired attempts, claims ready Work, runs the stop/confirm
-pass and dispatches controls. Launches never run on the pass itself, so one stuck launch never
-blocks the next. Passes are woken by writes (:class:`Waker`) and by a periodic rescan.
+pass and dispatches controls. Nothing that waits on an executor runs on the pass itself
+(invariant 12): launches and observations run in a task per attempt, and stops and controls in
+a task per attempt or intent with its own deadline (:class:`ExecutorCalls`), so one stuck
+executor never blocks the next pass. Passes are woken by writes (:class:`Waker`) and by a
+periodic rescan.
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ from typing import Literal
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from conduit_core.daemon._offpass import ExecutorCalls
 from conduit_core.daemon._outage import StoreOutage, is_outage
 from conduit_core.daemon._wake import Waker
 from conduit_core.errors import ConduitError, LeaseLostError
-from conduit_core.model import Lease
+from conduit_core.model import ControlIntent, Lease
 from conduit_core.runtime import Scheduler, TaskPool
 from conduit_core.storage import Claim
 
@@ -79,6 +83,8 @@ class HostLoop:
         # Set while a claim started by a settlement is under way (one at a time).
         self._claiming_with_settlement = False
         scheduler.set_settling_listener(self._claim_with_settlement)
+        #: Stops and controls, each in a task of its own with its own deadline.
+        self.calls = ExecutorCalls()
 
     # --- HostHooks (what the API sees) -------------------------------------------------------
 
@@ -100,6 +106,12 @@ class HostLoop:
     def running_count(self) -> int:
         return len(self.running)
 
+    #: Ended attempts are stopped by the passes, so the API need not wait on an executor.
+    stops_ended_attempts = True
+
+    def stop_state(self, execution_id: str) -> str | None:
+        return self.calls.state(_stop_key(execution_id))
+
     # --- extension -----------------------------------------------------------------------------
 
     def add_attempt_listener(self, listener: Callable[[Claim], None]) -> None:
@@ -118,7 +130,7 @@ class HostLoop:
         async with anyio.create_task_group() as keepers:
             self._keepers = keepers
             await keepers.start(self._keep_leases, self.scheduler)
-            async with anyio.create_task_group() as tg:
+            async with self.calls.running(), anyio.create_task_group() as tg:
                 self._tasks = TaskPool(tg)
                 task_status.started()
                 while not self.stopping:
@@ -263,14 +275,49 @@ class HostLoop:
             self._claiming_with_settlement = False
 
     async def _confirm(self, sched: Scheduler) -> None:
-        confirmed = await sched.confirm_unexcluded()
-        if confirmed:
-            log.info("stops confirmed: %d", confirmed)
+        keys = []
+        for ex in await sched.due_stops():
+            keys.append(_stop_key(ex.id))
+            self._stop_soon(sched, ex.id, ex.epoch, ex.snapshot.executor)
+        self.calls.keep_only("stop:", keys)
+
+    def _stop_soon(self, sched: Scheduler, execution_id: str, epoch: int, executor: str) -> None:
+        """Stop and confirm the attempt in a task of its own (one at a time per attempt)."""
+
+        async def stop() -> str | None:
+            reason = await sched.try_stop(execution_id)
+            if reason is None:
+                log.info("stop confirmed execution=%s epoch=%s", execution_id, epoch,
+                         extra={"execution_id": execution_id, "epoch": epoch})  # fmt: skip
+            return reason
+
+        self.calls.start(
+            _stop_key(execution_id),
+            f"stop execution={execution_id} epoch={epoch} executor={executor}",
+            stop,
+            deadline_s=sched.options.executor_call_timeout_ms / 1000,
+        )
 
     async def _dispatch(self, sched: Scheduler) -> None:
-        settled = await sched.dispatch_controls()
-        if settled:
-            log.info("controls settled: %d", settled)
+        intents = await sched.open_controls()
+        for intent in intents:
+            self._dispatch_soon(sched, intent)
+        self.calls.keep_only("control:", [f"control:{intent.id}" for intent in intents])
+
+    def _dispatch_soon(self, sched: Scheduler, intent: ControlIntent) -> None:
+        """Dispatch the intent in a task of its own (one at a time per intent)."""
+
+        async def dispatch() -> str | None:
+            if await sched.dispatch_control(intent):
+                log.info("control settled id=%s execution=%s", intent.id, intent.execution_id)
+            return None  # settled, or waiting for its attempt's launch: the next pass looks
+
+        self.calls.start(
+            f"control:{intent.id}",
+            f"{intent.kind} id={intent.id} execution={intent.execution_id}",
+            dispatch,
+            deadline_s=sched.options.executor_call_timeout_ms / 1000,
+        )
 
     async def _settle_budgets(self, sched: Scheduler) -> None:
         settled = await sched.settle_budgets()
@@ -315,7 +362,7 @@ class HostLoop:
             log.warning("attempt lost its lease execution=%s epoch=%s: %s", ex.id, ex.epoch,
                         exc.message, extra=ids)  # fmt: skip
             if not self.stopping:
-                await self._after_lost_lease(sched, claim.lease)
+                await self._after_lost_lease(sched, claim)
         except ConduitError as exc:
             if is_outage(exc) and not self.stopping:
                 # The job may well have ended: its result is recorded by recovery (adopting it,
@@ -343,10 +390,14 @@ class HostLoop:
                     except Exception:  # a listener never takes the host down
                         log.exception("attempt listener failed execution=%s", ex.id, extra=ids)
 
-    async def _after_lost_lease(self, sched: Scheduler, lease: Lease) -> None:
-        """Stop and confirm only when recovery no longer owns the attempt."""
+    async def _after_lost_lease(self, sched: Scheduler, claim: Claim) -> None:
+        """Stop and confirm only when recovery no longer owns the attempt (off this task: the
+        stop has its own deadline, and the attempt's slot in ``running`` is freed now)."""
+        lease = claim.lease
         try:
-            await sched.handle_lost_lease(lease)
+            if await sched.needs_stop_after(lease):
+                self._stop_soon(sched, lease.execution_id, lease.epoch,
+                                claim.execution.snapshot.executor)  # fmt: skip
         except ConduitError as exc:
             log.warning("stop after lost lease failed execution=%s epoch=%s: %s",
                         lease.execution_id, lease.epoch, exc.message)  # fmt: skip
@@ -388,3 +439,7 @@ class HostLoop:
                 except ConduitError as exc:
                     log.warning("lease release failed execution=%s epoch=%s: %s",
                                 execution_id, lease.epoch, exc.message)  # fmt: skip
+
+
+def _stop_key(execution_id: str) -> str:
+    return f"stop:{execution_id}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -70,6 +71,12 @@ class HostHooks(Protocol):
 
     def running_count(self) -> int: ...
 
+    #: Whether the host's passes stop ended attempts (the API then never waits on an executor).
+    stops_ended_attempts: bool
+
+    def stop_state(self, execution_id: str) -> str | None:
+        """Where the host's stop of this ended attempt is: under way, or why it failed last."""
+
 
 @dataclass
 class NoHost:
@@ -90,6 +97,11 @@ class NoHost:
 
     def running_count(self) -> int:
         return 0
+
+    stops_ended_attempts: bool = False
+
+    def stop_state(self, execution_id: str) -> str | None:
+        return None
 
 
 class ApiService:
@@ -163,7 +175,8 @@ class ApiService:
             work=work_view(work),
             attempts=[attempt_view(a) for a in attempts],
             holds=holds,
-            waiting=blocked_by_attempt(attempts) or await self._waiting(work, holds),
+            waiting=blocked_by_attempt(attempts, self.host.stop_state)
+            or await self._waiting(work, holds),
         )
 
     async def inputs(self, work_id: str, *, limit: int = 20) -> list[InputView]:
@@ -387,7 +400,8 @@ class ApiService:
         if work.status.terminal:
             raise ConduitError(f"work {work_id!r} is already {work.status}", code="not_eligible")
         live = [a.id for a in await self.store.list_executions(work_id) if not a.status.terminal]
-        await self.scheduler.cancel_work(work_id)
+        # With a host, its next pass stops what ran, off this request (invariant 12).
+        await self.scheduler.cancel_work(work_id, stop=not self.host.stops_ended_attempts)
         self.host.forget(live)
         log.info(
             "work cancelled work=%s attempts=%s reason=%r", work_id, ",".join(live) or "-",
@@ -433,8 +447,11 @@ class ApiService:
         return await self.show(work_id)
 
 
-def blocked_by_attempt(attempts: list[Execution]) -> Waiting | None:
-    """A held recovery, or an ended attempt whose stop is unconfirmed: no new attempt starts."""
+def blocked_by_attempt(
+    attempts: list[Execution], stop_state: Callable[[str], str | None] = lambda _: None
+) -> Waiting | None:
+    """A held recovery, or an ended attempt whose stop is unconfirmed: no new attempt starts
+    (with where the host's stop of it is: under way, or why it failed last)."""
     for ex in reversed(attempts):
         if ex.status.live and ex.recovery_hold is not None:
             hold = ex.recovery_hold
@@ -444,11 +461,13 @@ def blocked_by_attempt(attempts: list[Execution]) -> Waiting | None:
                 f"settle: {hold.settle}",
             )
         if ex.status.terminal and not ex.exclusion_confirmed:
+            stopping = stop_state(ex.id)
             return Waiting(
                 code="stop_unconfirmed",
                 message=f"attempt {ex.id} ended but its stop is not verified, so no new "
                 "attempt starts; conduit retries the stop, or, once you know it no longer "
-                f"runs: conduit work confirm-stopped {ex.work_id} --epoch {ex.epoch}",
+                f"runs: conduit work confirm-stopped {ex.work_id} --epoch {ex.epoch}"
+                + (f"; stop: {stopping}" if stopping else ""),
             )
     return None
 

@@ -1,6 +1,12 @@
 """Out-of-process executors: the daemon's side of the wire protocol (docs/wire-protocol.md)."""
 
-from conduit_core.remote._program import PROGRAM_ENV, ProgramConnection, ProgramGone, probe_program
+from conduit_core.remote._program import (
+    PROGRAM_ENV,
+    CallbackLimits,
+    ProgramConnection,
+    ProgramGone,
+    probe_program,
+)
 from conduit_core.remote._proxy import (
     ProgramSettings,
     ProgramSupervisor,
@@ -11,6 +17,7 @@ from conduit_core.remote._registry import ProgramSpec, RemoteExecutors, load_rem
 
 __all__ = [
     "PROGRAM_ENV",
+    "CallbackLimits",
     "ProgramConnection",
     "ProgramGone",
     "ProgramSettings",

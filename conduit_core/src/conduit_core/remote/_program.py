@@ -6,6 +6,12 @@ request waiting for it (by id) and runs each callback against the attempt's
 connection (:class:`ProgramGone`) rather than the daemon: the supervisor restarts the program
 and the proxy sends the affected attempts through recovery.
 
+Callbacks are bounded (:class:`CallbackLimits`, invariant 12): per attempt a count and a rate,
+past which they are refused with a stable code without touching the store; per program a number
+being recorded at once, past which the reader stops reading the program's output (the pipe
+fills and the program's writes block), and the reader also waits while the program is not
+reading its replies. So a flood costs the daemon bounded memory and a bounded share of its loop.
+
 asyncio is used directly (not anyio task groups) because the executor contract gives the proxy
 no lifetime scope to own a task group in: the connection's reader lives as long as its program.
 """
@@ -14,12 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import select
+import signal
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -50,13 +59,17 @@ from conduit_core.extension.wire import (
     frame_length,
 )
 
-__all__ = ["PROGRAM_ENV", "ProgramConnection", "ProgramGone", "probe_program"]
+__all__ = ["PROGRAM_ENV", "CallbackLimits", "ProgramConnection", "ProgramGone", "probe_program"]
+
+log = logging.getLogger("conduit.remote")
 
 #: Set in every executor program's environment to its executor name (lets a person, or a test,
 #: find the program among processes).
 PROGRAM_ENV = "CONDUIT_EXECUTOR_PROGRAM"
 _CALLBACKS = (RecordLaunchIntent, PersistRecovery, PhaseBegin, PhaseEnd, Pin)
 _CALLBACK_KINDS = ("launch_intent", "persist_recovery", "phase_begin", "phase_end", "pin")
+#: The reader lets the event loop run after this many frames read without a pause.
+_FRAMES_PER_TURN = 16
 
 
 class ProgramGone(ConduitError):
@@ -69,6 +82,32 @@ def _refusal(code: str, message: str) -> WireError:
     return WireError(code=code if code.islower() else "callback_failed", message=message[:4096])
 
 
+@dataclass(frozen=True, kw_only=True)
+class CallbackLimits:
+    """How much one program may ask of the core through callbacks (``[executors.NAME]``)."""
+
+    #: Callbacks one ``run`` / ``resume`` / ``recover`` request may make, refused ones included;
+    #: past it each is refused with ``callback_limit_exceeded``.
+    per_attempt: int = 1000
+    #: Callbacks per second one such request may make on average (bursts of as many allowed);
+    #: past it each is refused with ``callback_rate_exceeded``.
+    per_second: float = 100.0
+    #: Callbacks of one program being recorded at once; past it the core stops reading.
+    in_flight: int = 256
+
+
+class _CallbackBudget:
+    """One request's callbacks so far and its token bucket."""
+
+    __slots__ = ("count", "refused", "tokens", "updated")
+
+    def __init__(self, limits: CallbackLimits, now: float) -> None:
+        self.count = 0
+        self.tokens = limits.per_second
+        self.updated = now
+        self.refused: set[str] = set()
+
+
 class ProgramConnection:
     """The core's side of one live executor program."""
 
@@ -77,6 +116,7 @@ class ProgramConnection:
         name: str,
         process: asyncio.subprocess.Process,
         on_protocol_error: Callable[[str], None],
+        limits: CallbackLimits | None = None,
     ) -> None:
         self.name = name
         self.process = process
@@ -87,7 +127,11 @@ class ProgramConnection:
         self._next_id = 0
         self._pending: dict[int, asyncio.Future[ExecutorMessage]] = {}
         self._contexts: dict[int, ExecutionContext] = {}
+        self._limits = limits or CallbackLimits()
+        self._budgets: dict[int, _CallbackBudget] = {}
+        self._callback_slots = asyncio.Semaphore(self._limits.in_flight)
         self._callback_tasks: set[asyncio.Task[None]] = set()
+        self._frames = 0
         self._reader = self.loop.create_task(self._read_loop())
 
     @classmethod
@@ -98,6 +142,7 @@ class ProgramConnection:
         *,
         handshake_timeout: float,
         on_protocol_error: Callable[[str], None],
+        limits: CallbackLimits | None = None,
     ) -> ProgramConnection:
         env = {**os.environ, PROGRAM_ENV: name}
         try:
@@ -107,7 +152,7 @@ class ProgramConnection:
             )  # fmt: skip
         except OSError as exc:
             raise ProgramGone(f"executor {name!r}: cannot start {command[0]!r}: {exc}") from exc
-        conn = cls(name, process, on_protocol_error)
+        conn = cls(name, process, on_protocol_error, limits)
         try:
             reply = await conn.request(
                 lambda rid: Handshake(id=rid, min_version=PROTOCOL_VERSION,
@@ -155,6 +200,10 @@ class ProgramConnection:
                 raise self.gone from None  # type: ignore[misc]
         finally:
             self._pending.pop(rid, None)
+            if future.done() and not future.cancelled():
+                # Failed by ``_end`` while nobody awaited it (the write found the pipe closed,
+                # or the wait was cancelled): what this call raised says it, not a GC warning.
+                future.exception()
 
     def last_request_id(self) -> int:
         return self._next_id
@@ -162,6 +211,7 @@ class ProgramConnection:
     def forget(self, request: int) -> None:
         """The attempt of ``request`` makes no more callbacks through this connection."""
         self._contexts.pop(request, None)
+        self._budgets.pop(request, None)
 
     def send_nowait(self, build: Callable[[int], msgspec.Struct]) -> None:
         """Fire and forget (a cancel): its reply is read and dropped."""
@@ -192,9 +242,13 @@ class ProgramConnection:
                         raise  # not even a JSON object: the stream is not to be trusted
                     self._refused(exc)
                     continue
-                self._route(message)
+                if isinstance(message, _CALLBACKS):
+                    await self._take_callback(message)
+                else:
+                    self._route(message)
+                await self._backpressure()
         except asyncio.IncompleteReadError:
-            pass
+            reason = await self._exit_reason()
         except WireProtocolError as exc:  # a bad length: nothing after it can be framed
             reason = f"executor {self.name!r} wrote garbage ({exc.code}: {exc.message})"
             self._on_protocol_error(reason)
@@ -216,17 +270,14 @@ class ProgramConnection:
             future.set_exception(WireProtocolError(exc.code, text, request_id=exc.request_id))
 
     def _route(self, message: ExecutorMessage) -> None:
-        if isinstance(message, _CALLBACKS):
-            task = self.loop.create_task(self._callback(message))
-            self._callback_tasks.add(task)
-            task.add_done_callback(self._callback_tasks.discard)
-            return
         future = self._pending.get(message.id)
         if future is not None and not future.done():
             future.set_result(message)
         # A reply nobody waits for (a cancelled wait, a late answer) is dropped.
 
-    async def _callback(self, message: Any) -> None:
+    async def _take_callback(self, message: Any) -> None:
+        """Refuse it at once (unknown request, past a bound), or record it in a task of its own
+        once fewer than ``in_flight`` are being recorded (until then nothing more is read)."""
         ctx = self._contexts.get(message.request)
         if ctx is None:
             error = _refusal(
@@ -236,6 +287,74 @@ class ProgramConnection:
             )
             self._write_quietly(CallbackRefused(id=message.id, error=error))
             return
+        refusal = self._over_bound(message, ctx)
+        if refusal is not None:
+            self._write_quietly(CallbackRefused(id=message.id, error=refusal))
+            return
+        await self._callback_slots.acquire()
+        task = self.loop.create_task(self._callback(message, ctx))
+        self._callback_tasks.add(task)
+        task.add_done_callback(self._callback_done)
+
+    def _callback_done(self, task: asyncio.Task[None]) -> None:
+        self._callback_tasks.discard(task)
+        self._callback_slots.release()
+
+    def _over_bound(self, message: Any, ctx: ExecutionContext) -> WireError | None:
+        """The refusal of a callback past its attempt's count or rate (``None``: within both)."""
+        limits = self._limits
+        now = self.loop.time()
+        budget = self._budgets.get(message.request)
+        if budget is None:
+            budget = self._budgets[message.request] = _CallbackBudget(limits, now)
+        budget.count += 1
+        if budget.count > limits.per_attempt:
+            code = "callback_limit_exceeded"
+            text = (
+                f"callback {message.id}: request {message.request} has made {limits.per_attempt} "
+                "callbacks, the most one attempt may make (callbacks_per_attempt)"
+            )
+        else:
+            budget.tokens = min(
+                limits.per_second, budget.tokens + (now - budget.updated) * limits.per_second
+            )
+            budget.updated = now
+            if budget.tokens >= 1:
+                budget.tokens -= 1
+                return None
+            code = "callback_rate_exceeded"
+            text = (
+                f"callback {message.id}: request {message.request} makes more than "
+                f"{limits.per_second:g} callbacks per second (callbacks_per_second); slow down"
+            )
+        if code not in budget.refused:  # said once per attempt and bound, not per callback
+            budget.refused.add(code)
+            line = f"executor {self.name!r}: {text}; refusing its callbacks with {code}"
+            log.warning("%s execution=%s epoch=%s", line, ctx.execution_id, ctx.epoch)
+            self._on_protocol_error(line)
+        return WireError(code=code, message=text)
+
+    async def _backpressure(self) -> None:
+        """Let the loop run now and then (frames already buffered are read without a pause),
+        and wait while the program does not read its replies (so they never pile up here)."""
+        self._frames += 1
+        if self._frames % _FRAMES_PER_TURN == 0:
+            await asyncio.sleep(0)
+        stdin = self.process.stdin
+        if stdin is not None and not stdin.is_closing():
+            with contextlib.suppress(ConnectionError, OSError):
+                await stdin.drain()
+
+    async def _exit_reason(self) -> str:
+        """Why the program's output ended, with its exit status when it exited."""
+        before = " before answering its handshake" if self.manifest is None else ""
+        try:
+            status = await asyncio.wait_for(self.process.wait(), 1.0)
+        except Exception:
+            return f"executor {self.name!r} closed its output{before}"
+        return f"executor {self.name!r} {_exit_text(status)}{before}"
+
+    async def _callback(self, message: Any, ctx: ExecutionContext) -> None:
         try:
             if isinstance(message, RecordLaunchIntent):
                 await ctx.record_launch_intent(message.intent)
@@ -349,9 +468,13 @@ def probe_program(
             if reply is None:
                 errors.seek(0)
                 tail = errors.read()[-2000:].decode("utf-8", "replace").strip()
+                try:
+                    ended = f"{_exit_text(proc.wait(timeout=1))} before answering its handshake"
+                except subprocess.TimeoutExpired:
+                    ended = f"gave no handshake within {timeout:g} s"
                 raise ProgramGone(
-                    f"executor {name!r} ({' '.join(command)}) gave no handshake within "
-                    f"{timeout:g} s" + (f"; it wrote: {tail}" if tail else "")
+                    f"executor {name!r} ({' '.join(command)}) {ended}"
+                    + (f"; it wrote: {tail}" if tail else "")
                 )
             manifest = check_handshake(name, command, reply)
             with contextlib.suppress(OSError):
@@ -367,6 +490,16 @@ def probe_program(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def _exit_text(status: int) -> str:
+    """``exited with status 3`` / ``was killed by SIGKILL``."""
+    if status < 0:
+        try:
+            return f"was killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"was killed by signal {-status}"
+    return f"exited with status {status}"
 
 
 def _read_reply(name: str, fd: int, deadline: float) -> ExecutorMessage | None:

@@ -11,6 +11,7 @@ to the restarted program and keeps waiting on what that adopts.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -58,7 +59,7 @@ from conduit_core.extension.wire import (
     WireProtocolError,
 )
 from conduit_core.remote._datacheck import check_data
-from conduit_core.remote._program import ProgramConnection, ProgramGone
+from conduit_core.remote._program import CallbackLimits, ProgramConnection, ProgramGone
 
 __all__ = ["ProgramSettings", "ProgramSupervisor", "RemoteExecutor"]
 
@@ -77,6 +78,8 @@ class ProgramSettings:
     backoff_max: float = 10.0
     #: A program that lived this long before it died restarts at once (its failures reset).
     stable_after: float = 30.0
+    #: Bounds on the program's callbacks (per attempt, and being recorded at once).
+    callbacks: CallbackLimits = dataclasses.field(default_factory=CallbackLimits)
 
 
 class ProgramSupervisor:
@@ -100,6 +103,8 @@ class ProgramSupervisor:
         self._locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
         self._failures = 0
         self._started_at = 0.0
+        #: When a start that failed may be tried again (``connection(wait_for_start=False)``).
+        self._next_start = 0.0
         self.status = "not started"
         self.restarts = 0
         self.protocol_errors = 0
@@ -121,11 +126,22 @@ class ProgramSupervisor:
         self.protocol_errors += 1
         self.last_error = text
 
-    async def connection(self) -> ProgramConnection:
+    async def connection(self, *, wait_for_start: bool = True) -> ProgramConnection:
+        """The running program, started (after its backoff) if need be.
+
+        ``wait_for_start=False``: while the program's last start failed, fail at once with that
+        failure instead of waiting for the next start (a stop or control then fails fast and is
+        tried again by its caller, rather than queueing behind every other caller's backoff).
+        """
         loop = asyncio.get_running_loop()
         conn = self._conn
         if conn is not None and conn.alive and conn.loop is loop:
             return conn
+        if not wait_for_start and self.status == "failed" and self._clock() < self._next_start:
+            raise OperationError(
+                "executor_unavailable",
+                f"{self.last_error}; the next start is in {self._next_start - self._clock():.1f} s",
+            )
         lock = self._locks.setdefault(loop, asyncio.Lock())
         async with lock:
             conn = self._conn
@@ -139,12 +155,9 @@ class ProgramSupervisor:
                 self.status = "restarting"
             elif conn is not None:
                 conn.kill()  # made under another event loop (a test's): it cannot serve this one
-            delay = 0.0
-            if self._failures:
-                delay = min(
-                    self.settings.backoff_initial * 2 ** (self._failures - 1),
-                    self.settings.backoff_max,
-                )
+            delay = self._backoff()
+            if self.status == "failed":  # counted from that failure, not from this call
+                delay = min(delay, max(self._next_start - self._clock(), 0.0))
             if self.status == "restarting":
                 # Names the program and the failure only, never a request's content.
                 log.warning("%s; restarting it in %.1f s", self.last_error, delay)
@@ -153,18 +166,27 @@ class ProgramSupervisor:
             try:
                 conn = await ProgramConnection.start(
                     self.name, self.command, handshake_timeout=self.settings.handshake_timeout,
-                    on_protocol_error=self._protocol_error,
+                    on_protocol_error=self._protocol_error, limits=self.settings.callbacks,
                 )  # fmt: skip
                 assert conn.manifest is not None
                 check_same_executor(self.name, self.expected, conn.manifest)
             except ProgramGone as exc:
                 self._failures += 1
+                self._next_start = self._clock() + self._backoff()
                 self.status = "failed"
                 self.last_error = exc.message
+                # Only this executor's attempts and stops wait on it (invariant 12).
+                log.warning("executor program %r did not start: %s", self.name, exc.message)
                 raise OperationError("executor_unavailable", exc.message) from exc
             self._conn = conn
             self.status = "running"
             return conn
+
+    def _backoff(self) -> float:
+        if not self._failures:
+            return 0.0
+        delay: float = self.settings.backoff_initial * 2 ** (self._failures - 1)
+        return min(delay, self.settings.backoff_max)
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -320,11 +342,9 @@ class RemoteExecutor(Executor):
     async def _control(self, build: Callable[[int], msgspec.Struct]) -> ExecutorMessage:
         last: ProgramGone | None = None
         for _ in range(_MAX_REATTACH):
-            try:
-                conn = await self.supervisor.connection()
-            except OperationError as exc:
-                last = ProgramGone(exc.message)
-                continue
+            # A program that does not start fails the control at once: its caller (the daemon's
+            # stop/confirm pass, control dispatch) tries again later with a backoff of its own.
+            conn = await self.supervisor.connection(wait_for_start=False)
             try:
                 reply = await conn.request(build, within=self._timeout)
             except ProgramGone as exc:

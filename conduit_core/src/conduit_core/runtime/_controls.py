@@ -93,14 +93,17 @@ class Controls:
         count_end(await self.store.get_execution(intent.execution_id))  # fenced: it ended here
         return intent
 
-    async def cancel_work(self, work_id: str) -> Work:
-        """Cancel atomically (attempts, waits, owned timers, eligibility), then stop what ran."""
+    async def cancel_work(self, work_id: str, *, stop: bool = True) -> Work:
+        """Cancel atomically (attempts, waits, owned timers, eligibility), then stop what ran.
+
+        ``stop=False`` leaves the stops to a host whose passes stop every ended attempt whose
+        exclusion is unconfirmed (the daemon: the caller then never waits on an executor)."""
         now = self.clock.now_ms()
         work = await self.store.cancel_work(work_id, now_ms=now)
         for ex in await self.store.list_executions(work_id):
             if ex.status is ExecutionStatus.CANCELLED and ex.ended_at_ms == now:
                 count_end(ex)  # an attempt this cancel ended (not hot: a person's action)
-            if not ex.exclusion_confirmed:
+            if stop and not ex.exclusion_confirmed:
                 await self.stops.stop_and_confirm(ex.id)
         return work
 
@@ -108,12 +111,15 @@ class Controls:
         """Dispatch open intents once each; an intent for an attempt still launching waits."""
         settled = 0
         for intent in await self.store.open_controls(limit=limit):
-            ex = await self.store.get_execution(intent.execution_id)
-            if intent.kind is ControlKind.INJECT:
-                settled += await self._dispatch_inject(intent, ex)
-            else:
-                settled += await self._dispatch_interrupt(intent, ex)
+            settled += await self.dispatch(intent)
         return settled
+
+    async def dispatch(self, intent: ControlIntent) -> int:
+        """Dispatch one open intent; 1 when it was settled (0: it waits, or another won)."""
+        ex = await self.store.get_execution(intent.execution_id)
+        if intent.kind is ControlKind.INJECT:
+            return await self._dispatch_inject(intent, ex)
+        return await self._dispatch_interrupt(intent, ex)
 
     async def _dispatch_inject(self, intent: ControlIntent, ex: Execution) -> int:
         if ex.epoch == intent.epoch and ex.status in _WAITING:

@@ -48,6 +48,9 @@ class SchedulerOptions:
     #: The pool of each binding's executor (``None``: none), filled in by the Scheduler from its
     #: plugins: claims read only the ready Work of bindings with a free slot.
     binding_pools: Mapping[str, str | None] = field(default_factory=dict)
+    #: How long a host gives one stop, interrupt or inject it starts on its own (the daemon's
+    #: stop/confirm pass and control dispatch) before it gives up and tries again later.
+    executor_call_timeout_ms: int = 60_000
 
     def __post_init__(self) -> None:
         # Copy the mappings so a caller mutating theirs cannot change a running scheduler.
@@ -81,6 +84,7 @@ class SchedulerOptions:
             state_dir=state_dir,
             budgets=tuple(config.budgets),
             pool_limits={name: pool.concurrency for name, pool in config.pools.items()},
+            executor_call_timeout_ms=int(settings.executor_call_timeout_seconds * 1000),
         )
 
     def capacity(self) -> CapacityLimits:

@@ -209,6 +209,18 @@ class Scheduler:
         """After lost authority: stop and confirm only when recovery no longer owns it."""
         return await self.stops.handle_lost_lease(lease)
 
+    async def due_stops(self) -> list[Execution]:
+        """Ended attempts whose exclusion is unconfirmed (a host stops each on its own)."""
+        return await self.stops.due()
+
+    async def try_stop(self, execution_id: str) -> str | None:
+        """Stop and confirm one attempt: ``None`` when nothing is left to do, else why not."""
+        return await self.stops.try_stop(execution_id)
+
+    async def needs_stop_after(self, lease: Lease) -> bool:
+        """After lost authority: whether recovery no longer owns the attempt (stop it then)."""
+        return await self.stops.needs_stop_after(lease)
+
     # --- controls (see _controls) ---------------------------------------------------------------
 
     async def inject(
@@ -230,13 +242,22 @@ class Scheduler:
         """Fence the running attempt, leave the Work ready, queue the interrupt."""
         return await self.controls.interrupt(work_id)
 
-    async def cancel_work(self, work_id: str) -> Work:
-        """Cancel the Work atomically, then stop and confirm whatever its attempts started."""
-        return await self.controls.cancel_work(work_id)
+    async def cancel_work(self, work_id: str, *, stop: bool = True) -> Work:
+        """Cancel the Work atomically, then stop and confirm whatever its attempts started
+        (``stop=False``: a host's stop/confirm pass does that, see ``Controls.cancel_work``)."""
+        return await self.controls.cancel_work(work_id, stop=stop)
 
     async def dispatch_controls(self, *, limit: int = 100) -> int:
         """Dispatch open inject/interrupt intents; returns how many were settled."""
         return await self.controls.dispatch_controls(limit=limit)
+
+    async def open_controls(self, *, limit: int = 100) -> list[ControlIntent]:
+        """Open inject/interrupt intents, oldest first (a host dispatches each on its own)."""
+        return await self.store.open_controls(limit=limit)
+
+    async def dispatch_control(self, intent: ControlIntent) -> int:
+        """Dispatch one open intent; 1 when it was settled."""
+        return await self.controls.dispatch(intent)
 
     # --- budgets and gates (see _admission, _budgets) -----------------------------------------
 

@@ -1,14 +1,19 @@
 """Physical stops: stop what an attempt may have left running, confirm its exclusion only when
 the stop is verified (invariant 6a: an unverified stop keeps the attempt's slot and blocks its
-Work)."""
+Work).
+
+:meth:`Stops.try_stop` says why a stop did not confirm, so a host that runs each stop in a task
+of its own (the daemon, invariant 12) can show the reason and back off; ``stop_and_confirm`` and
+``confirm_unexcluded`` are the same stops awaited in line, for callers without such a host.
+"""
 
 from __future__ import annotations
 
 import logging
 
-from conduit_core.errors import LeaseLostError, UnsupportedGenerationError
+from conduit_core.errors import ConduitError, LeaseLostError, UnsupportedGenerationError
 from conduit_core.extension import StopTarget
-from conduit_core.model import Lease
+from conduit_core.model import Execution, Lease
 from conduit_core.plugins import Plugins
 from conduit_core.runtime._clock import Clock
 from conduit_core.storage import Store
@@ -26,17 +31,27 @@ class Stops:
         self.clock = clock
         self.plugins = plugins
 
+    async def try_stop(self, execution_id: str) -> str | None:
+        """Stop what the attempt may have left running and confirm its exclusion when the stop
+        is verified: ``None`` when nothing is left to do, otherwise why (for a log line or a
+        status)."""
+        return (await self._stop(execution_id))[1]
+
     async def stop_and_confirm(self, execution_id: str) -> bool:
         """Stop what the attempt may have left running; confirm its exclusion when verified."""
+        return (await self._stop(execution_id))[0]
+
+    async def _stop(self, execution_id: str) -> tuple[bool, str | None]:
+        """(whether the exclusion is confirmed, why not when there is more to do)."""
         execution = await self.store.get_execution(execution_id)
         if execution.exclusion_confirmed:
-            return True
+            return True, None
         snap = execution.snapshot
         try:
             executor = self.plugins.executor(snap.executor, snap.executor_generation)
         except UnsupportedGenerationError as exc:
             log.error("cannot stop execution=%s: %s", execution.id, exc.message)
-            return False
+            return False, exc.message
         target = StopTarget(
             execution_id=execution.id,
             epoch=execution.epoch,
@@ -48,36 +63,54 @@ class Stops:
         try:
             evidence = await executor.stop(target)
         except Exception as exc:
+            reason = _failure(exc)
             log.warning(
-                "stop failed execution=%s epoch=%s cause=%s",
-                execution.id, execution.epoch, type(exc).__name__,
+                "stop failed execution=%s epoch=%s executor=%s: %s",
+                execution.id, execution.epoch, snap.executor, reason,
             )  # fmt: skip
-            return False
+            return False, f"executor {snap.executor!r}: stop failed: {reason}"
         if not evidence.verified:
-            return False
+            detail = f": {evidence.detail}" if evidence.detail else ""
+            return False, f"executor {snap.executor!r} could not verify the stop{detail}"
         try:
             await self.store.confirm_stopped(
                 execution.id, execution.epoch, now_ms=self.clock.now_ms()
             )
         except LeaseLostError:
-            return False  # adopted at another epoch since: not ours to confirm
-        return True
+            # Adopted at another epoch since: not ours to confirm, and nothing left to retry.
+            return False, None
+        return True, None
+
+    async def due(self) -> list[Execution]:
+        """Ended attempts whose exclusion is unconfirmed: each needs a (verified) stop."""
+        # An unfinished attempt belongs to its holder or to recovery.
+        return [ex for ex in await self.store.unconfirmed_exclusions() if ex.status.terminal]
 
     async def confirm_unexcluded(self) -> int:
-        """The stop/confirm pass over ended attempts whose exclusion is unconfirmed."""
+        """The stop/confirm pass over ended attempts whose exclusion is unconfirmed, in line."""
         confirmed = 0
-        for execution in await self.store.unconfirmed_exclusions():
-            if not execution.status.terminal:
-                continue  # an unfinished attempt belongs to its holder or to recovery
+        for execution in await self.due():
             confirmed += await self.stop_and_confirm(execution.id)
         return confirmed
+
+    async def needs_stop_after(self, lease: Lease) -> bool:
+        """After a host lost ``lease``: whether to stop the attempt (recovery no longer owns it).
+
+        A lease that merely lapsed on a running attempt is left for recovery to adopt."""
+        return not await self.store.adoptable(lease)
 
     async def handle_lost_lease(self, lease: Lease) -> bool:
         """After a host lost a lease: stop and confirm only when recovery no longer owns it.
 
-        A lease that merely lapsed on a running attempt is left for recovery to adopt. Returns
-        whether a stop was confirmed.
+        Returns whether a stop was confirmed.
         """
-        if await self.store.adoptable(lease):
+        if not await self.needs_stop_after(lease):
             return False
         return await self.stop_and_confirm(lease.execution_id)
+
+
+def _failure(exc: Exception) -> str:
+    """A stop's error as an operator reads it: its code and message, or only its type."""
+    if isinstance(exc, ConduitError):
+        return f"[{exc.code}] {exc.message}"
+    return type(exc).__name__

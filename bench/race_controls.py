@@ -4,9 +4,11 @@ Runs tests/storage/test_race.py's race (four racer processes claim ready Work at
 limit of 3, each holding what it got until every racer has claimed) ``--runs`` times per
 configuration, each on a fresh store, and prints in how many runs the detector saw more than 3
 attempts live at once. With every protection on that must be 0; with one switched off
-(``CONDUIT_TEST_UNSAFE``, see conduit_core/storage/_unsafe.py) the target is at least 19 of 20.
+(``CONDUIT_TEST_UNSAFE``, see conduit_core/extension/_switches.py) the target is at least 19 of 20.
+The switch works only where the test-only plugin is installed (the test venv; elsewhere the store
+refuses to open with it set), so run it with the test venv's Python:
 
-    .venv/bin/python bench/race_controls.py --runs 20
+    .venv-test/bin/python bench/race_controls.py --runs 20
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
 #   - Debian's chromium and chromium-driver, for the web console's browser tests (tests/console)
 #
 # Idempotent: on a machine where everything is already up it only checks and
-# returns in about a second. Under CI=true any service that fails to come up is
+# returns in about a second. Under CI (scripts/ci.sh) any service that fails to come up is
 # a hard failure; otherwise a warning is printed and the tests skip it.
 # Must run as root (it installs Debian packages and starts daemons).
 set -euo pipefail
@@ -27,12 +27,8 @@ START_TS=$(date +%s.%N)
 log() { echo "[setup] $*"; }
 warn() { echo "[setup] WARNING: $*" >&2; }
 
-is_ci() {
-  case "${CI:-}" in
-    true | TRUE | True | 1 | yes) return 0 ;;
-    *) return 1 ;;
-  esac
-}
+# shellcheck source=scripts/ci.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ci.sh"
 
 FAILED_SERVICES=()
 # service_failed NAME MESSAGE: hard failure under CI, warning otherwise.
@@ -40,7 +36,7 @@ service_failed() {
   local name=$1 msg=$2
   if is_ci; then
     echo "[setup] ERROR: ${name}: ${msg}" >&2
-    echo "[setup] ERROR: CI=true, so a service that does not come up is fatal." >&2
+    echo "[setup] ERROR: this is a CI run (scripts/ci.sh), so a service that does not come up is fatal." >&2
     exit 1
   fi
   warn "${name}: ${msg} -- continuing; tests that need ${name} will be skipped."

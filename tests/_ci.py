@@ -42,11 +42,15 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in _NOT_CI
 
 
-def unavailable(reason: str) -> NoReturn:
-    """A service or tool the test needs is missing: fail under CI, skip elsewhere."""
+def unavailable(reason: str, *, allow_module_level: bool = False) -> NoReturn:
+    """A service or tool the test needs is missing: fail under CI, skip elsewhere.
+
+    ``allow_module_level`` for a whole test file (called at import): under CI its collection
+    fails, elsewhere the file is skipped (and the CI rule would count that skip too).
+    """
     if in_ci():
         pytest.fail(f"CI={os.environ.get('CI')!r} and {reason} (run scripts/services.sh)")
-    pytest.skip(reason)
+    pytest.skip(reason, allow_module_level=allow_module_level)
 
 
 def skip_allowed(nodeid: str) -> bool:

@@ -2,7 +2,9 @@
 
 Async tests use anyio's pytest plugin (``@pytest.mark.anyio``). Under CI (``tests/_ci.py``) a
 skipped test fails the run unless it is on ``SKIP_ALLOWED``: a missing service, tool or
-privilege must never turn into a green run that tested nothing.
+privilege must never turn into a green run that tested nothing. Both kinds of skip count: a
+test's (its report) and a whole file's or folder's (``pytest.skip(allow_module_level=True)``,
+``importorskip``: only a collection report says so, no test report ever does).
 """
 
 from __future__ import annotations
@@ -23,11 +25,21 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 _skipped: dict[str, str] = {}
 
 
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+    return str(reason).removeprefix("Skipped: ")
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # Under xdist this runs on the controller for every worker's reports too.
     if report.skipped and not hasattr(report, "wasxfail"):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        _skipped[report.nodeid] = str(reason)
+        _skipped[report.nodeid] = _skip_reason(report)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    # Under xdist the controller gets every worker's skipped collection (xdist sends those only).
+    if report.skipped:
+        _skipped[report.nodeid or "(the whole session)"] = _skip_reason(report)
 
 
 def _forbidden_skips() -> dict[str, str]:

@@ -4,7 +4,6 @@ example (entry point + manifest ``command``) and the Node.js one (``[executors.N
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import signal
 from collections.abc import Callable
@@ -12,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
+from tests._ci import unavailable
 from tests.daemon.conftest import Daemon, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 NODE = shutil.which("node")
-CI = os.environ.get("CI", "").lower() in ("true", "1", "yes")
-HAVE_WIRE_EXAMPLE = importlib.util.find_spec("conduit_example_wire") is not None
-if not CI and (NODE is None or not HAVE_WIRE_EXAMPLE):
-    pytest.skip("needs node and scripts/setup.sh's example packages", allow_module_level=True)
-assert NODE is not None, "CI needs node (Node.js) on PATH"
-assert HAVE_WIRE_EXAMPLE, "CI installs examples/conduit-example-wire (scripts/setup.sh)"
+if NODE is None or importlib.util.find_spec("conduit_example_wire") is None:
+    unavailable(
+        "needs node (Node.js) on PATH and examples/conduit-example-wire (scripts/setup.sh)",
+        allow_module_level=True,
+    )
 
 
 def _extra(root: Path) -> str:

@@ -33,11 +33,11 @@ from conduit_core.extension import (
     Result,
     StopEvidence,
     StopTarget,
+    fault_point,
     is_store_outage,
 )
 from conduit_executors_shell._config import ShellConfig, decode_config
 from conduit_executors_shell._discovery import check_recorded_job, discover
-from conduit_executors_shell._faults import fault_point
 from conduit_executors_shell._launch import EXECUTION_TAG, LAUNCH_MARKER, json_lines, launch_job
 from conduit_executors_shell._metadata import (
     JobRecord,

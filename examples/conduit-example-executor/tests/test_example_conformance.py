@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import os
+import importlib.util
 
 import pytest
 
 from conduit_core.testing.executor import *  # noqa: F403
 from conduit_core.testing.executor import ExecutorSubject
+from tests._ci import unavailable
 
-if os.environ.get("CI", "").lower() not in ("true", "1", "yes"):
+if importlib.util.find_spec("conduit_example_executor") is None:
     # A checkout whose venv predates this package: say how to get it (under CI it must be there).
-    pytest.importorskip("conduit_example_executor", reason="run scripts/setup.sh to install it")
+    unavailable(
+        "conduit_example_executor: run scripts/setup.sh to install it", allow_module_level=True
+    )
 from conduit_example_executor import execution_key, marked_processes
 
 

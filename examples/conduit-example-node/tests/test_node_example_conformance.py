@@ -7,7 +7,6 @@ conduit.toml declares it (``ExecutorSubject.program``).
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 from pathlib import Path
 
@@ -16,12 +15,12 @@ import pytest
 from conduit_core.extension import DetachedJobs
 from conduit_core.testing.executor import *  # noqa: F403
 from conduit_core.testing.executor import ExecutorSubject
+from tests._ci import unavailable
 
 PROGRAM = Path(__file__).resolve().parents[1] / "executor.js"
 NODE = shutil.which("node")
-if NODE is None and os.environ.get("CI", "").lower() not in ("true", "1", "yes"):
-    pytest.skip("node is not installed", allow_module_level=True)
-assert NODE is not None, "CI needs node (Node.js) on PATH for the Node.js example executor"
+if NODE is None:
+    unavailable("node (Node.js) is not on PATH, for the Node.js example", allow_module_level=True)
 
 # The program marks its jobs like DetachedJobs does, under its own variable.
 JOBS = DetachedJobs("CONDUIT_EXAMPLE_NODE_LAUNCH")

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import os
+import importlib.util
 
 import pytest
 
 from conduit_core.testing.executor import *  # noqa: F403
 from conduit_core.testing.executor import ExecutorSubject
+from tests._ci import unavailable
 
-if os.environ.get("CI", "").lower() not in ("true", "1", "yes"):
-    pytest.importorskip("conduit_example_wire", reason="run scripts/setup.sh to install it")
+if importlib.util.find_spec("conduit_example_wire") is None:
+    unavailable("conduit_example_wire: run scripts/setup.sh to install it", allow_module_level=True)
 from conduit_example_wire import JOBS, key
 
 

@@ -16,6 +16,7 @@ from conduit_core.cli._render import console
 from conduit_core.config import Config, check_against_plugins
 from conduit_core.daemon import check_local_filesystem
 from conduit_core.errors import ConduitError
+from conduit_core.extension import active_switches
 from conduit_core.model import HoldKind
 from conduit_core.plugins import Plugins
 from conduit_core.runtime import JOBS_POOL
@@ -83,6 +84,10 @@ async def _run_checks(config_path: Path | None) -> list[Check]:
         if pid is not None
         else Check("daemon", "warn", "no daemon runs for this config", "start `conduit daemon`")
     )
+    switches = _switch_check()
+    checks.append(switches)
+    if switches.status == "fail":
+        return checks  # the store refuses to open with it too
     if paths.sqlite_file is not None:
         try:
             check_local_filesystem(paths.sqlite_file)
@@ -104,6 +109,23 @@ async def _run_checks(config_path: Path | None) -> list[Check]:
             checks.extend(await _store_checks(store, config, plugins))
     checks.extend(await _docker_check(config))
     return checks
+
+
+def _switch_check() -> Check:
+    """Test-only switches: none in production; where the test plugin provides them, say which."""
+    try:
+        switches = active_switches()
+    except ConduitError as exc:
+        return Check("test switches", "fail", f"[{exc.code}] {exc.message}",
+                     "unset the variable: it is for conduit's own test suite")  # fmt: skip
+    if not switches.variables:
+        return Check("test switches", "ok", "none set")
+    active = ", ".join(f"{k}={v}" for k, v in sorted(switches.variables.items()))
+    return Check(
+        "test switches", "warn",
+        f"active: {active} (provided by {', '.join(switches.providers)})",
+        "a test-only switch removes a protection or kills the daemon on purpose: unset it",
+    )  # fmt: skip
 
 
 async def _store_checks(store: Store, config: Config, plugins: Plugins) -> list[Check]:

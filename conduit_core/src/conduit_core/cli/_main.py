@@ -21,6 +21,7 @@ from conduit_core.cli._plugins import plugins_group
 from conduit_core.cli._routines import routines_group
 from conduit_core.cli._work import capacity_command, work_group
 from conduit_core.errors import ConduitError
+from conduit_core.extension import refuse_unprovided_switches
 
 __all__ = ["cli", "main"]
 
@@ -41,8 +42,11 @@ class _ConduitGroup(click.Group):
 
 @click.group(cls=_ConduitGroup)
 @click.version_option(__version__, prog_name="conduit")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """conduit: a durable execution scheduler."""
+    if ctx.invoked_subcommand != "doctor":  # doctor reports a stray switch as a failed check
+        refuse_unprovided_switches()
 
 
 cli.add_command(plugins_group)

@@ -25,6 +25,7 @@ from conduit_core.daemon._routines import RoutinesHost, check_routine_specs
 from conduit_core.daemon._tracing import check_tracing, start_tracing
 from conduit_core.daemon._wake import PgWakeChannel, Waker
 from conduit_core.errors import ConduitError
+from conduit_core.extension import active_switches
 from conduit_core.http import (
     ApiService,
     MetricsEndpoint,
@@ -52,6 +53,17 @@ class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
+
+
+def _announce_test_switches() -> None:
+    """Refuse a test-only switch no test plugin provides; say so loudly when one is obeyed."""
+    switches = active_switches()
+    if switches.variables:
+        log.warning(
+            "TEST SWITCHES ACTIVE (never in production): %s, provided by %s",
+            ", ".join(f"{k}={v}" for k, v in sorted(switches.variables.items())),
+            ", ".join(switches.providers),
+        )
 
 
 def bind_tcp(listen: str) -> socket.socket:
@@ -157,6 +169,7 @@ class Daemon:
         )  # fmt: skip
 
     async def run(self) -> None:
+        _announce_test_switches()
         # Executor programs declared in the file load with the plugins (a reload keeps them).
         plugins = Plugins.load(programs=load_config(self.config_path).programs())
         try:

@@ -71,6 +71,17 @@ from conduit_core.extension._schedules import (
     ScheduleSource,
     SourceRead,
 )
+from conduit_core.extension._switches import (
+    PROTECTIONS,
+    SWITCH_ENTRY_POINT_GROUP,
+    SWITCH_VARIABLES,
+    ActiveSwitches,
+    SwitchProvider,
+    active_switches,
+    fault_point,
+    protection_off,
+    refuse_unprovided_switches,
+)
 from conduit_core.validation import (
     MAX_DEPTH,
     MAX_SECONDS,
@@ -139,6 +150,15 @@ __all__ = [
     "OperationError",
     "OutcomeKind",
     "PhaseOutcome",
+    "PROTECTIONS",
+    "SWITCH_ENTRY_POINT_GROUP",
+    "SWITCH_VARIABLES",
+    "ActiveSwitches",
+    "SwitchProvider",
+    "active_switches",
+    "fault_point",
+    "protection_off",
+    "refuse_unprovided_switches",
     "Result",
     "RetryHint",
     "StartGate",

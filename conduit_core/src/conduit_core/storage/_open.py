@@ -8,6 +8,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 import anyio.to_thread
 
 from conduit_core.errors import StoreError
+from conduit_core.extension import refuse_unprovided_switches
 from conduit_core.storage._contract import Store
 
 __all__ = ["mask_url", "open_store", "open_store_sync"]
@@ -27,6 +28,7 @@ def mask_url(url: str) -> str:
 
 def open_store_sync(url: str | Path) -> Store:
     """Blocking :func:`open_store`, for scripts and worker processes."""
+    refuse_unprovided_switches()
     if isinstance(url, Path):
         return _open_sqlite(url)
     masked = mask_url(url)
@@ -59,7 +61,8 @@ async def open_store(url: str | Path) -> Store:
 
     Forward migrations are applied on open. Errors (``StoreError``) name the store and carry a
     code: ``invalid_store_url``, ``store_unreachable``, ``store_corrupt``, ``foreign_store``,
-    ``store_schema_newer``; in each of these cases nothing was written.
+    ``store_schema_newer``; in each of these cases nothing was written. A test-only switch
+    variable set without the test plugin installed is ``test_switch_without_test_plugin``.
     """
     return await anyio.to_thread.run_sync(open_store_sync, url)
 

@@ -249,7 +249,7 @@ class ShellHandle(Handle):
                 our_child=pid in self._children,
                 proven=self._checks.alive if self._checks is not None else None,
             )
-        if waiting.cancelled_caught:
+        if waiting.cancelled_caught and not await anyio.to_thread.run_sync(self._ended_by_itself):
             return await self._time_out()
         result = await anyio.to_thread.run_sync(self._result_unless_leftovers)
         if result is None:
@@ -268,6 +268,14 @@ class ShellHandle(Handle):
             raise OperationError("stop_unverified", f"timeout, then {evidence.detail}")
         allowed = (self._deadline or time.time()) - self._record.launched_at
         return timeout_result(allowed, evidence.detail, wall_minutes=self._wall_minutes(None))
+
+    def _ended_by_itself(self) -> bool:
+        """The job recorded its exit status before anything stopped it: it ended on its own,
+        though nobody looked before the deadline (a paused or late host). Its result stands."""
+        try:
+            return self._workspace.recorded_exit_status() is not None
+        except FileNotFoundError:
+            return False
 
     def _result_unless_leftovers(self) -> Result | None:
         self._exit_status()  # Raise before anything is stopped when the wrapper was lost.

@@ -252,12 +252,16 @@ class RemoteExecutor(Executor):
         self, ctx: ExecutionContext, build: Callable[[int], msgspec.Struct]
     ) -> RemoteHandle:
         conn = await self.supervisor.connection()
+        before = ctx.recovery
         try:
             return await self._handle_from(conn, ctx, build)
         except ProgramGone:
             # Died mid-launch: what it may have started is found through recovery, never
-            # started again blindly; only a proven "nothing started" runs it again.
-            return await self.reattach(ctx, relaunch=build)
+            # started again blindly; only a proven "nothing started" runs it again, and never
+            # once this launch's recovery metadata was acknowledged (then something started:
+            # the answer goes to the core, which holds the attempt).
+            persisted = ctx.recovery is not before
+            return await self.reattach(ctx, relaunch=None if persisted else build)
 
     async def _handle_from(
         self, conn: ProgramConnection, ctx: ExecutionContext, build: Callable[[int], msgspec.Struct]
@@ -398,13 +402,9 @@ class RemoteHandle(Handle):
     async def _reattach(self, conn: ProgramConnection) -> Result | None:
         """Follow the segment through a recovery; its result when that found it finished."""
         conn.forget(self._request)
-        try:
-            fresh = await self._executor.reattach(self._ctx, relaunch=None)
-        except NotStartedError as exc:
-            raise OperationError(
-                "executor_lost",
-                f"the executor program's recovery found nothing of this attempt: {exc}",
-            ) from exc
+        # A "nothing started" answer for a segment that ran goes to the core as it is: it
+        # contradicts the acknowledged recovery metadata, and the core holds the attempt.
+        fresh = await self._executor.reattach(self._ctx, relaunch=None)
         self._conn, self._handle, self._request = fresh._conn, fresh._handle, fresh._request
         if fresh._result is not None:
             self._conn.forget(self._request)

@@ -1,10 +1,12 @@
-"""Issue 33, observation 1, through a real daemon and a real executor program, on both stores.
+"""Issue 33, observations 1 and 10, through a real daemon and a real executor program, on both
+stores.
 
 The program (``tests/wire/_lying_program.py``) runs a real detached job and persists its recovery
 metadata, then answers every ``recover`` with ``not_started``. Whether the daemon restarts
 (SIGKILL) or the program does (SIGKILL; the daemon restarts it), the core does not believe it:
 the attempt is held with code ``recovery_contradicted`` — never relaunched, never failed into a
-retry — and the job runs once.
+retry — and the job runs once. Held past its deadline, the attempt is stopped through the
+program (a verified stop) and timed out; only then does its retry run the job again.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 from tests.daemon.conftest import Daemon, wait_for
 
 LIAR = Path(__file__).resolve().parents[1] / "wire" / "_lying_program.py"
+SHORT_TIMEOUT_S = 8
 
 pytest.importorskip("conduit_example_wire", reason="scripts/setup.sh installs the wire example")
 
@@ -38,6 +41,12 @@ command = ["{sys.executable}", "{LIAR}"]
 [bindings.liar-held]
 executor = "liar"
 retry_delays_seconds = [0.2]
+config = {{ command = '{held}' }}
+
+[bindings.liar-held-short]
+executor = "liar"
+retry_delays_seconds = [0.2]
+timeout_seconds = {SHORT_TIMEOUT_S}
 config = {{ command = '{held}' }}
 """
 
@@ -95,3 +104,35 @@ def test_a_recovery_that_contradicts_the_store_is_held_and_runs_nothing_twice(
     daemon.wait_status(control, "completed", timeout=60)
     assert [a.attempt for a in daemon.show(work_id).attempts] == [1]
     assert daemon.runs(work_id, "start") == 1
+
+
+def test_a_held_attempt_is_stopped_and_timed_out_at_its_deadline(
+    make_daemon: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    daemon = make_daemon(lease=2, extra=_extra(tmp_path)).start()
+    work_id = daemon.submit("liar-held-short")
+    daemon.wait_attempt(work_id, "running", timeout=60)
+    wait_for("the job to start", lambda: daemon.runs(work_id, "start") == 1, timeout=60)
+    daemon.signal(signal.SIGKILL)
+    daemon.wait_exit()
+    daemon.start()
+    wait_for(
+        "the recovery to be held",
+        lambda: daemon.show(work_id).attempts[0].recovery_hold is not None,
+        timeout=60,
+    )
+    # At its deadline the held attempt is stopped through its executor, the stop verified.
+    first = wait_for(
+        "attempt 1 to time out",
+        lambda: (a := daemon.show(work_id).attempts[0]).status == "timed_out" and a,
+        timeout=SHORT_TIMEOUT_S + 60,
+    )
+    assert first.failure_code == "timeout"
+    assert first.exclusion_confirmed
+    assert "the stop verified" in (first.failure_message or "")
+    # Its retry runs the job again, once; attempt 1's job was really stopped: it never ends.
+    wait_for("attempt 2 to start its job", lambda: daemon.runs(work_id, "start") == 2, timeout=60)
+    daemon.release(work_id)
+    detail = daemon.wait_status(work_id, "completed", timeout=60)
+    assert [a.attempt for a in detail.attempts] == [1, 2]
+    assert daemon.runs(work_id, "end") == 1

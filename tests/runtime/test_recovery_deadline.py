@@ -212,3 +212,22 @@ async def test_a_held_attempt_is_stopped_at_its_deadline(
     after = await store.get_work(work.id)
     assert after.status is WorkStatus.RUNNING
     assert (after.failure_count, after.retry_timer_id) == (0, None)
+
+
+@pytest.mark.parametrize("late", [True, False])
+async def test_a_launch_lost_before_anything_started_past_its_deadline_is_timed_out(
+    scheduler: Scheduler, store: Store, clock: ManualClock, late: bool
+) -> None:
+    # An executor program that died mid-launch, before anything started: past the deadline the
+    # core times it out (nothing to stop) instead of failing it with its exclusion unconfirmed.
+    work = await submit(scheduler, "quick", {"raise_run": "not_started"})  # a 0.3 s timeout
+    claim = await scheduler.claim(work.id)
+    if late:
+        clock.advance(301)  # past the deadline, well within the lease
+    ended = await scheduler.launch(claim)
+    assert isinstance(ended, Execution)
+    if late:
+        assert_timed_out(ended, confirmed=True)
+    else:  # negative control: the launch failure it always was
+        assert (ended.status, ended.failure_code) == (ExecutionStatus.FAILED, "not_started")
+    assert calls("run") == 1

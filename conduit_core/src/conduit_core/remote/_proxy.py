@@ -257,11 +257,13 @@ class RemoteExecutor(Executor):
             return await self._handle_from(conn, ctx, build)
         except ProgramGone:
             # Died mid-launch: what it may have started is found through recovery, never
-            # started again blindly; only a proven "nothing started" runs it again, and never
+            # started again blindly; only a proven "nothing started" runs it again — never
             # once this launch's recovery metadata was acknowledged (then something started:
-            # the answer goes to the core, which holds the attempt).
+            # the answer goes to the core, which holds the attempt), nor past the deadline (the
+            # core times it out: its retry runs it, once).
             persisted = ctx.recovery is not before
-            return await self.reattach(ctx, relaunch=None if persisted else build)
+            late = ctx.deadline_ms is not None and time.time() * 1000 >= ctx.deadline_ms
+            return await self.reattach(ctx, relaunch=None if persisted or late else build)
 
     async def _handle_from(
         self, conn: ProgramConnection, ctx: ExecutionContext, build: Callable[[int], msgspec.Struct]

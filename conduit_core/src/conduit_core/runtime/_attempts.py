@@ -219,6 +219,13 @@ class AttemptRunner:
                 # "Nothing started" from a launch whose recovery metadata the store acknowledged
                 # (an executor program that died mid-launch and lost track): recovery decides.
                 return await self.release_for_recovery(execution, held, exc)
+            if isinstance(exc, NotStartedError) and self.clock.now_ms() >= snap.deadline_ms:
+                # A program that died mid-launch started nothing, and the deadline passed
+                # meanwhile: timed out, never launched again now (its retry runs it, once).
+                return await self.settle_timeout(
+                    execution, held, verified=True,
+                    why="its executor lost the launch and its deadline passed; nothing started",
+                )  # fmt: skip
             if isinstance(exc, OperationError):
                 return await self._fail(
                     execution, held, exc.code, exc.message, permanent=exc.permanent,

@@ -120,6 +120,9 @@ class ScriptedExecutor(Executor):
             await ctx.pin(str(script["pin"]))
         if "block_run" in script:
             await BARRIERS.setdefault(script["block_run"], anyio.Event()).wait()
+        if script.get("raise_run") == "not_started":
+            # An executor program that died mid-launch, and whose recovery found nothing.
+            raise NotStartedError("scripted: the launch was lost before anything started")
         if "raise_run" in script:
             raise OperationError(
                 script["raise_run"],

@@ -43,6 +43,13 @@ def _trail(ex: Execution) -> str:
     return f"{ex.id} {ex.status} {ex.failure_code} {ex.failure_message}: {segments}"
 
 
+def _settled_or_held(daemon: Daemon, work_id: str) -> bool:
+    detail = daemon.show(work_id)
+    if str(detail.work.status) in ("completed", "failed"):
+        return True
+    return bool(detail.attempts) and detail.attempts[-1].recovery_hold is not None
+
+
 def _pause_past_deadlines(daemon: Daemon, works: list[str]) -> None:
     """SIGSTOP the daemon and wait (paused) until every attempt it claimed is past its deadline,
     so whatever recovers them next recovers them past it."""
@@ -74,14 +81,19 @@ def test_paused_past_the_deadline_runs_no_job_twice(
         works += fresh
         _pause_past_deadlines(d1, fresh)
         if recovered_by == "a successor" and burst == BURSTS - 1:
-            # Another daemon recovers them while d1 is still paused; d1 resumes fenced.
+            # Another daemon recovers them while d1 is still paused; d1 resumes fenced. (An
+            # attempt whose launch d1 was paused in, holding its launch lock, is held until then.)
             d2 = make_daemon(**settings).start()
             for work_id in fresh:
-                d2.wait_status(work_id, "completed", "failed", timeout=60)
+                wait_for(
+                    f"{work_id} to be settled or held by d2",
+                    lambda w=work_id, d=d2: _settled_or_held(d, w),  # type: ignore[misc]
+                    timeout=60,
+                )
         d1.signal(signal.SIGCONT)
 
-    for work_id in works:
-        d1.wait_status(work_id, "completed", "failed", timeout=60)
+    for work_id in works:  # a held recovery is tried again after 30 s
+        d1.wait_status(work_id, "completed", "failed", timeout=90)
     runs = Counter({work_id: d1.runs(work_id) for work_id in works})
     twice = sorted(w for w, n in runs.items() if n > 1)
     attempts = _attempts(d1.store, works)

@@ -38,6 +38,7 @@ from conduit_executors_shell._config import ShellConfig, decode_config
 from conduit_executors_shell._discovery import check_recorded_job, discover
 from conduit_executors_shell._faults import fault_point
 from conduit_executors_shell._launch import EXECUTION_TAG, LAUNCH_MARKER, json_lines, launch_job
+from conduit_executors_shell._launch_lock import held_by_a_launch, launch_lock
 from conduit_executors_shell._metadata import (
     JobRecord,
     LaunchIntent,
@@ -89,7 +90,8 @@ class ShellExecutor(Executor):
         await fault_point("shell.after_intent")
         async with ctx.phase(LaunchPhaseName.WORKSPACE):
             workspace = await anyio.to_thread.run_sync(create_workspace, path)
-        async with ctx.phase(LaunchPhaseName.PROCESS_START):
+        # The phase's fenced begin and the spawn under one lock (see _launch_lock).
+        async with launch_lock(path), ctx.phase(LaunchPhaseName.PROCESS_START):
             variables = _job_variables(ctx, workspace) | {LAUNCH_MARKER: marker}
             job = await anyio.to_thread.run_sync(
                 lambda: launch_job(
@@ -139,6 +141,13 @@ class ShellExecutor(Executor):
 
     async def stop(self, target: StopTarget) -> StopEvidence:
         record = self._format.decode(target.recovery) if target.recovery is not None else None
+        launching = _intent_workspace(target.launch_intent) if record is None else None
+        if launching is not None and await anyio.to_thread.run_sync(held_by_a_launch, launching):
+            # An earlier launch of it may still start the job: nothing to prove yet.
+            return StopEvidence(
+                verified=False,
+                detail=f"a launch still holds {launching}/launch.lock and may start the job",
+            )
         try:
             config = decode_config(target.config)
         except OperationError:
@@ -184,6 +193,16 @@ class ShellExecutor(Executor):
             grace_seconds=config.stop_grace_seconds if config else 10.0,
             reap=self._children.reap_all,
         )
+
+
+def _intent_workspace(intent: Mapping[str, Any] | None) -> Path | None:
+    """The workspace a generation 3 intent names (an unreadable intent names none)."""
+    if intent is None:
+        return None
+    try:
+        return Path(decode_intent(intent).workspace)
+    except OperationError:
+        return None
 
 
 def _intent_marker(intent: Mapping[str, Any] | None) -> str | None:

@@ -31,7 +31,7 @@ CONFIG = """\
 store = "{store}"
 data_dir = "{data}"
 concurrency = {concurrency}
-job_concurrency = 4
+job_concurrency = {job_concurrency}
 lease_seconds = {lease}
 retry_delays_seconds = [0.2]
 http.listen = "127.0.0.1:{port}"
@@ -107,6 +107,7 @@ class Daemon:
             "lease": 30,
             "sleep": 2.5,
             "concurrency": 8,
+            "job_concurrency": 4,
             "extra": "",
             "settings_extra": "",
         } | settings

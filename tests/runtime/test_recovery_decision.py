@@ -1,6 +1,7 @@
 """The recovery decision table: what the pinned generation's ``recover`` answer does.
 
-handle → adopted; NotStartedError → relaunched, nothing counted; ResourcesGoneError → a counted
+handle → adopted; NotStartedError → relaunched, nothing counted (held when the launch's recovery
+metadata was acknowledged: the answer contradicts the store); ResourcesGoneError → a counted
 failure with exclusion confirmed; anything else (an uninstalled generation too) → held: the
 attempt stays unfinished, keeps its slot, its Work starts nothing, and only the generation's
 recovery or a person's confirm-stopped for its epoch settles it. Runs on both stores.
@@ -8,13 +9,14 @@ recovery or a person's confirm-stopped for its epoch settles it. Runs on both st
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import anyio
 import pytest
 
 from conduit_core.config import Binding
-from conduit_core.errors import CapacityError, ConduitError
+from conduit_core.errors import CapacityError, ConduitError, LeaseLostError
 from conduit_core.model import Execution, ExecutionStatus, WorkStatus
 from conduit_core.runtime import Attempt, ManualClock, Scheduler
 from conduit_core.storage import Store
@@ -47,12 +49,33 @@ def calls(kind: str) -> int:
     return sum(1 for c in scripted.CALLS if c[0] == kind)
 
 
+async def called_then_lost(sched: Scheduler, clock: ManualClock) -> str:
+    """An attempt whose executor was called and recorded no recovery metadata before its host
+    vanished (the launch is stuck in ``run``)."""
+    scripted.BARRIERS["stuck"] = anyio.Event()
+    work = await submit(sched, "agent", {"block_run": "stuck"})
+    claim = await sched.claim(work.id)
+    async with anyio.create_task_group() as tg:
+
+        async def launch() -> None:
+            with contextlib.suppress(LeaseLostError):
+                await sched.launch(claim)
+
+        tg.start_soon(launch)
+        with anyio.fail_after(10):
+            while calls("run") == 0:  # noqa: ASYNC110 - the executor is called in the task
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    clock.advance(LEASE + 1)
+    return work.id
+
+
 async def test_not_started_relaunches_without_counting_a_failure(
     scheduler: Scheduler, store: Store, clock: ManualClock
 ) -> None:
-    work_id = await running_then_lost(scheduler, clock)
+    work_id = await called_then_lost(scheduler, clock)
     scripted.RECOVER_ANSWER["value"] = "not_started"
-    scripted.BARRIERS["later"].set()
+    scripted.BARRIERS["stuck"].set()
     done = await recover_one(scheduler)
     assert done.status is ExecutionStatus.COMPLETED
     assert (done.attempt, done.epoch) == (1, 2)  # the same attempt, relaunched
@@ -60,6 +83,46 @@ async def test_not_started_relaunches_without_counting_a_failure(
     assert [c[0] for c in scripted.CALLS] == ["run", "recover", "run"]
     work = await store.get_work(work_id)
     assert (work.failure_count, work.last_attempt, work.retry_timer_id) == (0, 1, None)
+
+
+async def test_not_started_after_acknowledged_metadata_is_held(
+    scheduler: Scheduler, store: Store, clock: ManualClock
+) -> None:
+    # The launch's recovery metadata was acknowledged: "nothing started" contradicts the store.
+    work_id = await running_then_lost(scheduler, clock)
+    scripted.RECOVER_ANSWER["value"] = "not_started"
+    scripted.BARRIERS["later"].set()
+    held = await recover_one(scheduler)
+    assert held.status is ExecutionStatus.RECOVERING
+    assert held.recovery_hold is not None
+    assert held.recovery_hold.code == "recovery_contradicted"
+    assert "metadata was acknowledged" in held.recovery_hold.message
+    assert not any(s.relaunched for s in held.segments)
+    work = await store.get_work(work_id)
+    assert work.status is WorkStatus.RUNNING
+    assert (work.failure_count, work.retry_timer_id) == (0, None)
+    # Asked again after the backoff, the same lie is held again: never a second run.
+    clock.advance(RETRY)
+    again = await recover_one(scheduler)
+    assert again.recovery_hold is not None
+    assert (again.recovery_hold.code, again.recovery_hold.tries) == ("recovery_contradicted", 2)
+    assert calls("run") == 1
+
+
+async def test_not_started_from_a_lost_observation_is_held(
+    scheduler: Scheduler, store: Store, clock: ManualClock
+) -> None:
+    # An executor (a restarted program) that loses the running segment and says nothing
+    # started: the attempt goes to recovery at once, which holds it, never fails or reruns it.
+    work = await submit(scheduler, "agent", {"raise_wait": "not_started"})
+    handed = await scheduler.run_attempt(await scheduler.claim(work.id))
+    assert handed.status is ExecutionStatus.RUNNING  # unfinished, its lease released
+    scripted.RECOVER_ANSWER["value"] = "not_started"
+    held = await recover_one(scheduler)  # at once: no lease to wait out
+    assert held.recovery_hold is not None
+    assert held.recovery_hold.code == "recovery_contradicted"
+    assert (await store.get_work(work.id)).failure_count == 0
+    assert calls("run") == 1
 
 
 async def test_resources_gone_is_a_counted_failure_with_exclusion_confirmed(

@@ -236,6 +236,9 @@ class Segment(Record, frozen=True, kw_only=True):
     isolated: bool = False
     pin: str | None = None
     launch: list[LaunchPhase] = []
+    #: Recovery metadata was acknowledged in this segment (or in the launch it adopted): the
+    #: launch started something, so a recovery answer that nothing started contradicts the store.
+    recovery_persisted: bool = False
 
 
 class RecoveryHold(Record, frozen=True, kw_only=True):

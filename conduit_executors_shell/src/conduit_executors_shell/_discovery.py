@@ -4,6 +4,7 @@ The intent names the workspace and the marker every process of the launch carrie
 for them decides the outcome, and only proof counts:
 
 - an exit status in the workspace → the job finished: read its result (never run it again);
+- a launch holding the workspace's launch lock → it may still start the job: cannot tell (held);
 - a live process carrying the marker that leads its own session → the wrapper: adopt it;
 - the wrapper's ``wrapper.pid`` exists, but no process carries the marker and no status was
   recorded → the job started and is gone without a result (``ResourcesGoneError``);
@@ -23,6 +24,7 @@ from pathlib import Path
 import psutil
 
 from conduit_core.extension import NotStartedError, OperationError, ResourcesGoneError
+from conduit_executors_shell._launch_lock import held_by_a_launch
 from conduit_executors_shell._metadata import JobRecord, LaunchIntent
 from conduit_executors_shell._processes import find_wrapper, marked_processes
 from conduit_executors_shell._workspace import Workspace
@@ -38,6 +40,12 @@ def discover(intent: LaunchIntent) -> JobRecord:
     workspace = Workspace(Path(intent.workspace))
     if _exit_status(workspace) is not None:
         return _finished(intent, workspace)
+    if held_by_a_launch(workspace.path):
+        raise OperationError(
+            "launch_in_progress",
+            f"a launch still holds {intent.workspace}/launch.lock (a paused host?) and may start "
+            "the job: recovery is asked again later",
+        )
     marked = marked_processes(intent.marker)
     # Read after the scan: a pid file missing now was missing during the scan, when the job
     # had not been started yet and the wrapper was the only process carrying the marker.

@@ -39,6 +39,7 @@ from conduit_core.extension import (
 from conduit_executors_shell._config import ShellConfig, decode_config
 from conduit_executors_shell._discovery import check_recorded_job, discover
 from conduit_executors_shell._launch import EXECUTION_TAG, LAUNCH_MARKER, json_lines, launch_job
+from conduit_executors_shell._launch_lock import held_by_a_launch, launch_lock
 from conduit_executors_shell._metadata import (
     JobRecord,
     LaunchIntent,
@@ -90,7 +91,8 @@ class ShellExecutor(Executor):
         await fault_point("shell.after_intent")
         async with ctx.phase(LaunchPhaseName.WORKSPACE):
             workspace = await anyio.to_thread.run_sync(create_workspace, path)
-        async with ctx.phase(LaunchPhaseName.PROCESS_START):
+        # The phase's fenced begin and the spawn under one lock (see _launch_lock).
+        async with launch_lock(path), ctx.phase(LaunchPhaseName.PROCESS_START):
             variables = _job_variables(ctx, workspace) | {LAUNCH_MARKER: marker}
             job = await anyio.to_thread.run_sync(
                 lambda: launch_job(
@@ -145,6 +147,13 @@ class ShellExecutor(Executor):
 
     async def stop(self, target: StopTarget) -> StopEvidence:
         record = self._format.decode(target.recovery) if target.recovery is not None else None
+        launching = _intent_workspace(target.launch_intent) if record is None else None
+        if launching is not None and await anyio.to_thread.run_sync(held_by_a_launch, launching):
+            # An earlier launch of it may still start the job: nothing to prove yet.
+            return StopEvidence(
+                verified=False,
+                detail=f"a launch still holds {launching}/launch.lock and may start the job",
+            )
         try:
             config = decode_config(target.config)
         except OperationError:
@@ -190,6 +199,16 @@ class ShellExecutor(Executor):
             grace_seconds=config.stop_grace_seconds if config else 10.0,
             reap=self._children.reap_all,
         )
+
+
+def _intent_workspace(intent: Mapping[str, Any] | None) -> Path | None:
+    """The workspace a generation 3 intent names (an unreadable intent names none)."""
+    if intent is None:
+        return None
+    try:
+        return Path(decode_intent(intent).workspace)
+    except OperationError:
+        return None
 
 
 def _intent_marker(intent: Mapping[str, Any] | None) -> str | None:
@@ -255,7 +274,7 @@ class ShellHandle(Handle):
                 our_child=pid in self._children,
                 proven=self._checks.alive if self._checks is not None else None,
             )
-        if waiting.cancelled_caught:
+        if waiting.cancelled_caught and not await anyio.to_thread.run_sync(self._ended_by_itself):
             return await self._time_out()
         result = await anyio.to_thread.run_sync(self._result_unless_leftovers)
         if result is None:
@@ -274,6 +293,14 @@ class ShellHandle(Handle):
             raise OperationError("stop_unverified", f"timeout, then {evidence.detail}")
         allowed = (self._deadline or time.time()) - self._record.launched_at
         return timeout_result(allowed, evidence.detail, wall_minutes=self._wall_minutes(None))
+
+    def _ended_by_itself(self) -> bool:
+        """The job recorded its exit status before anything stopped it: it ended on its own,
+        though nobody looked before the deadline (a paused or late host). Its result stands."""
+        try:
+            return self._workspace.recorded_exit_status() is not None
+        except FileNotFoundError:
+            return False
 
     def _result_unless_leftovers(self) -> Result | None:
         self._exit_status()  # Raise before anything is stopped when the wrapper was lost.

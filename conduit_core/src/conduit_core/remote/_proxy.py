@@ -274,12 +274,18 @@ class RemoteExecutor(Executor):
         self, ctx: ExecutionContext, build: Callable[[int], msgspec.Struct]
     ) -> RemoteHandle:
         conn = await self.supervisor.connection()
+        before = ctx.recovery
         try:
             return await self._handle_from(conn, ctx, build)
         except ProgramGone:
             # Died mid-launch: what it may have started is found through recovery, never
-            # started again blindly; only a proven "nothing started" runs it again.
-            return await self.reattach(ctx, relaunch=build)
+            # started again blindly; only a proven "nothing started" runs it again — never
+            # once this launch's recovery metadata was acknowledged (then something started:
+            # the answer goes to the core, which holds the attempt), nor past the deadline (the
+            # core times it out: its retry runs it, once).
+            persisted = ctx.recovery is not before
+            late = ctx.deadline_ms is not None and time.time() * 1000 >= ctx.deadline_ms
+            return await self.reattach(ctx, relaunch=None if persisted or late else build)
 
     async def _handle_from(
         self, conn: ProgramConnection, ctx: ExecutionContext, build: Callable[[int], msgspec.Struct]
@@ -418,13 +424,9 @@ class RemoteHandle(Handle):
     async def _reattach(self, conn: ProgramConnection) -> Result | None:
         """Follow the segment through a recovery; its result when that found it finished."""
         conn.forget(self._request)
-        try:
-            fresh = await self._executor.reattach(self._ctx, relaunch=None)
-        except NotStartedError as exc:
-            raise OperationError(
-                "executor_lost",
-                f"the executor program's recovery found nothing of this attempt: {exc}",
-            ) from exc
+        # A "nothing started" answer for a segment that ran goes to the core as it is: it
+        # contradicts the acknowledged recovery metadata, and the core holds the attempt.
+        fresh = await self._executor.reattach(self._ctx, relaunch=None)
         self._conn, self._handle, self._request = fresh._conn, fresh._handle, fresh._request
         if fresh._result is not None:
             self._conn.forget(self._request)

@@ -30,11 +30,13 @@ from conduit_core.extension import (
     Executor,
     Handle,
     InputEvent,
+    NotStartedError,
     OperationError,
     OutcomeKind,
     PhaseOutcome,
     Result,
     RetryHint,
+    StopTarget,
     validate_result,
 )
 from conduit_core.model import (
@@ -64,6 +66,12 @@ log = logging.getLogger("conduit.runtime")
 
 #: How long observation waits before writing a launch trail it would rather write with the end.
 QUICK_OBSERVE_S = 0.05
+#: A deadline this far behind the clock when it fires passed while this host could not look (it
+#: was paused, say); so did one that passed before observation began (a recovery's adoption).
+LATE_SLACK_MS = 1_000
+#: Then the handle gets this long to report a result the job already has: a job that ended by
+#: itself while nobody looked is settled by its result, not timed out and run again.
+LATE_LOOK_S = 2.0
 
 
 @dataclass
@@ -249,6 +257,18 @@ class AttemptRunner:
         does the attempt (an ``OperationError`` with its own code and retry hint)."""
         callbacks.buffer_end("executor", PhaseOutcome.FAILED)
         await callbacks.flush()
+        if isinstance(exc, NotStartedError) and callbacks.recovery_persisted:
+            # "Nothing started" from a launch whose recovery metadata the store acknowledged
+            # (an executor program that died mid-launch and lost track): recovery decides.
+            return await self.release_for_recovery(execution, held, exc)
+        past_deadline = self.clock.now_ms() >= execution.snapshot.deadline_ms
+        if isinstance(exc, NotStartedError) and past_deadline:
+            # A program that died mid-launch started nothing, and the deadline passed
+            # meanwhile: timed out, never launched again now (its retry runs it, once).
+            return await self.settle_timeout(
+                execution, held, verified=True,
+                why="its executor lost the launch and its deadline passed; nothing started",
+            )  # fmt: skip
         if isinstance(exc, OperationError):
             return await self._fail(
                 execution, held, exc.code, exc.message, permanent=exc.permanent,
@@ -325,6 +345,8 @@ class AttemptRunner:
         outcome = await self._wait(attempt, min(ends_at, quick_until))
         if outcome is None and quick_until < ends_at:
             outcome = await self._wait(attempt, ends_at, flush_first=True)
+        if outcome is None and (remaining_s == 0 or self._overslept(execution)):
+            outcome = await self._wait(attempt, anyio.current_time() + LATE_LOOK_S)
         if outcome is None:
             return await self.time_out(attempt)
         if not isinstance(outcome, _ObserveFailed):
@@ -332,6 +354,10 @@ class AttemptRunner:
                 execution, attempt.held, outcome, attempt.executor, attempt.callbacks
             )
         error = outcome.error
+        if isinstance(error, NotStartedError):
+            # The executor lost the segment and its recovery says nothing started, though the
+            # launch's recovery metadata was acknowledged: recovery decides (and holds).
+            return await self.release_for_recovery(execution, attempt.held, error)
         if isinstance(error, OperationError):
             return await self._fail(
                 execution, attempt.held, error.code,
@@ -348,6 +374,23 @@ class AttemptRunner:
             f"executor observation failed ({type(error).__name__})",
             executor=attempt.executor, error=error, trail=attempt.callbacks,
         )  # fmt: skip
+
+    def _overslept(self, execution: Execution) -> bool:
+        """The deadline passed while this host could not look at the attempt."""
+        return self.clock.now_ms() - execution.snapshot.deadline_ms >= LATE_SLACK_MS
+
+    async def release_for_recovery(
+        self, execution: Execution, held: HeldLease, error: OperationError
+    ) -> Execution:
+        """Hand the attempt to recovery at once: its lease is released (recovery claims it at the
+        next epoch and asks the pinned generation what became of it). Returns it unfinished."""
+        log.warning(
+            "attempt handed to recovery execution=%s epoch=%s: [%s] %s",
+            execution.id, execution.epoch, error.code, error.message,
+        )  # fmt: skip
+        async with held.ending_write():
+            await self.store.release_lease(held.lease, now_ms=self.clock.now_ms())
+        return execution
 
     async def _wait(
         self, attempt: Attempt, deadline: float, *, flush_first: bool = False
@@ -407,27 +450,55 @@ class AttemptRunner:
 
     async def time_out(self, attempt: Attempt) -> Execution:
         """The persisted deadline is due: stop the work, record the failure, keep the hold
-        unless the stop was verified."""
-        target = attempt.context.stop_target()
-        verified = False
+        unless the stop was verified.
+
+        Only under current lease authority: a host that lost it while it could not look (paused
+        past its lease) stops nothing; recovery decides (``LeaseLostError``)."""
+        held = attempt.held
+        if held.lease.expires_at_ms <= self.clock.now_ms():
+            raise LeaseLostError(
+                f"attempt {held.lease.execution_id} epoch {held.lease.epoch}: its deadline is "
+                "due, but so is its lease; recovery decides, nothing is stopped here"
+            )
+        verified, _ = await self.stop_verified(attempt.executor, attempt.context.stop_target())
+        return await self.settle_timeout(
+            attempt.execution, held, verified=verified, trail=attempt.callbacks
+        )
+
+    async def stop_verified(self, executor: Executor, target: StopTarget) -> tuple[bool, str]:
+        """Stop through ``executor``: whether the stop was verified, and its detail."""
         try:
-            evidence = await attempt.executor.stop(target)
-            verified = evidence.verified
+            evidence = await executor.stop(target)
         except Exception as exc:
             log.warning(
                 "stop after timeout failed execution=%s epoch=%s cause=%s",
                 target.execution_id, target.epoch, type(exc).__name__,
             )  # fmt: skip
+            return False, f"the stop failed ({type(exc).__name__})"
+        return evidence.verified, evidence.detail
+
+    async def settle_timeout(
+        self,
+        execution: Execution,
+        held: HeldLease,
+        *,
+        verified: bool,
+        trail: StoreCallbacks | None = None,
+        why: str = "",
+    ) -> Execution:
+        """Record the attempt ``timed_out`` (a counted failure); its resource hold stays unless
+        the stop was ``verified``."""
         now = self.clock.now_ms()
-        timeout = attempt.execution.snapshot.timeout_seconds
+        timeout = execution.snapshot.timeout_seconds
+        message = f"timed out after {timeout:g} s" + (f" ({why})" if why else "")
 
         def decide(ex: Execution, work: Work) -> policy.Transition:
             return policy.failure(
-                ex, work, now_ms=now, code="timeout", message=f"timed out after {timeout:g} s",
+                ex, work, now_ms=now, code="timeout", message=message,
                 status=ExecutionStatus.TIMED_OUT, exclusion_confirmed=verified,
             )  # fmt: skip
 
-        return await self._settle(attempt.held, decide, now, attempt.callbacks)
+        return await self._settle(held, decide, now, trail)
 
     async def fail_attempt(
         self,

@@ -80,10 +80,16 @@ class StoreCallbacks:
             if not ex.status.live:
                 return msgspec.structs.replace(ex, recovery=checked)
             # Recorded under this lease: the attempt runs under this holder, so a recovery
-            # hold of an earlier try no longer stands.
+            # hold of an earlier try no longer stands. The open segment remembers that its
+            # launch started something (a later "not started" answer contradicts it).
+            segments = ex.segments
+            if segments and segments[-1].ended_at_ms is None:
+                last = msgspec.structs.replace(segments[-1], recovery_persisted=True)
+                segments = [*segments[:-1], last]
             return msgspec.structs.replace(
-                ex, recovery=checked, status=ExecutionStatus.RUNNING, recovery_hold=None
-            )
+                ex, recovery=checked, status=ExecutionStatus.RUNNING, recovery_hold=None,
+                segments=segments,
+            )  # fmt: skip
 
         await self.flush(running)
         self.recovery_persisted = True

@@ -8,6 +8,12 @@ relaunched like ``may_relaunch``; ``ResourcesGoneError`` is a counted failure wi
 confirmed; anything else cannot prove what still runs, so the attempt is *held*: unfinished,
 holding its slot and blocking its Work, retried later, never turned into a retry that could run
 the job twice.
+
+Two answers are never taken at their word. ``NotStartedError`` for a launch whose recovery
+metadata the store acknowledged (``started_something``) contradicts the store: held. And past
+the attempt's deadline nothing is relaunched (invariant 11): what never called its executor is
+timed out; anything else is adopted (a job that ended by itself is settled by its result) or
+stopped, timed out only when the stop is verified, and held, saying so, when it is not.
 """
 
 from __future__ import annotations
@@ -18,7 +24,13 @@ import anyio
 import msgspec
 
 from conduit_core.errors import ConduitError, LeaseLostError, UnsupportedGenerationError
-from conduit_core.extension import NotStartedError, OperationError, ResourcesGoneError
+from conduit_core.extension import (
+    ExecutionContext,
+    Executor,
+    NotStartedError,
+    OperationError,
+    ResourcesGoneError,
+)
 from conduit_core.model import (
     Execution,
     ExecutionStatus,
@@ -39,7 +51,7 @@ from conduit_core.runtime._policy import Transition
 from conduit_core.storage import Claim, RecoveryRefusal, Store
 from conduit_core.telemetry import METRICS
 
-__all__ = ["Recovery", "may_relaunch"]
+__all__ = ["Recovery", "may_relaunch", "deadline_passed", "started_something"]
 
 log = logging.getLogger("conduit.runtime")
 
@@ -58,6 +70,21 @@ def may_relaunch(execution: Execution) -> bool:
     if lost is None or lost.pin is not None or lost.invoke is None:
         return False
     return lost.invoke is Invoke.PENDING or lost.isolated
+
+
+def started_something(execution: Execution) -> bool:
+    """The store proves the lost launch started something: its recovery metadata was
+    acknowledged (in the lost segment, or in the launch it adopted)."""
+    lost = _lost_segment(execution)
+    if lost is not None and lost.recovery_persisted:
+        return True
+    # Segments written before they recorded it: an attempt that never resumed after a wait has
+    # had one launch, so any metadata it holds is that launch's.
+    return execution.recovery is not None and not any(s.wake_event_id for s in execution.segments)
+
+
+def deadline_passed(execution: Execution, now_ms: int) -> bool:
+    return execution.snapshot.deadline_ms <= now_ms
 
 
 def _lost_segment(execution: Execution) -> Segment | None:
@@ -143,20 +170,47 @@ class Recovery:
             # Bounded (``recovery_concurrency``): a restart that recovers a thousand attempts asks
             # the executors a few hundred at a time; observing them is not bounded.
             async with self._deciding:
-                launched: Attempt | Execution | None = None
-                if not may_relaunch(claim.execution):
-                    launched = await self.adopt(claim.execution, held)
-                    if isinstance(launched, Execution):  # held, or failed: resources gone
-                        gone = launched.recovery_hold is None
-                        METRICS.recovery("resources_gone" if gone else "held")
-                    elif launched is not None:
-                        METRICS.recovery("adopted")
-                if launched is None:  # nothing can be running: relaunch, counting nothing
-                    METRICS.recovery("relaunched")
-                    launched = await self._relaunch(claim, held)
+                launched = await self._decide(claim, held)
             if isinstance(launched, Execution):
                 return launched
             return await self.runner.observe(launched)
+
+    async def _decide(self, claim: Claim, held: HeldLease) -> Attempt | Execution:
+        decided = await self._decision(claim, held)
+        if isinstance(decided, Execution) and not decided.segments[-1].relaunched:
+            if decided.recovery_hold is not None:
+                METRICS.recovery("held")
+            elif decided.status is ExecutionStatus.TIMED_OUT:
+                METRICS.recovery("timed_out")
+            else:
+                METRICS.recovery("resources_gone")
+        return decided
+
+    async def _decision(self, claim: Claim, held: HeldLease) -> Attempt | Execution:
+        execution = claim.execution
+        past = deadline_passed(execution, self.clock.now_ms())
+        if may_relaunch(execution):
+            if not past:  # nothing can be running: relaunch, counting nothing
+                METRICS.recovery("relaunched")
+                return await self._relaunch(claim, held)
+            lost = _lost_segment(execution)
+            if lost is not None and lost.invoke is Invoke.PENDING:
+                # Its executor was never called: nothing ran, nothing to stop.
+                return await self.runner.settle_timeout(
+                    execution, held, verified=True,
+                    why="its deadline passed before recovery; its executor was never called",
+                )  # fmt: skip
+            # Called after isolation was bound, nothing pinned: stop whatever was bound.
+            return await self._stop_past_deadline(
+                execution, held, "recovery_past_deadline", "its deadline passed before recovery"
+            )
+        launched = await self.adopt(execution, held, past_deadline=past)
+        if launched is None:  # nothing started (and the store agrees): relaunch
+            METRICS.recovery("relaunched")
+            return await self._relaunch(claim, held)
+        if isinstance(launched, Attempt):
+            METRICS.recovery("adopted")
+        return launched
 
     async def _relaunch(self, claim: Claim, held: HeldLease) -> Attempt | Execution:
         execution = await self.store.update_attempt(
@@ -170,31 +224,37 @@ class Recovery:
         relaunch = msgspec.structs.replace(claim, execution=execution, inputs=inputs)
         return await self.runner.launch(relaunch, held, wake=wake)
 
-    async def adopt(self, execution: Execution, held: HeldLease) -> Attempt | Execution | None:
+    async def adopt(
+        self, execution: Execution, held: HeldLease, *, past_deadline: bool = False
+    ) -> Attempt | Execution | None:
         """Ask the pinned generation's ``recover`` what became of the attempt (the decision
         table).
 
-        A handle → adopted (the Attempt); ``NotStartedError`` → ``None``: the caller relaunches;
-        ``ResourcesGoneError`` → a counted failure with its exclusion confirmed; anything else,
-        an uninstalled generation included → held (the unfinished Execution), never a retry.
+        A handle → adopted (the Attempt); ``NotStartedError`` → ``None``: the caller relaunches
+        (held instead when the store proves something started); ``ResourcesGoneError`` → a
+        counted failure with its exclusion confirmed; anything else, an uninstalled generation
+        included → held (the unfinished Execution), never a retry. ``past_deadline``: never
+        ``None``; what would be relaunched is timed out, what would be held is stopped first.
         """
         snap = execution.snapshot
         try:
             executor = self.plugins.executor(snap.executor, snap.executor_generation)
         except UnsupportedGenerationError as exc:
-            settle = (
-                f"reinstall a package that declares executor {snap.executor!r} generation "
-                f"{snap.executor_generation} (recovery then proceeds by itself)"
-            )
-            return await self.hold(execution, held, exc.code, exc.message, settle)
+            return await self._hold_unsupported(execution, held, exc)
         callbacks = StoreCallbacks(self.store, self.clock, held)
         lost = _lost_segment(execution)
         if lost is not None:
             # The adopted segment carries what the lost one proved, so a later recovery adopts
             # too. Buffered: it goes with recover's own write of the recovery metadata.
-            callbacks.buffer_segment(
-                lambda seg: msgspec.structs.replace(seg, invoke=lost.invoke, isolated=lost.isolated)
-            )
+            persisted = started_something(execution)
+
+            def carried(seg: Segment) -> Segment:
+                return msgspec.structs.replace(
+                    seg, invoke=lost.invoke, isolated=lost.isolated,
+                    recovery_persisted=seg.recovery_persisted or persisted,
+                )  # fmt: skip
+
+            callbacks.buffer_segment(carried)
         # The run environment is never asked for a recovery.
         ctx = self.runner.execution_context(execution, callbacks)
         try:
@@ -202,7 +262,21 @@ class Recovery:
         except LeaseLostError:
             raise
         except NotStartedError as exc:
+            if started_something(execution):
+                # The executor contradicts the store: fail closed, as any unprovable recovery.
+                message = (
+                    f"recovery answered not_started ({exc.message}), but this launch's recovery "
+                    "metadata was acknowledged: something was started, so it is not run again"
+                )
+                return await self._unprovable(
+                    execution, held, ctx, executor, "recovery_contradicted", message, past_deadline
+                )
             log.info("recovery of %s found nothing started: %s", execution.id, exc.message)
+            if past_deadline:
+                return await self.runner.settle_timeout(
+                    execution, held, verified=True,
+                    why="its deadline passed before recovery; recovery found nothing started",
+                )  # fmt: skip
             return None
         except ResourcesGoneError as exc:
             return await self.runner.fail_attempt(
@@ -211,12 +285,14 @@ class Recovery:
             )  # fmt: skip
         except OperationError as exc:
             message = f"recovery could not tell what runs: {exc.code}: {exc.message}"
-            settle = f"the executor {snap.executor!r} is asked again; see its logs"
-            return await self.hold(execution, held, exc.code, message, settle)
+            return await self._unprovable(
+                execution, held, ctx, executor, exc.code, message, past_deadline
+            )
         except Exception as exc:
             message = f"recovery failed ({type(exc).__name__})"
-            settle = f"the executor {snap.executor!r} is asked again; see its logs"
-            return await self.hold(execution, held, "recovery_failed", message, settle)
+            return await self._unprovable(
+                execution, held, ctx, executor, "recovery_failed", message, past_deadline
+            )
         if callbacks.recovery_persisted and not callbacks.has_pending and callbacks.execution:
             # recover re-recorded the metadata under this epoch: that one write marked the
             # attempt running and carried the buffered segment, so adopting costs no second one.
@@ -233,6 +309,70 @@ class Recovery:
             execution=execution, held=held, context=ctx, executor=executor, handle=handle
         )
 
+    async def _unprovable(
+        self,
+        execution: Execution,
+        held: HeldLease,
+        ctx: ExecutionContext,
+        executor: Executor,
+        code: str,
+        message: str,
+        past_deadline: bool,
+    ) -> Execution:
+        """Recovery cannot prove what runs: held; past the deadline, stopped first."""
+        if past_deadline:
+            return await self._stop_past_deadline(execution, held, code, message, ctx, executor)
+        settle = f"the executor {execution.snapshot.executor!r} is asked again; see its logs"
+        return await self.hold(execution, held, code, message, settle)
+
+    async def _stop_past_deadline(
+        self,
+        execution: Execution,
+        held: HeldLease,
+        code: str,
+        why: str,
+        ctx: ExecutionContext | None = None,
+        executor: Executor | None = None,
+    ) -> Execution:
+        """Past its deadline: stop through the pinned executor; timed out when the stop is
+        verified, held (saying so) when it is not."""
+        snap = execution.snapshot
+        if executor is None:
+            try:
+                executor = self.plugins.executor(snap.executor, snap.executor_generation)
+            except UnsupportedGenerationError as exc:
+                return await self._hold_unsupported(execution, held, exc)
+        if ctx is None:
+            ctx = self.runner.execution_context(
+                execution, StoreCallbacks(self.store, self.clock, held)
+            )
+        verified, detail = await self.runner.stop_verified(executor, ctx.stop_target())
+        if verified:
+            return await self.runner.settle_timeout(
+                execution, held, verified=True, why=f"{why}; stopped, the stop verified"
+            )
+        message = f"{why}; its deadline has passed and its stop was not verified" + (
+            f": {detail}" if detail else ""
+        )
+        settle = (
+            f"the stop through executor {snap.executor!r} is tried again (timed out once "
+            "verified); see its logs"
+        )
+        return await self.hold(execution, held, code, message, settle)
+
+    async def _hold_unsupported(
+        self, execution: Execution, held: HeldLease, exc: UnsupportedGenerationError
+    ) -> Execution:
+        snap = execution.snapshot
+        settle = (
+            f"reinstall a package that declares executor {snap.executor!r} generation "
+            f"{snap.executor_generation} (recovery then proceeds by itself)"
+        )
+        message = exc.message
+        if deadline_passed(execution, self.clock.now_ms()):
+            message += "; its deadline has passed, but without it nothing can stop it"
+        return await self.hold(execution, held, exc.code, message, settle)
+
     async def hold(
         self, execution: Execution, held: HeldLease, code: str, message: str, how: str
     ) -> Execution:
@@ -241,6 +381,10 @@ class Recovery:
         reload)."""
         now = self.clock.now_ms()
         before = execution.recovery_hold
+        # Tried again at the deadline at the latest: a held attempt's deadline is enforced.
+        retry_at = now + self.options.recovery_retry_ms
+        if now < execution.snapshot.deadline_ms < retry_at:
+            retry_at = execution.snapshot.deadline_ms
         settle = (
             f"{how}; or, once you know it no longer runs: conduit work confirm-stopped "
             f"{execution.work_id} --epoch {execution.epoch}"
@@ -250,7 +394,7 @@ class Recovery:
             message=message,
             epoch=execution.epoch,
             since_ms=before.since_ms if before is not None else now,
-            retry_at_ms=now + self.options.recovery_retry_ms,
+            retry_at_ms=retry_at,
             tries=before.tries + 1 if before is not None else 1,
             settle=settle,
         )
@@ -302,5 +446,7 @@ class Recovery:
 
 
 def _mark_relaunched(ex: Execution) -> Execution:
-    seg = msgspec.structs.replace(ex.segments[-1], relaunched=True, invoke=Invoke.PENDING)
+    seg = msgspec.structs.replace(
+        ex.segments[-1], relaunched=True, invoke=Invoke.PENDING, recovery_persisted=False
+    )
     return msgspec.structs.replace(ex, segments=[*ex.segments[:-1], seg], recovery_hold=None)

@@ -46,9 +46,12 @@ from conduit_core.extension import (
     ExecutionContext,
     Executor,
     Handle,
+    InputEvent,
+    NotStartedError,
     OperationError,
     OutcomeKind,
     Result,
+    StopEvidence,
     StopTarget,
 )
 from conduit_core.model import Execution, ExecutionStatus, Work, WorkStatus
@@ -88,6 +91,7 @@ __all__ = [
     "test_program_killed_mid_run_is_recovered_not_rerun",
     "test_invalid_config_is_permanent_and_stores_nothing",
     "test_recover_adopts_a_live_resource",
+    "test_recover_that_contradicts_the_store_is_held",
     "test_recover_after_it_finished_reads_the_result",
     "test_run_returns_a_typed_result",
     "test_stop_is_verified_with_a_term_ignoring_grandchild",
@@ -482,6 +486,61 @@ async def test_program_killed_mid_run_is_recovered_not_rerun(executor_world: _Wo
     assert (await executor_world.store.get_work(work.id)).failure_count == 0
     assert executor_world.jobs.side_effects() == 1
     assert executor_world.live(ex.id) == []
+
+
+class _LyingExecutor(Executor):
+    """The subject's executor, except that ``recover`` answers "nothing started" whatever ran."""
+
+    def __init__(self, inner: Executor) -> None:
+        self.inner = inner
+
+    async def run(self, ctx: ExecutionContext) -> Handle:
+        return await self.inner.run(ctx)
+
+    async def resume(self, ctx: ExecutionContext, wake: InputEvent) -> Handle:
+        return await self.inner.resume(ctx, wake)
+
+    async def recover(self, ctx: ExecutionContext) -> Handle:
+        raise NotStartedError("a lying executor: nothing started, whatever ran")
+
+    async def stop(self, target: StopTarget) -> StopEvidence:
+        return await self.inner.stop(target)
+
+    async def interrupt(self, target: StopTarget) -> StopEvidence:
+        return await self.inner.interrupt(target)
+
+    async def inject(self, target: StopTarget, inputs: Sequence[InputEvent]) -> None:
+        await self.inner.inject(target, inputs)
+
+
+class _LyingPlugins(Plugins):
+    def executor(self, name: str, generation: int) -> Executor:
+        return _LyingExecutor(super().executor(name, generation))
+
+
+async def test_recover_that_contradicts_the_store_is_held(executor_world: _World) -> None:
+    """A ``recover`` that answers ``not_started`` although the launch's recovery metadata was
+    acknowledged contradicts the store: the core holds the attempt, never runs it again."""
+    script = executor_world.jobs.until_go()
+    attempt = await _launch(executor_world, script)
+    assert attempt.execution.recovery is not None, "the launch acknowledged no metadata"
+    await wait_for(executor_world.jobs.ready, "the job to start", WAIT_SECONDS)
+    liar = executor_world.subject.load_plugins(_LyingPlugins)
+    results: list[Execution] = []
+    with anyio.fail_after(WAIT_SECONDS):
+        async with anyio.create_task_group() as tg:
+            await _recover_in(executor_world, tg, script, results, plugins=liar)
+    [ex] = results
+    assert ex.status is ExecutionStatus.RECOVERING, _explain(ex)
+    assert ex.recovery_hold is not None
+    assert ex.recovery_hold.code == "recovery_contradicted"
+    assert not any(s.relaunched for s in ex.segments)
+    work = await executor_world.store.get_work(ex.work_id)
+    assert (work.failure_count, work.retry_timer_id) == (0, None)
+    # Held, not stopped and not run again: the one job still runs until the teardown stops it.
+    assert executor_world.jobs.side_effects() == 1
+    assert executor_world.live(ex.id), "the held attempt's job was stopped"
+    executor_world.jobs.go()
 
 
 # --- crash injection at every launch point, in real host processes ------------------------------

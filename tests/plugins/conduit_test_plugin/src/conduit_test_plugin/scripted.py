@@ -46,8 +46,9 @@ CALLS: list[tuple[str, str, int, Any]] = []
 STOP_VERIFIED = {"value": True}
 #: How ``inject`` answers: "ok", "not_accepting" or "error".
 INJECT_ANSWER = {"value": "ok"}
-#: How ``recover`` answers: "adopt" (a handle), "not_started" (NotStartedError), "gone"
-#: (ResourcesGoneError), "crash" (a RuntimeError) or any other string (an OperationError code).
+#: How ``recover`` answers: "adopt" (a handle), "adopt_block:NAME" (a handle whose wait blocks on
+#: barrier NAME), "not_started" (NotStartedError), "gone" (ResourcesGoneError), "crash" (a
+#: RuntimeError) or any other string (an OperationError code).
 RECOVER_ANSWER = {"value": "adopt"}
 
 
@@ -76,6 +77,9 @@ class ScriptedHandle(Handle):
         script = self.script
         if "block" in script:
             await BARRIERS.setdefault(script["block"], anyio.Event()).wait()
+        if script.get("raise_wait") == "not_started":
+            # An executor that lost the segment and whose recovery says nothing started.
+            raise NotStartedError("scripted: the executor lost track of it")
         if "raise_wait" in script:
             raise OperationError(script["raise_wait"], "scripted observation failure")
         outcome = OutcomeKind(script.get("outcome", "completed"))
@@ -116,6 +120,9 @@ class ScriptedExecutor(Executor):
             await ctx.pin(str(script["pin"]))
         if "block_run" in script:
             await BARRIERS.setdefault(script["block_run"], anyio.Event()).wait()
+        if script.get("raise_run") == "not_started":
+            # An executor program that died mid-launch, and whose recovery found nothing.
+            raise NotStartedError("scripted: the launch was lost before anything started")
         if "raise_run" in script:
             raise OperationError(
                 script["raise_run"],
@@ -140,6 +147,10 @@ class ScriptedExecutor(Executor):
             raise ResourcesGoneError("scripted: nothing left and no result")
         if answer == "crash":
             raise RuntimeError("scripted recovery crash")
+        if answer.startswith("adopt_block:"):
+            # Adopted, and its wait blocks on the named barrier (a job that may still run).
+            block = answer.removeprefix("adopt_block:")
+            return ScriptedHandle({"block": block}, ctx, "recovered")
         if answer != "adopt":
             raise OperationError(answer, "scripted: cannot tell")
         return ScriptedHandle(_script(ctx.inputs), ctx, "recovered")

@@ -344,6 +344,7 @@ class RemoteExecutor(Executor):
         return Target(
             execution_id=target.execution_id, epoch=target.epoch, work_id=target.work_id,
             generation=self.generation, config=dict(target.config), recovery=target.recovery,
+            launch_intent=target.launch_intent, state_dir=target.state_dir,
         )  # fmt: skip
 
     async def stop(self, target: StopTarget) -> StopEvidence:

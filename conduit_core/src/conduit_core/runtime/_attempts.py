@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -259,12 +258,7 @@ class AttemptRunner:
             deadline_ms=snap.deadline_ms,
             recovery=execution.recovery,
             launch_intent=execution.launch_intent,
-            # Each executor its own directory, so two executors' files never meet.
-            state_dir=(
-                os.path.join(self.options.state_dir, snap.executor)
-                if self.options.state_dir is not None
-                else None
-            ),
+            state_dir=self.options.executor_state_dir(snap.executor),
             callbacks=callbacks,
         )
 

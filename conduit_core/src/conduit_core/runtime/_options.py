@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -78,6 +79,11 @@ class SchedulerOptions:
             budgets=tuple(config.budgets),
             pool_limits={name: pool.concurrency for name, pool in config.pools.items()},
         )
+
+    def executor_state_dir(self, executor: str) -> str | None:
+        """``<state_dir>/<executor name>``: each executor its own, so two executors' files
+        never meet (``ExecutionContext.state_dir``, ``StopTarget.state_dir``)."""
+        return None if self.state_dir is None else os.path.join(self.state_dir, executor)
 
     def capacity(self) -> CapacityLimits:
         return CapacityLimits(

@@ -137,11 +137,14 @@ class ExecutorProgram(_Section, frozen=True, kw_only=True):
     handshake_timeout_seconds: PositiveSeconds = 30.0
     #: run / recover / stop / inject must be answered within this (``wait`` has no limit).
     request_timeout_seconds: PositiveSeconds = 120.0
+    #: The longest wait before a program that keeps dying is started again (0.1 s doubling).
+    restart_backoff_max_seconds: PositiveSeconds = 10.0
 
     def spec(self) -> ProgramSpec:
         settings = ProgramSettings(
             handshake_timeout=self.handshake_timeout_seconds,
             request_timeout=self.request_timeout_seconds,
+            backoff_max=self.restart_backoff_max_seconds,
         )
         return ProgramSpec(command=tuple(self.command), settings=settings)
 

@@ -117,6 +117,12 @@ class ProgramSupervisor:
             "last_error": self.last_error,
         }
 
+    def _gone(self, gone: ProgramGone) -> None:
+        # Said at once, from the process's own exit status; it restarts at its next request.
+        self.status = "down"
+        self.last_error = gone.message
+        log.warning("%s", gone.message)
+
     def _protocol_error(self, text: str) -> None:
         self.protocol_errors += 1
         self.last_error = text
@@ -147,13 +153,13 @@ class ProgramSupervisor:
                 )
             if self.status == "restarting":
                 # Names the program and the failure only, never a request's content.
-                log.warning("%s; restarting it in %.1f s", self.last_error, delay)
+                log.info("%s; restarting it in %.1f s", self.last_error, delay)
             await asyncio.sleep(delay)
             self._started_at = self._clock()
             try:
                 conn = await ProgramConnection.start(
                     self.name, self.command, handshake_timeout=self.settings.handshake_timeout,
-                    on_protocol_error=self._protocol_error,
+                    on_protocol_error=self._protocol_error, on_gone=self._gone,
                 )  # fmt: skip
                 assert conn.manifest is not None
                 check_same_executor(self.name, self.expected, conn.manifest)

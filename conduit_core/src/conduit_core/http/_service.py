@@ -231,6 +231,7 @@ class ApiService:
                 by_scope[scope] += 1
         waiting, at_ms = self.host.waiting_counts()
         limits: dict[str, int | None] = {
+            **opts.pool_limits,  # [pools.NAME], whichever executor (in process or not) uses it
             GLOBAL_POOL: opts.concurrency,
             JOBS_POOL: opts.job_concurrency,
         }

@@ -22,6 +22,7 @@ import msgspec
 
 from conduit_core.errors import LeaseLostError
 from conduit_core.extension import (
+    CannotTellError,
     ExecutionContext,
     Executor,
     ExecutorManifest,
@@ -221,6 +222,10 @@ def raise_wire_error(error: WireError) -> None:
     )
 
 
+class _InvalidReply(OperationError):
+    """A well-framed reply that is not what the request takes (a wrong field, an unknown kind)."""
+
+
 def _unexpected(reply: ExecutorMessage, wanted: str) -> OperationError:
     return OperationError(
         "wire_invalid_message", f"expected {wanted} in reply, got {type(reply).__name__}"
@@ -258,12 +263,20 @@ class RemoteExecutor(Executor):
         self, ctx: ExecutionContext, build: Callable[[int], msgspec.Struct]
     ) -> RemoteHandle:
         conn = await self.supervisor.connection()
+        recorded = (ctx.launch_intent, ctx.recovery)
         try:
             return await self._handle_from(conn, ctx, build)
         except ProgramGone:
             # Died mid-launch: what it may have started is found through recovery, never
             # started again blindly; only a proven "nothing started" runs it again.
             return await self.reattach(ctx, relaunch=build)
+        except _InvalidReply as exc:
+            if ctx.launch_intent is recorded[0] and ctx.recovery is recorded[1]:
+                raise  # it recorded nothing, so it started nothing: an ordinary failure
+            # It said it was launching (an intent, recovery metadata), then answered with
+            # something unreadable: ask it what runs, never fail into a rerun of the job.
+            log.warning("%s; the attempt %s goes through recover", exc.message, ctx.execution_id)
+            return await self.reattach(ctx, relaunch=None)
 
     async def _handle_from(
         self, conn: ProgramConnection, ctx: ExecutionContext, build: Callable[[int], msgspec.Struct]
@@ -278,7 +291,7 @@ class RemoteExecutor(Executor):
             reply = await conn.request(numbered, within=self._timeout, context=ctx)
         except WireProtocolError as exc:
             conn.forget(sent[0])
-            raise OperationError(exc.code, exc.message) from exc
+            raise _InvalidReply(exc.code, exc.message) from exc
         except BaseException:
             if sent:
                 conn.forget(sent[0])
@@ -288,7 +301,7 @@ class RemoteExecutor(Executor):
         conn.forget(sent[0])
         if isinstance(reply, RequestFailed):
             raise_wire_error(reply.error)
-        raise _unexpected(reply, "launched")
+        raise _InvalidReply("wire_invalid_message", _unexpected(reply, "launched").message)
 
     async def reattach(
         self, ctx: ExecutionContext, *, relaunch: Callable[[int], msgspec.Struct] | None
@@ -411,6 +424,14 @@ class RemoteHandle(Handle):
             raise OperationError(
                 "executor_lost",
                 f"the executor program's recovery found nothing of this attempt: {exc}",
+            ) from exc
+        except ResourcesGoneError:
+            raise
+        except OperationError as exc:
+            # Cannot tell (or it kept dying): the core holds the attempt, as docs/wire-protocol.md
+            # says of a recover that cannot tell, instead of failing it into a rerun.
+            raise CannotTellError(
+                exc.code, f"after the executor program restarted: {exc.message}"
             ) from exc
         self._conn, self._handle, self._request = fresh._conn, fresh._handle, fresh._request
         if fresh._result is not None:

@@ -18,6 +18,7 @@ import anyio
 
 from conduit_core.errors import ConduitError, LeaseLostError, StoreError, UnsupportedGenerationError
 from conduit_core.extension import (
+    CannotTellError,
     Capability,
     ExecutionContext,
     Executor,
@@ -38,6 +39,7 @@ from conduit_core.model import (
     ExecutionStatus,
     HandoffPolicy,
     Lease,
+    RecoveryHold,
     RetryPolicy,
     Work,
 )
@@ -299,6 +301,14 @@ class AttemptRunner:
                 execution, attempt.held, outcome, attempt.executor, attempt.callbacks
             )
         error = outcome.error
+        if isinstance(error, CannotTellError):
+            # The executor lost sight of the job and cannot tell what runs: held, never retried.
+            return await self.hold_recovery(
+                execution, attempt.held, error.code,
+                f"recovery could not tell what runs: {error.code}: {error.message}",
+                f"the executor {execution.snapshot.executor!r} is asked again; see its logs",
+                trail=attempt.callbacks,
+            )  # fmt: skip
         if isinstance(error, OperationError):
             return await self._fail(
                 execution, attempt.held, error.code,
@@ -395,6 +405,43 @@ class AttemptRunner:
             )  # fmt: skip
 
         return await self._settle(attempt.held, decide, now, attempt.callbacks)
+
+    async def hold_recovery(
+        self,
+        execution: Execution,
+        held: HeldLease,
+        code: str,
+        message: str,
+        how: str,
+        trail: StoreCallbacks | None = None,
+    ) -> Execution:
+        """Fail closed without failing: keep the attempt unfinished, its slot and its Work
+        blocked, and try recovery again after ``recovery_retry_ms`` (or at once after a start or
+        reload)."""
+        if trail is not None and trail.has_pending:
+            await trail.flush()
+        now = self.clock.now_ms()
+        before = execution.recovery_hold
+        settle = (
+            f"{how}; or, once you know it no longer runs: conduit work confirm-stopped "
+            f"{execution.work_id} --epoch {execution.epoch}"
+        )
+        recovery_hold = RecoveryHold(
+            code=code,
+            message=message,
+            epoch=execution.epoch,
+            since_ms=before.since_ms if before is not None else now,
+            retry_at_ms=now + self.options.recovery_retry_ms,
+            tries=before.tries + 1 if before is not None else 1,
+            settle=settle,
+        )
+        level = logging.ERROR if before is None else logging.INFO
+        log.log(
+            level, "recovery held execution=%s epoch=%s try=%d: [%s] %s",
+            execution.id, execution.epoch, recovery_hold.tries, code, message,
+        )  # fmt: skip
+        async with held.ending_write():
+            return await self.store.hold_recovery(held.lease, recovery_hold, now_ms=now)
 
     async def fail_attempt(
         self,

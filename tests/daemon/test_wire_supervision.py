@@ -184,7 +184,13 @@ def test_an_idle_program_killed_20_times_is_reported_killed_each_time(
         said = f"(pid {program.pid}) was killed by signal SIGKILL"
         wait_for(f"round {round_}: the kill to be reported", lambda: said in daemon.log())  # noqa: B023
         daemon.wait_status(shell, "completed", timeout=60)
+    # And at a graceful stop: the program is asked to exit and reaped by the supervisor.
+    daemon.wait_status(daemon.submit("probe-quick"), "completed", timeout=60)
+    last = wait_for("the program", lambda: _program(daemon))
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait_exit() == 0
+    assert not psutil.pid_exists(last.pid) or last.status() == psutil.STATUS_ZOMBIE
     log = daemon.log()
     assert log.count("WARNING conduit.remote: executor 'probe' (pid") == 20
-    assert "Unknown child process" not in log
+    assert "Unknown child process" not in log  # main: 6 in 12 kills
     assert "returncode 255" not in log

@@ -48,8 +48,12 @@ concurrency = 3
             ),
             binding("malformed-launched", ', launched = "malformed"'),
             binding(
-                "crashes-cannot-tell",
+                "crashes-in-wait-cannot-tell",
                 ', hold = true, crash_in_wait = true, recover = "cannot_tell"',
+            ),
+            binding(
+                "crashes-in-run-cannot-tell",
+                ', hold = true, crash_in_run = true, recover = "cannot_tell"',
             ),
             binding("gated", ", gate = true"),
             binding("fails-after-start", ', after_start = "fail"', "retry_delays_seconds = []"),
@@ -103,11 +107,14 @@ def test_a_malformed_launched_after_persist_recovery_is_recovered_not_rerun(
     assert attempt.failure_code is None
 
 
+@pytest.mark.parametrize("where", ["in-wait", "in-run"])
 def test_cannot_tell_after_a_program_restart_holds_the_attempt(
-    make_daemon: Callable[..., Daemon], tmp_path: Path
+    where: str, make_daemon: Callable[..., Daemon], tmp_path: Path
 ) -> None:
+    # The program dies under the attempt (observing it, or launching it after its metadata);
+    # the restarted program's recover cannot tell: held, as after a daemon restart.
     daemon = _daemon(make_daemon, tmp_path)
-    work_id = daemon.submit("probe-crashes-cannot-tell")
+    work_id = daemon.submit(f"probe-crashes-{where}-cannot-tell")
     wait_for(f"{work_id} to run", lambda: daemon.runs(work_id) == 1, timeout=60)
 
     def held() -> bool:

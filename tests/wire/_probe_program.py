@@ -8,6 +8,8 @@ another language would, and behaves as each binding's ``config`` says:
   answer to its ``persist_recovery`` is appended to ``<root>/answers.log``;
 - ``grandchild``: the launch also forks a ``setsid`` child that keeps the program's stdout open;
 - ``crash_in_wait``: the first ``wait`` of an execution makes the program exit (status 7);
+- ``crash_in_run``: the launch exits the program (status 7) once its recovery metadata is
+  recorded, before it answers;
 - ``launched``: ``"malformed"`` answers the run with a handle that is not a string;
 - ``after_start``: ``"fail"`` answers the run ``failed`` after the job started (a job that
   runs until stopped), before persisting any recovery metadata;
@@ -146,6 +148,8 @@ def run(rid: int, ctx: dict[str, Any]) -> None:
             log.write(f"{work} {answer['kind']}\n")
     if answer["kind"] != "callback_ok":
         return failed(rid, answer["kind"], "the core refused the recovery metadata")
+    if config.get("crash_in_run"):
+        os._exit(7)
     if config.get("launched") == "malformed":
         return send({"kind": "launched", "id": rid, "handle": 12})
     handles[marker] = folder

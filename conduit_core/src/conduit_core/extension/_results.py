@@ -174,8 +174,9 @@ class ResourcesGoneError(OperationError):
 
 
 class CannotTellError(OperationError):
-    """Raised by ``Handle.wait`` when it lost sight of its segment and recovery could not tell
-    what became of it (an out-of-process program restarted and its ``recover`` could not tell).
+    """Raised by ``run``, ``resume`` or ``Handle.wait`` when they lost sight of what they
+    started and recovery could not tell what became of it (an out-of-process program died under
+    them and the restarted program's ``recover`` could not tell).
 
     The core holds the attempt, as it holds an unprovable recovery: unfinished, its slot and its
     Work kept, recovery asked again later or settled by a person's ``confirm-stopped``; never a

@@ -259,6 +259,19 @@ class RemoteExecutor(Executor):
     async def recover(self, ctx: ExecutionContext) -> Handle:
         return await self.reattach(ctx, relaunch=None)
 
+    async def reattach_or_hold(
+        self, ctx: ExecutionContext, relaunch: Callable[[int], msgspec.Struct] | None
+    ) -> RemoteHandle:
+        """A launch or wait that lost sight of what it started follows it through recover; a
+        recover that cannot tell (or a program that keeps dying) holds the attempt
+        (``CannotTellError``, as docs/wire-protocol.md says), never fails it into a rerun."""
+        try:
+            return await self.reattach(ctx, relaunch=relaunch)
+        except (NotStartedError, ResourcesGoneError):
+            raise
+        except OperationError as exc:
+            raise CannotTellError(exc.code, f"after its program was lost: {exc.message}") from exc
+
     async def _launch(
         self, ctx: ExecutionContext, build: Callable[[int], msgspec.Struct]
     ) -> RemoteHandle:
@@ -269,14 +282,14 @@ class RemoteExecutor(Executor):
         except ProgramGone:
             # Died mid-launch: what it may have started is found through recovery, never
             # started again blindly; only a proven "nothing started" runs it again.
-            return await self.reattach(ctx, relaunch=build)
+            return await self.reattach_or_hold(ctx, build)
         except _InvalidReply as exc:
             if ctx.launch_intent is recorded[0] and ctx.recovery is recorded[1]:
                 raise  # it recorded nothing, so it started nothing: an ordinary failure
             # It said it was launching (an intent, recovery metadata), then answered with
             # something unreadable: ask it what runs, never fail into a rerun of the job.
             log.warning("%s; the attempt %s goes through recover", exc.message, ctx.execution_id)
-            return await self.reattach(ctx, relaunch=None)
+            return await self.reattach_or_hold(ctx, None)
 
     async def _handle_from(
         self, conn: ProgramConnection, ctx: ExecutionContext, build: Callable[[int], msgspec.Struct]
@@ -419,19 +432,11 @@ class RemoteHandle(Handle):
         """Follow the segment through a recovery; its result when that found it finished."""
         conn.forget(self._request)
         try:
-            fresh = await self._executor.reattach(self._ctx, relaunch=None)
+            fresh = await self._executor.reattach_or_hold(self._ctx, None)
         except NotStartedError as exc:
             raise OperationError(
                 "executor_lost",
                 f"the executor program's recovery found nothing of this attempt: {exc}",
-            ) from exc
-        except ResourcesGoneError:
-            raise
-        except OperationError as exc:
-            # Cannot tell (or it kept dying): the core holds the attempt, as docs/wire-protocol.md
-            # says of a recover that cannot tell, instead of failing it into a rerun.
-            raise CannotTellError(
-                exc.code, f"after the executor program restarted: {exc.message}"
             ) from exc
         self._conn, self._handle, self._request = fresh._conn, fresh._handle, fresh._request
         if fresh._result is not None:

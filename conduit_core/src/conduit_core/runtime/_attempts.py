@@ -208,6 +208,8 @@ class AttemptRunner:
             if not isinstance(exc, Exception):
                 raise
             await callbacks.flush()
+            if isinstance(exc, CannotTellError):
+                return await self._hold_untold(execution, held, exc)
             if isinstance(exc, OperationError):
                 return await self._fail(
                     execution, held, exc.code, exc.message, permanent=exc.permanent,
@@ -302,13 +304,7 @@ class AttemptRunner:
             )
         error = outcome.error
         if isinstance(error, CannotTellError):
-            # The executor lost sight of the job and cannot tell what runs: held, never retried.
-            return await self.hold_recovery(
-                execution, attempt.held, error.code,
-                f"recovery could not tell what runs: {error.code}: {error.message}",
-                f"the executor {execution.snapshot.executor!r} is asked again; see its logs",
-                trail=attempt.callbacks,
-            )  # fmt: skip
+            return await self._hold_untold(execution, attempt.held, error, attempt.callbacks)
         if isinstance(error, OperationError):
             return await self._fail(
                 execution, attempt.held, error.code,
@@ -442,6 +438,21 @@ class AttemptRunner:
         )  # fmt: skip
         async with held.ending_write():
             return await self.store.hold_recovery(held.lease, recovery_hold, now_ms=now)
+
+    async def _hold_untold(
+        self,
+        execution: Execution,
+        held: HeldLease,
+        error: CannotTellError,
+        trail: StoreCallbacks | None = None,
+    ) -> Execution:
+        # The executor lost sight of the job and cannot tell what runs: held, never retried.
+        return await self.hold_recovery(
+            execution, held, error.code,
+            f"recovery could not tell what runs: {error.code}: {error.message}",
+            f"the executor {execution.snapshot.executor!r} is asked again; see its logs",
+            trail=trail,
+        )  # fmt: skip
 
     async def fail_attempt(
         self,

@@ -25,7 +25,7 @@ import msgspec
 
 from conduit_core.model import Execution, ExecutionStatus, Segment, Work, WorkStatus
 from conduit_core.storage import AttemptEnd, Claim, SqlStore, open_store
-from conduit_core.storage._sql import execution_params, work_params
+from conduit_core.storage._sql import WORK_COLUMNS, execution_params, work_params
 from conduit_core.storage.conformance import make_input, make_work, snapshot
 
 PG_URL = os.environ.get(
@@ -54,7 +54,7 @@ def finished_rows(n: int) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
         yield work_params(work), execution_params(ex)
 
 
-_WORK_SQL = "INSERT INTO conduit_work (id, status, scope, claimable, ready_since, data) VALUES "
+_WORK_SQL = f"INSERT INTO conduit_work ({WORK_COLUMNS}) VALUES "
 _EXEC_SQL = (
     "INSERT INTO conduit_execution "
     "(id, work_id, attempt, epoch, status, live, holds_slot, pool, scope, data) VALUES "
@@ -79,7 +79,7 @@ def bulk_load_sqlite(path: Path, n: int) -> None:
 
 
 def _flush_sqlite(conn: Any, chunk: list[tuple[tuple[Any, ...], tuple[Any, ...]]]) -> None:
-    conn.executemany(_WORK_SQL + "(?, ?, ?, ?, ?, ?)", [w for w, _ in chunk])
+    conn.executemany(_WORK_SQL + "(?, ?, ?, ?, ?, ?, ?)", [w for w, _ in chunk])
     conn.executemany(_EXEC_SQL + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [e for _, e in chunk])
     chunk.clear()
 
@@ -89,8 +89,7 @@ def bulk_load_postgres(url: str, n: int) -> None:
 
     with psycopg.connect(url) as conn, conn.cursor() as cur:
         with (
-            cur.copy("COPY conduit_work (id, status, scope, claimable, ready_since, data) "
-                     "FROM STDIN") as work_copy,
+            cur.copy(f"COPY conduit_work ({WORK_COLUMNS}) FROM STDIN") as work_copy,
         ):  # fmt: skip
             executions = []
             for work, ex in finished_rows(n):

@@ -2,9 +2,8 @@
 corruption (``PRAGMA integrity_check``), and the daemon carries on when space returns.
 
 The Work that fills the disk waits for capacity (two running jobs hold its scope's slots), so
-no job launches while the disk is full: a launch whose recovery-metadata write is refused is
-failed and retried by the shell executor today (its job stopped, but its first command already
-ran) — that window belongs to the executor's launch-intent work, not to this test of the store.
+no job launches while the disk is full: a launch whose recovery-metadata write meets the full
+disk is ``test_outage_mid_launch.py``'s case, not this test of the store.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from conduit_core.errors import ConduitError, StoreError
 
 def test_one_line_per_outage_and_a_growing_pause(caplog: pytest.LogCaptureFixture) -> None:
     now = [100.0]
-    outage = StoreOutage(base_s=0.5, max_s=10.0, monotonic=lambda: now[0])
+    outage = StoreOutage(monotonic=lambda: now[0])  # the daemon's defaults
     lost = StoreError("store x is unreachable", code="store_unreachable")
     caplog.set_level(logging.INFO, logger="conduit.daemon")
 
@@ -27,10 +27,12 @@ def test_one_line_per_outage_and_a_growing_pause(caplog: pytest.LogCaptureFixtur
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1
     assert warnings[0].startswith("store unavailable (pass step 'claim': [store_unreachable]")
-    # 0.5 s doubling (±25 % jitter), capped at 10 s: the 5th pause is at least 0.5*16*0.75 s.
-    assert pauses[0] <= 0.5 * 1.25
-    assert pauses[4] >= 6.0
-    assert max(pauses) <= 10.0 * 1.25
+    # 0.25 s doubling (±25 % jitter), never past 1 s: back at work within a second of the
+    # store answering again, however long it was down.
+    assert pauses[0] <= 0.25 * 1.25
+    assert pauses[1] >= 0.5 * 0.75
+    assert min(pauses[3:]) >= 0.75
+    assert max(pauses) <= 1.0
 
     outage.recovered()
     outage.recovered()  # a second clean pass logs nothing more
@@ -39,7 +41,7 @@ def test_one_line_per_outage_and_a_growing_pause(caplog: pytest.LogCaptureFixtur
     assert outage.pause_s(1.0) == 1.0
     # A second outage is a new line, and its backoff starts from the bottom again.
     outage.failed("attempt x", lost)
-    assert outage.pause_s(0.2) <= 0.5 * 1.25
+    assert outage.pause_s(0.2) <= 0.25 * 1.25
     assert outage.outages == 2
 
 

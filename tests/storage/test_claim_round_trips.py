@@ -1,7 +1,8 @@
-"""A claim batch from the ready queue reads in two round trips before it writes (PostgreSQL).
+"""A claim batch from the ready queue reads in three round trips before it writes (PostgreSQL).
 
-``admit_ready`` first locks the ready Work (with the staged usage), then needs their pending
-input and, with capacity limits, the limits' rows locked and their slot holders counted. Both
+``admit_ready`` first counts the slot holders (unlocked: how many rows are worth reading), then
+locks that many ready Work (with the staged usage), then needs their pending input and, with
+capacity limits, the limits' rows locked and their slot holders counted again. The last two
 depend only on which Work were locked, so they are sent together and taken in with one sync;
 the server still runs them in the order sent (input read after its Work's lock, the count after
 the limits' lock). Every claim must come out as it would have read one thing at a time.
@@ -36,13 +37,16 @@ async def test_a_claim_batch_takes_its_input_and_slot_counts_together(
         claimed = [c for c in claims if isinstance(c, Claim)]
         # The limit holds (3 of 4), and each claim consumed its own input, read in this batch.
         assert len(claimed) == 3
-        assert [c.code for c in claims if not isinstance(c, Claim)] == ["capacity_concurrency"]
+        # The fourth was never read: there was no slot for it (no refusal, still ready).
+        assert [c for c in claims if not isinstance(c, Claim)] == []
+        assert len(await store.ready_work(limit=10)) == 1
         for claim in claimed:
             assert [e.id for e in claim.inputs] == [f"ev-{claim.work.id}-in"]
             assert (await store.get_work(claim.work.id)).pending_inputs == 0
         if syncs is not None:
-            # The ready Work locked; their input with the limits locked and counted; the commit.
-            assert syncs == [3], f"round trips of the claim batch: {syncs}"
+            # The slots counted; the ready Work locked; their input with the limits locked and
+            # counted; the commit.
+            assert syncs == [4], f"round trips of the claim batch: {syncs}"
 
 
 async def _ready(store: Store, count: int) -> list[Work]:

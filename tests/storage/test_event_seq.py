@@ -16,6 +16,7 @@ import pytest
 from conduit_core.model import Event, WorkKind
 from conduit_core.storage import open_store
 from conduit_core.storage.conformance import T0, make_work
+from tests.storage.test_binding_column import UNDO_V6
 
 pytestmark = pytest.mark.anyio
 
@@ -39,10 +40,14 @@ def _downgrade_to_v4(store_url: str, counter: int) -> None:
         import sqlite3
 
         with sqlite3.connect(store_url.removeprefix("sqlite://")) as conn:
+            for statement in UNDO_V6:
+                conn.execute(statement)
             conn.execute(_UPSERT.replace("%s", "?"), (counter,))
             conn.execute("UPDATE conduit_meta SET value = '4' WHERE key = 'schema_version'")
         return
     with psycopg.connect(store_url, autocommit=True) as conn:
+        for statement in UNDO_V6:
+            conn.execute(statement)
         conn.execute("DROP SEQUENCE conduit_event_seq")
         conn.execute(_UPSERT, (counter,))
         conn.execute("UPDATE conduit_meta SET value = '4' WHERE key = 'schema_version'")

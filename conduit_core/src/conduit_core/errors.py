@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "STORE_OUTAGE_CODES",
+    "is_store_outage",
     "CapacityError",
     "ConduitError",
     "ConfigError",
@@ -114,3 +115,11 @@ class StoreError(ConduitError):
 #: Codes that mean "the store cannot take this now" (it did not answer, or its disk is full), not
 #: "the store refused this request": a daemon waits them out with backoff and logs them once.
 STORE_OUTAGE_CODES = frozenset({"store_unavailable", "store_unreachable", "store_full"})
+
+
+def is_store_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` says the store could not take a write now (not that it refused it): the
+    write may or may not have committed. An executor whose ``persist_recovery`` meets one
+    leaves what it started alone; recovery adopts it by its launch intent once the store is back.
+    """
+    return isinstance(exc, ConduitError) and exc.code in STORE_OUTAGE_CODES

@@ -33,6 +33,7 @@ from conduit_core.extension import (
     Result,
     StopEvidence,
     StopTarget,
+    is_store_outage,
 )
 from conduit_executors_shell._config import ShellConfig, decode_config
 from conduit_executors_shell._discovery import check_recorded_job, discover
@@ -105,7 +106,12 @@ class ShellExecutor(Executor):
             await fault_point("shell.after_spawn")
             try:
                 await ctx.persist_recovery(self._format.encode(job.record))
-            except BaseException:
+            except BaseException as exc:
+                if self.generation >= _DISCOVERING_GENERATION and is_store_outage(exc):
+                    # The store did not answer: the write may even have committed. The job is
+                    # left running; the recovery that follows the outage adopts it, by this
+                    # metadata or by the launch intent recorded before it started.
+                    raise
                 # Nobody can adopt a job whose metadata was refused (the lease is gone):
                 # stop it now, while we still know exactly which process it is.
                 with anyio.CancelScope(shield=True):

@@ -24,6 +24,8 @@ from conduit_core.errors import ConduitError, ConfigError
 from conduit_core.http import (
     ApiClient,
     ApiService,
+    BatchSubmitRequest,
+    BatchSubmitResult,
     CancelRequest,
     CapacityView,
     ConfirmStoppedRequest,
@@ -63,6 +65,7 @@ class Api(Protocol):
     """What both :class:`ApiClient` and :class:`ApiService` offer."""
 
     async def submit(self, req: SubmitRequest) -> WorkDetail: ...
+    async def submit_batch(self, req: BatchSubmitRequest) -> BatchSubmitResult: ...
     async def list_work(
         self,
         *,

@@ -45,29 +45,52 @@ def work_group() -> None:
 
 
 @work_group.command("submit")
-@click.argument("binding")
+@click.argument("binding", required=False)
 @click.option("--input", "input_json", help="The first input's payload, as JSON.")
 @click.option("--scope", help="Run in this scope (default: the binding's).")
-@click.option("--kind", type=click.Choice([k.value for k in WorkKind]), default="task")
+@click.option("--kind", type=click.Choice([k.value for k in WorkKind]), help="Default: task.")
 @click.option("--id", "work_id", help="The Work id (default: generated, time-ordered).")
 @click.option("--watch", "watch_after", is_flag=True, help="Then watch it until it ends.")
+@click.option(
+    "--from",
+    "from_file",
+    type=click.Path(path_type=Path, dir_okay=False, allow_dash=True),
+    help="Submit one Work per line of this JSON Lines file (each line a submit body: binding, "
+    "input, scope, kind, id; `-` reads stdin). A bad line submits nothing.",
+)
 @config_option
 @json_option
 def submit(
-    binding: str,
+    binding: str | None,
     input_json: str | None,
     scope: str | None,
-    kind: str,
+    kind: str | None,
     work_id: str | None,
     watch_after: bool,
+    from_file: Path | None,
     config_path: Path | None,
     as_json: bool,
 ) -> None:
-    """Create Work for BINDING with its first input."""
+    """Create Work for BINDING with its first input (or many with --from FILE.jsonl)."""
+    if from_file is not None:
+        given = [name for name, value in (
+            ("BINDING", binding), ("--input", input_json), ("--scope", scope), ("--kind", kind),
+            ("--id", work_id), ("--watch", watch_after),
+        ) if value]  # fmt: skip
+        if given:
+            raise click.UsageError(
+                f"--from takes every Work from the file; {', '.join(given)} go in its lines"
+            )
+        from conduit_core.cli._bulk import submit_from_file
+
+        submit_from_file(from_file, config_path, as_json)
+        return
+    if binding is None:
+        raise click.UsageError("give BINDING (or --from FILE.jsonl)")
     req = SubmitRequest(
         binding=binding,
         scope=scope,
-        kind=WorkKind(kind),
+        kind=WorkKind(kind or "task"),
         input=parse_json_option(input_json, "--input"),
         id=work_id,
     )

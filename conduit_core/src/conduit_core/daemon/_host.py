@@ -8,8 +8,7 @@ blocks the next. Passes are woken by writes (:class:`Waker`) and by a periodic r
 from __future__ import annotations
 
 import logging
-from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -19,10 +18,9 @@ from anyio.abc import TaskGroup, TaskStatus
 from conduit_core.daemon._outage import StoreOutage, is_outage
 from conduit_core.daemon._wake import Waker
 from conduit_core.errors import ConduitError, LeaseLostError
-from conduit_core.http import Waiting
 from conduit_core.model import Lease
 from conduit_core.runtime import Scheduler, TaskPool
-from conduit_core.storage import Claim, ClaimRefusal
+from conduit_core.storage import Claim
 
 __all__ = ["HostLoop", "PassStep"]
 
@@ -65,9 +63,6 @@ class HostLoop:
         self.passes = 0
         self.running: dict[str, _Running] = {}
         self._on_wake = on_wake
-        self._refusals: dict[str, ClaimRefusal] = {}
-        self._waiting: Counter[str] = Counter()
-        self._waiting_at_ms: int | None = None
         self._steps: list[tuple[str, PassStep]] = []
         self._attempt_listeners: list[Callable[[Claim], None]] = []
         #: Runs the attempts and the claims settlements trigger (tasks reused, see TaskPool).
@@ -91,15 +86,6 @@ class HostLoop:
         self.waker.poke()
         if self._on_wake is not None:
             self._on_wake()
-
-    def waiting_for(self, work_id: str) -> Waiting | None:
-        refusal = self._refusals.get(work_id)
-        if refusal is None:
-            return None
-        return Waiting(code=refusal.code, message=refusal.message, limit_name=refusal.limit_name)
-
-    def waiting_counts(self) -> tuple[Mapping[str, int], int | None]:
-        return dict(self._waiting), self._waiting_at_ms
 
     def run_resumed(self, claims: list[Claim]) -> None:
         for claim in claims:
@@ -251,13 +237,10 @@ class HostLoop:
                 break
 
     async def _claim(self, sched: Scheduler) -> None:
-        claims, refusals = await sched.claim_ready(self.claim_batch)
-        # Capacity refusals are what "waiting" means; other refusals are races another
-        # scheduler won, or Work that became ineligible between the read and the claim.
-        refusals = [r for r in refusals if r.code.startswith("capacity_")]
-        self._refusals = {r.work_id: r for r in refusals}
-        self._waiting = Counter(r.limit_name or r.code for r in refusals)
-        self._waiting_at_ms = sched.clock.now_ms()
+        # At most ``claim_batch``, and no more than the slots free now: the store reads only
+        # the ready Work there is room for. What waits, and for which limit, the API reads
+        # from the store when asked (``Store.capacity_waiting``), not from refused claims.
+        claims, _ = await sched.claim_ready(self.claim_batch)
         for claim in claims:
             self._spawn(claim, "start")
 

@@ -5,7 +5,10 @@ Every pass step, lease renewal and API call fails while a PostgreSQL server rest
 unreachable. Logging each failure would print a line per step per pass; retrying at the rescan
 pace would hammer a server that is coming back. So the host loop reports outage errors here:
 the first one logs ``store unavailable …``, the next ones only count, the pause between passes
-doubles (with jitter, up to ``max_s``), and the first clean pass logs ``store available again``.
+doubles (with jitter, never past ``max_s``), and the first clean pass logs ``store available
+again``. ``max_s`` is 1 s: one connection attempt a second costs a server that is coming back
+nothing, and the daemon is back at work within a second of the store answering (a 10 s cap
+left it idle for up to 10 s after a restart).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import random
 import time
 from collections.abc import Callable
 
-from conduit_core.errors import STORE_OUTAGE_CODES, ConduitError
+from conduit_core.errors import STORE_OUTAGE_CODES, ConduitError, is_store_outage
 
 __all__ = ["OUTAGE_CODES", "StoreOutage", "is_outage"]
 
@@ -24,8 +27,7 @@ log = logging.getLogger("conduit.daemon")
 OUTAGE_CODES = STORE_OUTAGE_CODES
 
 
-def is_outage(exc: BaseException) -> bool:
-    return isinstance(exc, ConduitError) and exc.code in OUTAGE_CODES
+is_outage = is_store_outage
 
 
 class StoreOutage:
@@ -34,8 +36,8 @@ class StoreOutage:
     def __init__(
         self,
         *,
-        base_s: float = 0.5,
-        max_s: float = 10.0,
+        base_s: float = 0.25,
+        max_s: float = 1.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.base_s = base_s
@@ -79,4 +81,4 @@ class StoreOutage:
             return normal_s
         backoff: float = self.base_s * 2.0 ** min(self._pauses, 16)
         self._pauses += 1
-        return max(normal_s, min(self.max_s, backoff) * random.uniform(0.75, 1.25))
+        return max(normal_s, min(self.max_s, backoff * random.uniform(0.75, 1.25)))

@@ -3,7 +3,7 @@
 Nothing here imports the runtime or the storage layers.
 """
 
-from conduit_core.errors import ConduitError, LeaseLostError
+from conduit_core.errors import ConduitError, LeaseLostError, is_store_outage
 from conduit_core.extension._detached import DetachedJobs
 from conduit_core.extension._executor import (
     MAX_LAUNCH_INTENT_BYTES,
@@ -95,6 +95,7 @@ __all__ = [
     "TooDeepError",
     "TooLargeError",
     "check_depth",
+    "is_store_outage",
     "finite_number",
     "read_result_file",
     "job_timeout_result",

@@ -24,7 +24,11 @@ from conduit_core.http._metrics import (
 )
 from conduit_core.http._openapi import openapi_document
 from conduit_core.http._schemas import (
+    MAX_BATCH_ITEMS,
     AttemptView,
+    BatchItemResult,
+    BatchSubmitRequest,
+    BatchSubmitResult,
     CancelRequest,
     CapacityView,
     ConfirmStoppedRequest,
@@ -47,10 +51,14 @@ from conduit_core.http._service import GLOBAL_POOL, ApiService, HostHooks, NoHos
 from conduit_core.http._token import ensure_token, read_token
 
 __all__ = [
+    "MAX_BATCH_ITEMS",
     "METRICS_PATH",
     "ApiClient",
     "ApiService",
     "AttemptView",
+    "BatchItemResult",
+    "BatchSubmitRequest",
+    "BatchSubmitResult",
     "CancelRequest",
     "CapacityView",
     "ConfirmStoppedRequest",

@@ -22,6 +22,8 @@ from conduit_core.errors import STORE_OUTAGE_CODES, ConduitError, LeaseLostError
 from conduit_core.http._approvals import APPROVAL_HANDLERS, APPROVAL_ROUTES
 from conduit_core.http._guard import RequestGuard, bearer_check
 from conduit_core.http._schemas import (
+    BatchSubmitRequest,
+    BatchSubmitResult,
     CancelRequest,
     CapacityView,
     ConfirmStoppedRequest,
@@ -58,7 +60,7 @@ _UNAVAILABLE = frozenset({"store_unreachable", "store_unavailable", "daemon_stop
 _BAD_REQUEST = frozenset(
     {
         "invalid_json", "invalid_body", "invalid_query", "too_deep", "invalid_id",
-        "invalid_name", "invalid_number", "invalid_value", "invalid_text",
+        "invalid_name", "invalid_number", "invalid_value", "invalid_text", "too_many_items",
     }
 )  # fmt: skip
 #: The page sizes ``limit`` may ask for; outside them a request is refused, not clamped.
@@ -104,6 +106,14 @@ class ApiRoute:
 ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute(
         "POST", "/v1/work", "Create Work with its first input", WorkDetail, 201, SubmitRequest
+    ),
+    ApiRoute(
+        "POST",
+        "/v1/work/batch",
+        "Create many Work in one request; each item is created or refused on its own",
+        BatchSubmitResult,
+        200,
+        BatchSubmitRequest,
     ),
     ApiRoute(
         "GET",
@@ -234,6 +244,10 @@ async def _submit(svc: ApiService, request: Request, body: Any) -> msgspec.Struc
     return await svc.submit(body)
 
 
+async def _submit_batch(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
+    return await svc.submit_batch(body)
+
+
 async def _list(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
     return await svc.list_work(**_query(request))
 
@@ -276,6 +290,7 @@ async def _health(svc: ApiService, request: Request, body: Any) -> msgspec.Struc
 
 _HANDLERS: dict[tuple[str, str], Handler] = {
     ("POST", "/v1/work"): _submit,
+    ("POST", "/v1/work/batch"): _submit_batch,
     ("GET", "/v1/work"): _list,
     ("GET", "/v1/work/{id}"): _show,
     ("POST", "/v1/work/{id}/input"): _input,
@@ -291,12 +306,15 @@ _HANDLERS: dict[tuple[str, str], Handler] = {
 
 
 def allowed_methods(app: Starlette, scope: Any) -> list[str]:
-    """Every method some route serves at this request's path (the ``Allow`` of a 405)."""
-    methods: set[str] = set()
+    """Every method some route serves at this request's path (the ``Allow`` of a 405). A
+    literal path shadows the templates it also matches, as OpenAPI matches paths:
+    ``/v1/work/batch`` is the bulk submit (POST only), never ``GET /v1/work/{id}``."""
+    literal: set[str] = set()
+    templated: set[str] = set()
     for route in app.router.routes:
         if isinstance(route, Route) and route.methods and route.matches(scope)[0] != Match.NONE:
-            methods |= route.methods
-    return sorted(methods)
+            (templated if route.param_convertors else literal).update(route.methods)
+    return sorted(literal or templated)
 
 
 def create_app(
@@ -311,10 +329,16 @@ def create_app(
 
     document = _ENCODER.encode(openapi_document())
 
+    literal_paths = frozenset(r.path for r in ROUTES if "{" not in r.path)
+
     def endpoint(route: ApiRoute) -> Callable[[Request], Awaitable[Response]]:
         handler = _HANDLERS[(route.method, route.path)]
+        templated = "{" in route.path
 
         async def serve(request: Request) -> Response:
+            if templated and request.scope["path"] in literal_paths:
+                # GET /v1/work/batch: the literal route's path, with a method it does not serve.
+                return method_not_allowed(request)
             try:
                 body = None
                 if route.body is not None:
@@ -353,6 +377,9 @@ def create_app(
         return _error(f"no route {request.method} {request.url.path}", "not_found", 404)
 
     async def not_allowed(request: Request, exc: Exception) -> Response:
+        return method_not_allowed(request)
+
+    def method_not_allowed(request: Request) -> Response:
         # One Route per (path, method): Starlette's own Allow would name only the first match.
         allow = allowed_methods(app, request.scope)
         response = _error(

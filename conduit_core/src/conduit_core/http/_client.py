@@ -14,6 +14,8 @@ import msgspec
 
 from conduit_core.errors import ConduitError
 from conduit_core.http._schemas import (
+    BatchSubmitRequest,
+    BatchSubmitResult,
     CancelRequest,
     CapacityView,
     ConfirmStoppedRequest,
@@ -115,6 +117,10 @@ class ApiClient:
 
     async def submit(self, req: SubmitRequest) -> WorkDetail:
         return self.request("POST", "/v1/work", req, WorkDetail)
+
+    async def submit_batch(self, req: BatchSubmitRequest) -> BatchSubmitResult:
+        """``POST /v1/work/batch``: each item created or refused on its own (see docs/http.md)."""
+        return self.request("POST", "/v1/work/batch", req, BatchSubmitResult)
 
     async def list_work(
         self,

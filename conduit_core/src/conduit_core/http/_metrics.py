@@ -39,6 +39,7 @@ async def stored_state_metrics(service: ApiService) -> list[Metric]:
     capacity = await service.capacity()
     counts = await service.store.work_counts()
     held = await service.store.held_work()
+    depth = await service.store.ready_depth()
     recoveries = await service.store.held_recoveries()
 
     pools = _slot_families("pool", capacity.pools, "Attempts holding a slot of the pool")
@@ -56,6 +57,15 @@ async def stored_state_metrics(service: ApiService) -> list[Metric]:
         "Ready Work that could start now (has input, no backoff, hold or live attempt)",
         value=counts.get("startable", 0),
     )
+    ready_by_binding = GaugeMetricFamily(
+        "conduit_work_ready_depth",
+        "Ready Work that could start now, per binding (from an index, not a scan)",
+        labels=["binding", "pool"],
+    )
+    pools_of = service.scheduler.options.binding_pools
+    for binding in sorted({*service.config.bindings, *depth}):
+        pool = pools_of.get(binding) or "global"
+        ready_by_binding.add_metric([binding, pool], depth.get(binding, 0))
     by_kind: Counter[str] = Counter({"budget": 0, "gate": 0})
     by_kind.update(str(hold.kind) for hold, _ in held)
     by_kind["recovery"] = len(recoveries)
@@ -66,7 +76,7 @@ async def stored_state_metrics(service: ApiService) -> list[Metric]:
     )
     for kind, count in sorted(by_kind.items()):
         holds.add_metric([kind], count)
-    return [*pools, *scopes, work, ready, holds]
+    return [*pools, *scopes, work, ready, ready_by_binding, holds]
 
 
 class _SlotRow(Protocol):

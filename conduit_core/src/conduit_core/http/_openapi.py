@@ -19,8 +19,8 @@ __all__ = ["openapi_document"]
 
 _REF = "#/components/schemas/{name}"
 _ERRORS = {
-    "400": "Malformed JSON, an unknown or invalid field, a body nested too deeply, or a bad query "
-    "parameter (the message names it)",
+    "400": "Malformed JSON, an unknown or invalid field, a body nested too deeply, a bad query "
+    "parameter, or a batch over its item limit (the message names it)",
     "401": "Missing or wrong bearer token; nothing changed",
     "404": "Unknown Work or schedule id",
     "409": "The state does not allow this",

@@ -24,7 +24,11 @@ from conduit_core.model import (
 from conduit_core.validation import ID_MAX_LENGTH, MAX_TEXT_LENGTH, NameStr, WorkIdStr
 
 __all__ = [
+    "MAX_BATCH_ITEMS",
     "AttemptView",
+    "BatchItemResult",
+    "BatchSubmitRequest",
+    "BatchSubmitResult",
     "CancelRequest",
     "CapacityView",
     "ConfirmStoppedRequest",
@@ -73,6 +77,22 @@ class SubmitRequest(_Request, frozen=True, kw_only=True):
     kind: WorkKind = WorkKind.TASK
     input: Any = None
     id: WorkId | None = None
+
+
+#: Items one ``POST /v1/work/batch`` takes at most (more is refused whole: ``too_many_items``).
+MAX_BATCH_ITEMS = 1000
+
+
+class BatchSubmitRequest(_Request, frozen=True, kw_only=True):
+    """Many submits in one request and one store transaction; each item is decided alone."""
+
+    items: Annotated[
+        list[SubmitRequest],
+        msgspec.Meta(
+            description=f"at most {MAX_BATCH_ITEMS} items",
+            extra_json_schema={"maxItems": MAX_BATCH_ITEMS},
+        ),
+    ]
 
 
 class InputRequest(_Request, frozen=True, kw_only=True):
@@ -173,6 +193,23 @@ class WorkPage(_Response, frozen=True, kw_only=True):
     next: str | None = None
 
 
+class BatchItemResult(_Response, frozen=True, kw_only=True):
+    """One item of a batch, in request order: created (its Work id), or refused and why."""
+
+    index: int
+    #: The created Work's id; for a refused item, the id it asked for (if any).
+    id: str | None = None
+    created: bool
+    error: str | None = None
+    code: str | None = None
+
+
+class BatchSubmitResult(_Response, frozen=True, kw_only=True):
+    items: list[BatchItemResult]
+    created: int
+    refused: int
+
+
 class EventView(_Response, frozen=True, kw_only=True):
     id: str
     type: str
@@ -229,6 +266,8 @@ class Health(_Response, frozen=True, kw_only=True):
     config_generation: int
     running_attempts: int = 0
     stopping: bool = False
+    #: Work that could start now, per binding (the queue's depth; bindings with none left out).
+    ready_depth: dict[str, int] = {}
 
 
 # --- conversions ------------------------------------------------------------------------------

@@ -9,14 +9,18 @@ from __future__ import annotations
 import logging
 import secrets
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from conduit_core._version import __version__
 from conduit_core.config import Config
 from conduit_core.errors import ConduitError
+from conduit_core.http._ids import new_work_id
 from conduit_core.http._schemas import (
+    MAX_BATCH_ITEMS,
+    BatchItemResult,
+    BatchSubmitRequest,
+    BatchSubmitResult,
     CancelRequest,
     CapacityView,
     ConfirmStoppedRequest,
@@ -58,12 +62,6 @@ class HostHooks(Protocol):
     def wake(self) -> None:
         """A write happened: run a pass now (and tell other daemons sharing the store)."""
 
-    def waiting_for(self, work_id: str) -> Waiting | None:
-        """Why the last pass could not start this Work, if it could not."""
-
-    def waiting_counts(self) -> tuple[Mapping[str, int], int | None]:
-        """Refusals of the last pass per limit name (pool, ``global``, ``scope:<id>``), and when."""
-
     def run_resumed(self, claims: list[Claim]) -> None:
         """Run attempts an input woke, each in its own task."""
 
@@ -83,12 +81,6 @@ class NoHost:
     def wake(self) -> None:
         return None
 
-    def waiting_for(self, work_id: str) -> Waiting | None:
-        return None
-
-    def waiting_counts(self) -> tuple[Mapping[str, int], int | None]:
-        return {}, None
-
     def run_resumed(self, claims: list[Claim]) -> None:
         # Without a host the resumed attempts' leases lapse and a daemon recovers them.
         self.pending_resumed.extend(claims)
@@ -98,11 +90,6 @@ class NoHost:
 
     def running_count(self) -> int:
         return 0
-
-
-def new_work_id(now_ms: int) -> str:
-    """Ids sort by creation time (``work list`` pages by id)."""
-    return f"w-{now_ms:012x}-{secrets.token_hex(3)}"
 
 
 class ApiService:
@@ -176,7 +163,7 @@ class ApiService:
             work=work_view(work),
             attempts=[attempt_view(a) for a in attempts],
             holds=holds,
-            waiting=blocked_by_attempt(attempts) or self._waiting(work, holds),
+            waiting=blocked_by_attempt(attempts) or await self._waiting(work, holds),
         )
 
     async def inputs(self, work_id: str, *, limit: int = 20) -> list[InputView]:
@@ -198,7 +185,7 @@ class ApiService:
         views.extend(_input_view(event, pending=True) for event in pending[:limit])
         return views
 
-    def _waiting(self, work: Work, holds: list[Any]) -> Waiting | None:
+    async def _waiting(self, work: Work, holds: list[Any]) -> Waiting | None:
         if work.status is WorkStatus.HELD and holds:
             hold = holds[0]
             return Waiting(code=f"hold_{hold.kind}", message=hold.reason, limit_name=hold.holder)
@@ -211,7 +198,12 @@ class ApiService:
                 code=work.blocked_reason,
                 message=f"blocked ({work.blocked_reason}): `conduit work retry {work.id}`",
             )
-        return self.host.waiting_for(work.id)
+        if work.pending_inputs <= 0:
+            return None  # idle until its next input: not waiting for a slot
+        refusal = await self.store.capacity_refusal(self.scheduler.capacity(), work)
+        if refusal is None:
+            return None
+        return Waiting(code=refusal.code, message=refusal.message, limit_name=refusal.limit_name)
 
     async def capacity(self) -> CapacityView:
         opts = self.scheduler.options
@@ -229,7 +221,8 @@ class ApiService:
             by_pool[ex.snapshot.pool or GLOBAL_POOL] += 1
             for scope in opts.scope_chain(ex.scope):
                 by_scope[scope] += 1
-        waiting, at_ms = self.host.waiting_counts()
+        at_ms = self._now()
+        waiting = await self.store.capacity_waiting(self.scheduler.capacity())
         limits: dict[str, int | None] = {
             **opts.pool_limits,  # [pools.NAME], whichever executor (in process or not) uses it
             GLOBAL_POOL: opts.concurrency,
@@ -267,11 +260,59 @@ class ApiService:
             ),
             running_attempts=self.host.running_count(),
             stopping=self.host.stopping,
+            ready_depth=await self.store.ready_depth(),
         )
 
     # --- writes ----------------------------------------------------------------------------
 
     async def submit(self, req: SubmitRequest) -> WorkDetail:
+        work, first = self._new_work(req, self._now())
+        await self.scheduler.submit(work, first)
+        log.info("work submitted work=%s binding=%s scope=%s", work.id, work.binding, work.scope)
+        self.host.wake()
+        return await self.show(work.id)
+
+    async def submit_batch(self, req: BatchSubmitRequest) -> BatchSubmitResult:
+        """Each item is decided alone (created, or refused with its own code), all in one store
+        transaction: a producer's batch is many independent jobs, and one taken id or unknown
+        binding must not send the other 999 back. A request over :data:`MAX_BATCH_ITEMS` items,
+        or one the store cannot take (an outage), is refused whole and stores nothing."""
+        if len(req.items) > MAX_BATCH_ITEMS:
+            raise ConduitError(
+                f"a batch takes at most {MAX_BATCH_ITEMS} items, this one has {len(req.items)}; "
+                "split it",
+                code="too_many_items",
+            )
+        now = self._now()
+        outcomes: list[BatchItemResult | None] = []
+        valid: list[tuple[Work, Event | None]] = []
+        for index, item in enumerate(req.items):
+            try:
+                work, first = self._new_work(item, now)
+            except ConduitError as exc:
+                outcomes.append(_refused(index, item.id, exc))
+                continue
+            outcomes.append(None)
+            valid.append((work, first))
+        stored = await self.scheduler.submit_many(valid) if valid else []
+        decided = iter(zip(valid, stored, strict=True))
+        results: list[BatchItemResult] = []
+        for index, outcome in enumerate(outcomes):
+            if outcome is None:
+                (work, _), created = next(decided)
+                if isinstance(created, ConduitError):
+                    outcome = _refused(index, work.id, created)
+                else:
+                    outcome = BatchItemResult(index=index, id=work.id, created=True)
+            results.append(outcome)
+        made = sum(r.created for r in results)
+        log.info("work submitted in bulk: %d created, %d refused", made, len(results) - made)
+        if made:
+            self.host.wake()
+        return BatchSubmitResult(items=results, created=made, refused=len(results) - made)
+
+    def _new_work(self, req: SubmitRequest, now: int) -> tuple[Work, Event]:
+        """The Work and first input a submit asks for, or the config's refusal."""
         binding = self.config.bindings.get(req.binding)
         if binding is None:
             known = ", ".join(sorted(self.config.bindings)) or "none"
@@ -284,7 +325,6 @@ class ApiService:
             raise ConduitError(
                 f"unknown scope {scope!r} (configured: {known})", code="unknown_scope"
             )
-        now = self._now()
         work_id = req.id or new_work_id(now)
         work = Work(
             id=work_id,
@@ -304,10 +344,7 @@ class ApiService:
             pending=True,
             accepted_at_ms=now,
         )
-        await self.scheduler.submit(work, first)
-        log.info("work submitted work=%s binding=%s scope=%s", work_id, req.binding, scope)
-        self.host.wake()
-        return await self.show(work_id)
+        return work, first
 
     def _event(self, work_id: str, req: InputRequest) -> Event:
         now = self._now()
@@ -437,3 +474,7 @@ def _event_view(
         resumed=resumed or [],
         control_id=control_id,
     )
+
+
+def _refused(index: int, work_id: str | None, exc: ConduitError) -> BatchItemResult:
+    return BatchItemResult(index=index, id=work_id, created=False, error=exc.message, code=exc.code)

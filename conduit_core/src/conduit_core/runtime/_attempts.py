@@ -16,7 +16,13 @@ from dataclasses import dataclass
 
 import anyio
 
-from conduit_core.errors import ConduitError, LeaseLostError, StoreError, UnsupportedGenerationError
+from conduit_core.errors import (
+    ConduitError,
+    LeaseLostError,
+    StoreError,
+    UnsupportedGenerationError,
+    is_store_outage,
+)
 from conduit_core.extension import (
     CannotTellError,
     Capability,
@@ -202,24 +208,19 @@ class AttemptRunner:
                 handle = await executor.run(ctx)
         except LeaseLostError:
             raise
-        except BaseException as exc:
-            ended = PhaseOutcome.FAILED if isinstance(exc, Exception) else PhaseOutcome.CANCELLED
-            callbacks.buffer_end("executor", ended)
-            if not isinstance(exc, Exception):
+        except ConduitError as exc:
+            if is_store_outage(exc):
+                # The store did not answer a launch write (recovery metadata, say): whatever
+                # the executor started may run, and failing the attempt now would run it again.
+                # The host keeps the lease and releases it once the store answers; recovery then
+                # adopts the launch by its metadata or its launch intent.
                 raise
-            await callbacks.flush()
-            if isinstance(exc, CannotTellError):
-                return await self._hold_untold(execution, held, exc)
-            if isinstance(exc, OperationError):
-                return await self._fail(
-                    execution, held, exc.code, exc.message, permanent=exc.permanent,
-                    hint=exc.retry_hint, executor=executor, error=exc,
-                )  # fmt: skip
-            return await self._fail(
-                execution, held, "executor_error",
-                f"executor {snap.executor!r} failed to launch ({type(exc).__name__})",
-                executor=executor, error=exc,
-            )  # fmt: skip
+            return await self._launch_failed(execution, held, callbacks, executor, exc)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                callbacks.buffer_end("executor", PhaseOutcome.CANCELLED)
+                raise
+            return await self._launch_failed(execution, held, callbacks, executor, exc)
         callbacks.buffer_end("executor", PhaseOutcome.OK)
         if not callbacks.recovery_persisted:
             await callbacks.flush()
@@ -235,6 +236,32 @@ class AttemptRunner:
         return Attempt(
             execution=execution, held=held, context=ctx, executor=executor, handle=handle,
             callbacks=callbacks,
+        )  # fmt: skip
+
+    async def _launch_failed(
+        self,
+        execution: Execution,
+        held: HeldLease,
+        callbacks: StoreCallbacks,
+        executor: Executor,
+        exc: Exception,
+    ) -> Execution:
+        """The executor refused or failed the launch: the executor phase ends failed, and so
+        does the attempt (an ``OperationError`` with its own code and retry hint), unless it
+        cannot tell what it started (``CannotTellError``): then the attempt is held."""
+        callbacks.buffer_end("executor", PhaseOutcome.FAILED)
+        await callbacks.flush()
+        if isinstance(exc, CannotTellError):
+            return await self._hold_untold(execution, held, exc)
+        if isinstance(exc, OperationError):
+            return await self._fail(
+                execution, held, exc.code, exc.message, permanent=exc.permanent,
+                hint=exc.retry_hint, executor=executor, error=exc,
+            )  # fmt: skip
+        return await self._fail(
+            execution, held, "executor_error",
+            f"executor {execution.snapshot.executor!r} failed to launch ({type(exc).__name__})",
+            executor=executor, error=exc,
         )  # fmt: skip
 
     def execution_context(
@@ -274,7 +301,8 @@ class AttemptRunner:
                 if isinstance(launched, Execution):
                     ended = launched
                 else:
-                    count_start(launched.execution, self.clock.now_ms())
+                    count_start(launched.execution, self.clock.now_ms(),
+                                submitted_at_ms=claim.work.created_at_ms)  # fmt: skip
                     ended = await self.observe(launched)
             trace.ended(str(ended.status), failure_code=ended.failure_code, epoch=ended.epoch)
             return ended

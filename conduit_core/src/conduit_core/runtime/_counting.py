@@ -14,13 +14,17 @@ from conduit_core.telemetry import METRICS, AttemptTrace, attempt_trace
 __all__ = ["count_end", "count_start", "traced"]
 
 
-def count_start(execution: Execution, now_ms: int) -> None:
-    """The executor accepted a fresh start; claim-to-start runs from the segment's claim."""
+def count_start(execution: Execution, now_ms: int, *, submitted_at_ms: int | None = None) -> None:
+    """The executor accepted a fresh start; claim-to-start runs from the segment's claim. For a
+    Work's first attempt, ``submitted_at_ms`` (the Work's creation) gives submit-to-start: how
+    long it waited in the queue, admission and launch included."""
     snap = execution.snapshot
     claimed = (
         execution.segments[-1].started_at_ms if execution.segments else execution.started_at_ms
     )
     METRICS.attempt_started(snap.binding, snap.executor, (now_ms - claimed) / 1000)
+    if execution.attempt == 1 and submitted_at_ms is not None:
+        METRICS.work_waited(snap.binding, (now_ms - submitted_at_ms) / 1000)
 
 
 def count_end(execution: Execution) -> None:

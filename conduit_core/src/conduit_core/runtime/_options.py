@@ -46,6 +46,9 @@ class SchedulerOptions:
     #: jobs wait on four times as many commits); executors that call an engine bound their own
     #: calls (the container executor's limiter), and the shell executor checks them in one look.
     recovery_concurrency: int = 256
+    #: The pool of each binding's executor (``None``: none), filled in by the Scheduler from its
+    #: plugins: claims read only the ready Work of bindings with a free slot.
+    binding_pools: Mapping[str, str | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Copy the mappings so a caller mutating theirs cannot change a running scheduler.
@@ -54,6 +57,7 @@ class SchedulerOptions:
         object.__setattr__(self, "scope_limits", dict(self.scope_limits))
         object.__setattr__(self, "budgets", tuple(self.budgets))
         object.__setattr__(self, "pool_limits", dict(self.pool_limits))
+        object.__setattr__(self, "binding_pools", dict(self.binding_pools))
 
     @classmethod
     def from_config(
@@ -91,6 +95,7 @@ class SchedulerOptions:
             pool_limits={**self.pool_limits, JOBS_POOL: self.job_concurrency},
             scope_limits=dict(self.scope_limits),
             scope_parents=dict(self.scope_parents),
+            binding_pools=dict(self.binding_pools),
         )
 
     def scope_chain(self, scope: str) -> tuple[str, ...]:

@@ -32,7 +32,7 @@ from conduit_core.runtime._options import SchedulerOptions
 from conduit_core.runtime._recovery import Recovery
 from conduit_core.runtime._stops import Stops
 from conduit_core.runtime._wakes import Wakes
-from conduit_core.storage import Claim, ClaimRefusal, ClaimRequest, Store
+from conduit_core.storage import CapacityLimits, Claim, ClaimRefusal, ClaimRequest, Store
 from conduit_core.validation import check_payload, check_work_id
 
 __all__ = ["Attempt", "Scheduler"]
@@ -54,7 +54,8 @@ class Scheduler:
         self.clock = clock
         self.plugins = plugins
         # Copied, so a caller changing theirs cannot change a running scheduler.
-        self.options = dataclasses.replace(options) if options else SchedulerOptions()
+        options = options or SchedulerOptions()
+        self.options = dataclasses.replace(options, binding_pools=_binding_pools(options, plugins))
         opts = self.options
         self.runner = AttemptRunner(store, clock, plugins, opts)
         self.admission = Admission(store, clock, plugins, opts, self.runner.pin)
@@ -62,6 +63,10 @@ class Scheduler:
         self.recovery = Recovery(store, clock, plugins, opts, self.runner)
         self.wakes = Wakes(store, clock, opts, self.runner)
         self.controls = Controls(store, clock, plugins, self.stops)
+
+    def capacity(self) -> CapacityLimits:
+        """The limits claims are checked against, with the pool of each binding's executor."""
+        return self.options.capacity()
 
     # --- pinning -------------------------------------------------------------------------------
 
@@ -326,3 +331,15 @@ class Scheduler:
             for claim in claims:
                 tg.start_soon(run_one, claim)
         return results
+
+
+def _binding_pools(options: SchedulerOptions, plugins: Plugins) -> dict[str, str | None]:
+    """The pool each binding's executor counts against (bindings whose executor is not loaded
+    are left out: their Work cannot be pinned, so no claim takes it)."""
+    pools: dict[str, str | None] = {}
+    for name, binding in options.bindings.items():
+        try:
+            pools[name] = plugins.executor_info(binding.executor).pool
+        except (ConduitError, LookupError):
+            continue
+    return pools

@@ -100,6 +100,10 @@ class CapacityLimits(msgspec.Struct, frozen=True, kw_only=True):
     pool_limits: dict[str, int] = {}
     scope_limits: dict[str, int] = {}
     scope_parents: dict[str, str] = {}
+    #: The pool of each binding's executor (``None``: no pool). With it a claim from the ready
+    #: queue reads only the Work of bindings that have a free slot, at most as many rows as
+    #: there are free slots; without it (empty) the claim is sized by the free slots overall.
+    binding_pools: dict[str, str | None] = {}
 
     def ancestry(self, scope: str) -> list[str]:
         """``scope`` and its ancestors, nearest first (cycles are cut)."""
@@ -274,6 +278,22 @@ class Store(ABC):
     @abstractmethod
     async def ready_work(self, *, limit: int, after: str | None = None) -> list[Work]:
         """Work that could start now (ready, no backoff or hold, has input), oldest first."""
+
+    @abstractmethod
+    async def capacity_waiting(self, capacity: CapacityLimits) -> dict[str, int]:
+        """How many startable Work wait for each full limit now (``global``, a pool's name,
+        ``scope:<id>``), from the slot holders and the ready Work per binding and scope: two
+        grouped reads of partial indexes, never a claim that fails."""
+
+    @abstractmethod
+    async def ready_depth(self) -> dict[str, int]:
+        """How many Work could start now, per binding (bindings with none left out): one
+        grouped read of the ready Work's partial index, never a scan of every Work."""
+
+    @abstractmethod
+    async def capacity_refusal(self, capacity: CapacityLimits, work: Work) -> ClaimRefusal | None:
+        """Why ``work`` could not start now for capacity (its pool or a scope of its chain is
+        full), or ``None``; the slot holders are counted, nothing is locked."""
 
     @abstractmethod
     async def claim_attempts(

@@ -49,6 +49,7 @@ from conduit_core.storage._ops_work import (
     Slots,
     accept_event,
     cancel_work,
+    capacity_sized,
     claim_one,
     claim_refusal,
     first_pending_inputs,
@@ -65,6 +66,7 @@ from conduit_core.storage._sql import (
     dump,
     find_work,
     load_work,
+    lock_counter_rows,
     save_work,
     write_rows,
 )
@@ -170,12 +172,7 @@ def lock_ledgers(cx: Cx, keys: Sequence[str]) -> None:
     limit nor lose a charge (a ledger not yet written has no row of its own to lock)."""
     names = sorted({f"budget:{key}" for key in keys})
     if names and cx.locks_rows:
-        cx.run(
-            "INSERT INTO conduit_counter (name, value) VALUES "
-            + ", ".join("(?, 0)" for _ in names)
-            + " ON CONFLICT (name) DO UPDATE SET value = conduit_counter.value",
-            tuple(names),
-        )
+        lock_counter_rows(cx, names)
 
 
 def _ledger(cx: Cx, spec: LedgerSpec) -> BudgetLedger:
@@ -367,16 +364,23 @@ def admit_ready(
     give it now, its slot counted as taken so younger Work does not overtake it (as the dry run
     counts it), for ``admit_attempts`` after the gates were asked outside any transaction.
     """
+    writes = ClaimWrites(cx)  # the claims' rows, written together at the end
+    slots = Slots(cx, capacity, before_count=writes.flush) if capacity is not None else None
+    only = None
+    if slots is not None:
+        # Only as much of the queue as there are free slots for (see ``capacity_sized``).
+        slots.count_later()()
+        only = capacity_sized(slots, limit)
+        if only is None:
+            return [], []
     staged = cx.later(_STAGED_USAGE_SQL)
-    ready = lock_ready_work_rows_later(cx, limit)
+    ready = lock_ready_work_rows_later(cx, limit, only)
     # Ledgers are locked after the Work rows, as ``_admit_one``'s budget check does.
     _charge_staged(cx, policy, now_ms, staged())
     locked = ready()  # oldest first
     pinned = [(work_id, snapshot_for(row[0])) for work_id, row in locked.items()]
-    writes = ClaimWrites(cx)  # the claims' rows, written together at the end
     # The input of the Work claimed now, and the first input the gates see of the rest.
     kept = [(w, snap) for w, snap in pinned if snap is not None]
-    slots = Slots(cx, capacity, before_count=writes.flush) if capacity is not None else None
     read_inputs_and_slots(
         writes, [w for w, _ in kept], slots, [(snap.pool, locked[w][0].scope) for w, snap in kept]
     )

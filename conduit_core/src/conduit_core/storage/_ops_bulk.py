@@ -19,6 +19,7 @@ from conduit_core.errors import ConduitError
 from conduit_core.model import Event, Work
 from conduit_core.storage._ops_work import accept_event
 from conduit_core.storage._sql import (
+    WORK_COLUMNS,
     Cx,
     SetWrite,
     dump,
@@ -34,11 +35,10 @@ _CHUNK = 1_000
 
 #: New Work rows, ``work_params`` each (one set-based statement where the backend has arrays).
 _INSERT_WORK = SetWrite(
-    "INSERT INTO conduit_work (id, status, scope, claimable, ready_since, data) "
-    "VALUES (?, ?, ?, ?, ?, ?)",
-    "INSERT INTO conduit_work (id, status, scope, claimable, ready_since, data) "
+    f"INSERT INTO conduit_work ({WORK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    f"INSERT INTO conduit_work ({WORK_COLUMNS}) "
     "SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::int[], %b::bigint[], "
-    "%b::text[])",
+    "%b::text[], %b::text[])",
 )
 #: New event rows, ``_event_row`` each.
 _INSERT_EVENT = SetWrite(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -46,6 +46,7 @@ from conduit_core.storage._sql import (
     is_claimable,
     lease_params,
     load_work,
+    lock_counter_rows,
     next_event_seq,
     save_execution,
     save_work,
@@ -215,7 +216,7 @@ class Slots:
         self._counted = False
 
     def _limit_rows(self, pool: str | None, scope: str) -> list[str]:
-        key = self._pool_key(pool)
+        key = self.pool_key(pool)
         names = [f"capacity:pool:{key}"] if key is not None else []
         if key is None and self.limits.global_limit is not None:
             names.append("capacity:global")
@@ -233,15 +234,12 @@ class Slots:
         needed = {name for pool, scope in targets for name in self._limit_rows(pool, scope)}
         new = sorted(needed - self._locked)
         if new and self._lock:
-            # An upsert locks each row (inserted or updated) until commit, in VALUES order.
-            self._cx.run(
-                "INSERT INTO conduit_counter (name, value) VALUES "
-                + ", ".join("(?, 0)" for _ in new)
-                + " ON CONFLICT (name) DO UPDATE SET value = conduit_counter.value",
-                tuple(new),
-            )
+            lock_counter_rows(self._cx, new)
         self._locked.update(new)
-        if new or not self._counted:
+        # A count taken before a new lock may miss what others committed until it was granted;
+        # without locks (SQLite's one writer) a count stays current: this transaction's own
+        # claims are taken into it as they are made (``take``).
+        if (new and self._lock) or not self._counted:
             return self.count_later()
         return _counted_already
 
@@ -261,12 +259,12 @@ class Slots:
 
         return take_in
 
-    def _pool_key(self, pool: str | None) -> str | None:
+    def pool_key(self, pool: str | None) -> str | None:
         # A pool without a limit of its own shares the global limit with pool-less executors.
         return pool if pool is not None and pool in self.limits.pool_limits else None
 
     def take(self, pool: str | None, scope: str, n: int = 1) -> None:
-        self.by_pool[self._pool_key(pool)] += n
+        self.by_pool[self.pool_key(pool)] += n
         for name in self.limits.ancestry(scope):
             self.by_scope[name] += n
 
@@ -274,7 +272,7 @@ class Slots:
         if unsafe("capacity_check"):
             return None  # a race detector's negative control (see _unsafe)
         self.prepare([(pool, scope)])
-        key = self._pool_key(pool)
+        key = self.pool_key(pool)
         if key is not None:
             limit: int | None = self.limits.pool_limits[key]
             code = "capacity_job_concurrency" if key == JOBS_POOL else "capacity_concurrency"
@@ -299,6 +297,62 @@ class Slots:
                     f"({self.by_scope[scope_name]} of {scope_limit} slots in use)",
                 )
         return None
+
+
+class ReadySlice(NamedTuple):
+    """One read of the ready queue: at most ``limit`` rows, of ``bindings`` only (``None``:
+    of any binding)."""
+
+    limit: int
+    bindings: tuple[str, ...] | None = None
+
+
+class ReadySlices(NamedTuple):
+    """The reads a claim makes of the ready queue (one per pool with a free slot), none of
+    them of ``skip_scopes`` (a limit of the scope or of an ancestor of it is full)."""
+
+    parts: tuple[ReadySlice, ...]
+    skip_scopes: tuple[str, ...] = ()
+
+
+def capacity_sized(slots: Slots, limit: int) -> ReadySlices | None:
+    """The ready Work worth reading for up to ``limit`` claims, from the slot holders
+    ``slots`` counted: for each pool with a free slot, as many of its bindings' oldest rows as
+    it has free slots; none of a full scope; ``None`` when no slot is free (nothing is read).
+
+    This keeps a backlog from costing a claim anything: Work that capacity would refuse is not
+    read, locked or refused row by row. When the count was taken without the limits' locks it
+    is an estimate; every claim is still checked against the locked count (``refusal``).
+    """
+    if unsafe("capacity_check"):
+        return ReadySlices((ReadySlice(limit),))  # a race detector's negative control (_unsafe)
+    limits = slots.limits
+
+    def free_in(key: str | None) -> int:
+        cap = limits.global_limit if key is None else limits.pool_limits[key]
+        return limit if cap is None else min(limit, max(cap - slots.by_pool[key], 0))
+
+    parts: list[ReadySlice] = []
+    if limits.binding_pools:
+        by_key: dict[str | None, list[str]] = {}
+        for binding, pool in sorted(limits.binding_pools.items()):
+            by_key.setdefault(slots.pool_key(pool), []).append(binding)
+        for key, bindings in by_key.items():
+            if (n := free_in(key)) > 0:
+                # One pool for every binding: no filter needed (nor wanted: same plan as ever).
+                parts.append(ReadySlice(n, None if len(by_key) == 1 else tuple(bindings)))
+    else:
+        frees = [free_in(key) for key in {None, *limits.pool_limits}]
+        if any(frees):
+            parts.append(ReadySlice(min(limit, sum(frees))))
+    if not parts:
+        return None
+    full = {s for s, cap in limits.scope_limits.items() if slots.by_scope[s] >= cap}
+    skip: tuple[str, ...] = ()
+    if full:
+        known = {*limits.scope_limits, *limits.scope_parents, *limits.scope_parents.values()}
+        skip = tuple(sorted(s for s in known if full.intersection(limits.ancestry(s))))
+    return ReadySlices(tuple(parts), skip)
 
 
 # --- Claims ---------------------------------------------------------------------------------
@@ -483,14 +537,20 @@ def claim_one(
     slots: Slots | None,
     *,
     checked: bool = False,
+    rows_checked: bool = False,
     writes: ClaimWrites | None = None,
 ) -> Claim | ClaimRefusal:
     """Claim the next attempt of ``work``. ``checked``: the caller found nothing against it in
     ``claim_refusal`` earlier in this transaction and has taken no slot since (not checked
-    twice). ``writes``: the batch's writes, flushed by the caller (see ``ClaimWrites``)."""
+    twice). ``rows_checked``: as in ``claim_refusal``. ``writes``: the batch's writes, flushed
+    by the caller (see ``ClaimWrites``)."""
     work_id = request.work_id
     snapshot: AttemptSnapshot = request.snapshot
-    refused = None if checked else claim_refusal(cx, work, work_id, snapshot.pool, slots)
+    refused = (
+        None
+        if checked
+        else claim_refusal(cx, work, work_id, snapshot.pool, slots, rows_checked=rows_checked)
+    )
     if refused is not None or work is None:
         return refused or ClaimRefusal(work_id=work_id, code="not_found", message=work_id)
     batch = writes if writes is not None else ClaimWrites(cx)
@@ -599,15 +659,36 @@ def _decoded_rows(rows: list[Row]) -> dict[str, tuple[Work, bool, bool]]:
 
 
 def lock_ready_work_rows_later(
-    cx: Cx, limit: int
+    cx: Cx, limit: int, only: ReadySlices | None = None
 ) -> Callable[[], dict[str, tuple[Work, bool, bool]]]:
     """``ready_work`` and ``work_rows`` of what it finds, in one statement: the startable Work,
     oldest first, each with its hold and slot flags, each row locked, skipping rows another
     claim holds (several schedulers then take different Work instead of the same oldest rows).
     The flags come from the statement's snapshot, as with ``lock_work_rows`` and
-    ``skip_locked``."""
-    rows = cx.later(_READY_WORK_ROWS_SQL + " FOR UPDATE OF w SKIP LOCKED", (limit,))
-    return lambda: _decoded_rows(rows())
+    ``skip_locked``. ``only``: just those slices of it (``capacity_sized``; a statement each,
+    all sent at once), the oldest ``limit`` of what they find."""
+    if only is None:
+        only = ReadySlices((ReadySlice(limit),))
+    skip = ""
+    if only.skip_scopes:
+        skip = f" AND w.scope NOT IN ({', '.join('?' for _ in only.skip_scopes)})"
+    reads = []
+    for part in only.parts:
+        filters = skip
+        params: tuple[object, ...] = only.skip_scopes
+        if part.bindings is not None:
+            filters += f" AND w.binding IN ({', '.join('?' for _ in part.bindings)})"
+            params += part.bindings
+        sql = _ready_work_rows_sql(filters) + " FOR UPDATE OF w SKIP LOCKED"
+        reads.append(cx.later(sql, (*params, min(limit, part.limit))))
+
+    def take_in() -> dict[str, tuple[Work, bool, bool]]:
+        found = [row for read in reads for row in _decoded_rows(read()).values()]
+        if len(reads) > 1:
+            found.sort(key=lambda row: (row[0].updated_at_ms, row[0].id))
+        return {row[0].id: row for row in found[:limit]}
+
+    return take_in
 
 
 # Work waiting for an unconfirmed stop is left out, so it never crowds the head of the queue.
@@ -617,10 +698,47 @@ _UNBLOCKED = (
 )
 
 
-_READY_WORK_ROWS_SQL = (
-    _WORK_ROWS_SQL + f"WHERE w.claimable = 1 AND {_UNBLOCKED.replace('conduit_work.', 'w.')} "
-    "ORDER BY w.ready_since, w.id LIMIT ?"
+def _ready_work_rows_sql(filters: str = "") -> str:
+    return (
+        _WORK_ROWS_SQL
+        + f"WHERE w.claimable = 1 AND {_UNBLOCKED.replace('conduit_work.', 'w.')}{filters} "
+        "ORDER BY w.ready_since, w.id LIMIT ?"
+    )
+
+
+#: The startable Work with the flags ``work_rows`` gives, oldest first (a claim's read).
+_READY_WORK_ROWS_SQL = _ready_work_rows_sql()
+
+
+#: The startable Work per binding and scope (from ``conduit_work_ready_binding``).
+_READY_BY_BINDING_SQL = (
+    f"SELECT binding, scope, COUNT(*) FROM conduit_work WHERE claimable = 1 AND {_UNBLOCKED} "
+    "GROUP BY binding, scope"
 )
+
+
+def ready_depth(cx: Cx) -> dict[str, int]:
+    depth: Counter[str] = Counter()
+    for binding, _scope, count in cx.rows(_READY_BY_BINDING_SQL):
+        depth[binding] += int(count)
+    return dict(depth)
+
+
+def capacity_waiting(cx: Cx, capacity: CapacityLimits) -> dict[str, int]:
+    slots = Slots(cx, capacity, lock=False)
+    slots.count_later()()
+    waiting: Counter[str] = Counter()
+    for binding, scope, count in cx.rows(_READY_BY_BINDING_SQL):
+        refusal = slots.refusal(binding, capacity.binding_pools.get(binding), scope)
+        if refusal is not None:
+            waiting[refusal.limit_name or refusal.code] += int(count)
+    return dict(waiting)
+
+
+def capacity_refusal(cx: Cx, capacity: CapacityLimits, work: Work) -> ClaimRefusal | None:
+    slots = Slots(cx, capacity, lock=False)
+    slots.count_later()()
+    return slots.refusal(work.id, capacity.binding_pools.get(work.binding), work.scope)
 
 
 def work_counts(cx: Cx) -> dict[str, int]:
@@ -633,17 +751,9 @@ def work_counts(cx: Cx) -> dict[str, int]:
     return counts
 
 
-def ready_work(cx: Cx, limit: int, after: str | None, *, lock: bool = False) -> list[Work]:
-    """Startable Work, oldest first. ``lock``: lock the rows returned, skipping rows another
-    claim holds (each concurrent claimer takes different Work instead of queueing for the
-    same; a row that stopped being claimable while locked is rechecked and left out)."""
-    if lock:
-        rows = cx.rows(
-            f"SELECT data FROM conduit_work WHERE claimable = 1 AND {_UNBLOCKED} "
-            "ORDER BY ready_since, id LIMIT ? FOR UPDATE SKIP LOCKED",
-            (limit,),
-        )
-    elif after is None:
+def ready_work(cx: Cx, limit: int, after: str | None) -> list[Work]:
+    """Startable Work, oldest first."""
+    if after is None:
         rows = cx.rows(
             f"SELECT data FROM conduit_work WHERE claimable = 1 AND {_UNBLOCKED} "
             "ORDER BY ready_since, id LIMIT ?",
@@ -667,22 +777,35 @@ def claim_ready(
     lease_ms: int,
     capacity: CapacityLimits | None,
 ) -> list[Claim | ClaimRefusal]:
-    ready: list[Work] = []
-    for work in ready_work(cx, limit, None, lock=True):
-        if is_claimable(work):
-            ready.append(work)
-        else:
+    """Claim up to ``limit`` ready Work, oldest first, reading no more of the queue than there
+    are free slots for (``capacity_sized``): every row read is decided in memory, from the
+    flags read with it and the slots counted once (no statement per row, claimed or not)."""
+    writes = ClaimWrites(cx)
+    slots = Slots(cx, capacity, before_count=writes.flush) if capacity is not None else None
+    only = None
+    if slots is not None:
+        slots.count_later()()
+        only = capacity_sized(slots, limit)
+        if only is None:
+            return []
+    requests: list[tuple[Work, ClaimRequest]] = []
+    refusals: list[Claim | ClaimRefusal] = []
+    for work, held, blocked in lock_ready_work_rows_later(cx, limit, only)().values():
+        if not is_claimable(work):
             # A row whose column was written under an older rule (idle standing Work counted
             # as claimable): rewrite it, which recomputes the column, and pass it by.
             save_work(cx, work)
-    pinned = [(work, snapshot_for(work)) for work in ready]
-    requests = [(w, ClaimRequest(work_id=w.id, snapshot=s)) for w, s in pinned if s is not None]
-    writes = ClaimWrites(cx)
-    slots = Slots(cx, capacity, before_count=writes.flush) if capacity is not None else None
+        elif held or blocked:
+            what = "is held" if held else "has an attempt holding its slot"
+            refusals.append(ClaimRefusal(work_id=work.id, code="not_eligible",
+                                         message=f"work {work.id!r} {what}"))  # fmt: skip
+        elif (snapshot := snapshot_for(work)) is not None:
+            requests.append((work, ClaimRequest(work_id=work.id, snapshot=snapshot)))
     targets = [(r.snapshot.pool, w.scope) for w, r in requests]
     read_inputs_and_slots(writes, [w.id for w, _ in requests], slots, targets)
-    claims = [
-        claim_one(cx, w, r, owner, now_ms, lease_ms, slots, writes=writes) for w, r in requests
+    claims: list[Claim | ClaimRefusal] = [
+        claim_one(cx, w, r, owner, now_ms, lease_ms, slots, rows_checked=True, writes=writes)
+        for w, r in requests
     ]
     writes.flush()
-    return claims
+    return claims + refusals

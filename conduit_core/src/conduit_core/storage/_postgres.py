@@ -25,7 +25,9 @@ aborted most concurrent claims as pivots, and the retries cost more than seriali
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from functools import lru_cache, partial
@@ -34,7 +36,7 @@ from typing import Any, TypeVar
 import psycopg
 import psycopg.errors
 from psycopg.pq import PipelineStatus, TransactionStatus
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from conduit_core.errors import StoreError
 from conduit_core.storage._pipeline import Pipeline, Result, forget_prepared
@@ -48,6 +50,8 @@ from conduit_core.storage._sql import (
     write_rows,
 )
 from conduit_core.storage._sqlstore import SqlStore
+
+log = logging.getLogger("conduit.store")
 
 __all__ = ["PostgresStore"]
 
@@ -304,7 +308,8 @@ class PostgresStore(SqlStore):
         # connection instead of the full pool timeout, so the API answers 503 promptly and the
         # host loop's backoff, not the pool's wait, paces the retries.
         self._unreachable = False
-        self._pool = ConnectionPool(
+        self._new_pool = partial(
+            ConnectionPool,
             conninfo,
             min_size=1,
             max_size=pool_size,
@@ -313,6 +318,9 @@ class PostgresStore(SqlStore):
             configure=_configure,
             open=True,
         )
+        self._conninfo = conninfo
+        self._pool: ConnectionPool[Any] = self._new_pool()
+        self._pool_lock = threading.Lock()
 
     @classmethod
     def open(cls, conninfo: str, *, masked_url: str, **options: Any) -> PostgresStore:
@@ -356,10 +364,9 @@ class PostgresStore(SqlStore):
         deadline = time.monotonic() + self.retry_budget_s
         tries = 0
         while True:
+            pool = self._pool
             try:
-                with self._pool.connection(
-                    timeout=1.0 if self._unreachable else self._wait_s
-                ) as conn:
+                with pool.connection(timeout=1.0 if self._unreachable else self._wait_s) as conn:
                     result = run(conn)
                 self._unreachable = False
                 return result
@@ -370,8 +377,15 @@ class PostgresStore(SqlStore):
                         f"{self.retry_budget_s:g} s: {exc}",
                         code="store_busy",
                     ) from exc
+            except PoolClosed:
+                if self._pool is pool:
+                    raise
+                continue  # renewed meanwhile (``_renewed_when_back``): try the new pool
             except PoolTimeout as exc:
                 self._unreachable = True
+                if tries == 0 and self._renewed_when_back(pool):
+                    tries += 1
+                    continue
                 raise StoreError(
                     f"store {self.url} is unreachable: {exc}", code="store_unreachable"
                 ) from exc
@@ -386,6 +400,30 @@ class PostgresStore(SqlStore):
                 raise StoreError(f"store {self.url}: {exc}", code="store_unavailable") from exc
             tries += 1
             time.sleep(min(0.001 * 2 ** min(tries, 7), 0.1) * random.uniform(0.5, 1.5))
+
+    def _renewed_when_back(self, pool: ConnectionPool[Any]) -> bool:
+        """After an outage, whether the server answers again while the pool still has no
+        connection for us; if so the pool is replaced by a fresh one.
+
+        The pool reconnects on a backoff of its own (1, 2, 4, 8 s…), so after a 10 s outage
+        it would try again only some 5 s after the server is back, and the daemon would sit
+        idle that long. One direct connection attempt (at most a second) tells whether the
+        server answers; a fresh pool connects at once. Connections checked out of the old pool
+        are closed as they are given back.
+        """
+        if self._pool is not pool:
+            return True  # another call renewed it meanwhile
+        try:
+            psycopg.connect(self._conninfo, connect_timeout=1).close()
+        except psycopg.Error:
+            return False
+        with self._pool_lock:
+            if self._pool is not pool:
+                return True
+            self._pool = self._new_pool()
+        pool.close(timeout=0)
+        log.info("store %s answers again: connection pool renewed", self.url)
+        return True
 
     async def aclose(self) -> None:
         import anyio.to_thread

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import msgspec
@@ -224,15 +224,17 @@ def work_params(work: Work) -> tuple[Any, ...]:
         int(is_claimable(work)),
         work.updated_at_ms,
         dump(work),
+        work.binding,
     )
+
+
+#: The columns ``work_params`` gives, in its order.
+WORK_COLUMNS = "id, status, scope, claimable, ready_since, data, binding"
 
 
 def insert_work(cx: Cx, work: Work) -> None:
-    cx.run(
-        "INSERT INTO conduit_work (id, status, scope, claimable, ready_since, data) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        work_params(work),
-    )
+    cx.run(f"INSERT INTO conduit_work ({WORK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+           work_params(work))  # fmt: skip
 
 
 SAVE_WORK_SQL = (
@@ -242,7 +244,8 @@ SAVE_WORK_SQL = (
 
 
 def save_work_params(work: Work) -> tuple[Any, ...]:
-    return (*work_params(work)[1:], work.id)
+    # The binding never changes once the Work exists: not rewritten.
+    return (*work_params(work)[1:6], work.id)
 
 
 def save_work(cx: Cx, work: Work, *, locked: bool = False) -> None:
@@ -495,6 +498,30 @@ def next_event_seqs(cx: Cx, n: int) -> list[int]:
         return sorted(int(r[0]) for r in rows)
     last = add_to_counter(cx, "event_seq", n)
     return list(range(last - n + 1, last + 1))
+
+
+def lock_counter_rows(cx: Cx, names: Sequence[str]) -> None:
+    """Lock the counter rows ``names`` (made at 0 where missing) until commit, in name order.
+
+    Made with ``DO NOTHING`` and locked with ``FOR UPDATE``, not by an upsert that rewrites the
+    row: on PostgreSQL an ``ON CONFLICT DO UPDATE`` writes a new version of the row every time,
+    a dead tuple per claim batch for vacuum to clean; a row lock writes none. Both statements
+    are sent without waiting (the lock is taken before anything read after it)."""
+    ordered = sorted(set(names))
+    if not ordered:
+        return
+    cx.run(
+        "INSERT INTO conduit_counter (name, value) VALUES "
+        + ", ".join("(?, 0)" for _ in ordered)
+        + " ON CONFLICT (name) DO NOTHING",
+        tuple(ordered),
+    )
+    cx.run(
+        "SELECT name FROM conduit_counter WHERE name IN ("
+        + ", ".join("?" for _ in ordered)
+        + ") ORDER BY name FOR UPDATE",
+        tuple(ordered),
+    )
 
 
 def add_to_counter(cx: Cx, name: str, n: int) -> int:

@@ -205,6 +205,15 @@ class SqlStore(Store):
     async def ready_work(self, *, limit: int, after: str | None = None) -> list[Work]:
         return await self._read_one(ops.ready_work, limit, after)
 
+    async def capacity_waiting(self, capacity: CapacityLimits) -> dict[str, int]:
+        return await self._read(ops.capacity_waiting, capacity)
+
+    async def ready_depth(self) -> dict[str, int]:
+        return await self._read_one(ops.ready_depth)
+
+    async def capacity_refusal(self, capacity: CapacityLimits, work: Work) -> ClaimRefusal | None:
+        return await self._read(ops.capacity_refusal, capacity, work)
+
     async def claim_attempts(
         self,
         requests: Sequence[ClaimRequest],

@@ -28,6 +28,8 @@ __all__ = ["METRICS", "Metrics"]
 _DURATION_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600)
 #: Claim-to-start is the admission, environment and launch path: milliseconds to seconds.
 _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+#: Submit-to-start is the queue wait: milliseconds when idle, minutes behind a backlog.
+_WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
 #: A Routine fires within its grace (60 s by default) unless the daemon was down for longer.
 _LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 86400)
 #: Store writes: a local SQLite commit is sub-millisecond, a remote PostgreSQL one milliseconds.
@@ -67,6 +69,13 @@ class Metrics:
             "From an attempt's claim to its executor accepting the launch",
             ["binding", "executor"],
             buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.submit_to_start = HotHistogram(
+            "conduit_work_submit_to_start_seconds",
+            "From a Work's submit to its first attempt's start (queue wait, admission, launch)",
+            ["binding"],
+            buckets=_WAIT_BUCKETS,
             registry=r,
         )
         self.lease_renewals = Counter(
@@ -111,6 +120,7 @@ class Metrics:
         #: Labelled children by label values: (counter child, histogram child).
         self._started: dict[tuple[str, ...], tuple[Any, Any]] = {}
         self._finished: dict[tuple[str, ...], tuple[Any, Any]] = {}
+        self._waited: dict[str, Any] = {}
 
     def attempt_started(self, binding: str, executor: str, claim_to_start_s: float) -> None:
         started, latency = _children(
@@ -118,6 +128,12 @@ class Metrics:
         )
         started.inc()
         latency.observe(max(claim_to_start_s, 0.0))
+
+    def work_waited(self, binding: str, seconds: float) -> None:
+        child = self._waited.get(binding)
+        if child is None:
+            child = self._waited[binding] = self.submit_to_start.labels(binding)
+        child.observe(max(seconds, 0.0))
 
     def attempt_finished(
         self, binding: str, executor: str, outcome: str, duration_s: float

@@ -6,7 +6,10 @@ Everything here is deterministic and quick so the core's tests can drive real pl
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
+
+import anyio
 
 from conduit_core.extension import (
     ExecutionContext,
@@ -30,14 +33,36 @@ from conduit_test_plugin.scripted import ScriptedExecutor
 
 
 class _Done(Handle):
-    def __init__(self, result: Result) -> None:
+    def __init__(self, result: Result, delay_s: float = 0.0) -> None:
         self._result = result
+        self._delay_s = delay_s
 
     async def wait(self) -> Result:
+        if self._delay_s > 0:
+            await anyio.sleep(self._delay_s)
         return self._result
 
 
+def _log_start(ctx: ExecutionContext) -> None:
+    """With ``start_log`` in the binding config (bench/bench_daemon.py), append ``<work id> <the
+    first input's "t"> <now>`` (seconds since the epoch) when ``run`` is called: the bench's
+    insert → start latency, and its count of runs per Work."""
+    path = ctx.config.get("start_log")
+    if not path:
+        return
+    payload = ctx.inputs[0].payload if ctx.inputs else None
+    t0 = payload.get("t") if isinstance(payload, dict) else None
+    line = f"{ctx.work_id} {t0} {time.time():.6f}\n".encode()
+    fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line)  # one short append: a whole line, never interleaved
+    finally:
+        os.close(fd)
+
+
 class EchoExecutor(Executor):
+    """Completes at once (after ``sleep_ms`` of the binding config, if set), echoing its inputs."""
+
     def __init__(self, generation: int) -> None:
         self.generation = generation
 
@@ -49,8 +74,10 @@ class EchoExecutor(Executor):
         )
 
     async def run(self, ctx: ExecutionContext) -> Handle:
+        _log_start(ctx)
         await ctx.persist_recovery({"generation": self.generation})
-        return _Done(self._result(ctx, "ran"))
+        delay_s = float(ctx.config.get("sleep_ms", 0)) / 1000
+        return _Done(self._result(ctx, "ran"), delay_s)
 
     async def recover(self, ctx: ExecutionContext) -> Handle:
         return _Done(self._result(ctx, "recovered"))
@@ -65,8 +92,9 @@ GATE_CALLS: list[tuple[str, str]] = []
 ON_ASK: list[Callable[[GateRequest], None]] = []
 #: True: both gates may hold every first start, so every one is asked about (the tests drive
 #: the asking path through plain Work). False: only Work whose first input names one of their
-#: keys, as a user's gates (the human gate's rules) select some Work, not all (the benches).
-ASK_EVERY_START = True
+#: keys, as a user's gates (the human gate's rules) select some Work, not all (the benches; a
+#: daemon started with ``CONDUIT_TEST_PLUGIN_GATES=selected``, as bench/bench_daemon.py does).
+ASK_EVERY_START = os.environ.get("CONDUIT_TEST_PLUGIN_GATES", "every") != "selected"
 
 #: The first-input keys the two gates act on.
 _GATE_KEYS = ("hold", "probe_hold", "gate_error")

@@ -1,0 +1,580 @@
+"""Jobs per second and insert → start latency through the daemon a user runs, beside Procrastinate.
+
+    .venv/bin/python bench/bench_daemon.py --rate 100 300 --workers 8          # steady, ~2 min
+    .venv/bin/python bench/bench_daemon.py --mode backlog --seconds 30
+    .venv/bin/python bench/bench_daemon.py --mode kill --kill-every 10 --seconds 60
+    .venv/bin/python bench/bench_daemon.py --store postgres --mode pg-down --pg-down
+    .venv/bin/python bench/bench_daemon.py --find-max --rate 100
+
+Each system runs in turn, fresh, in the same invocation: ``conduit daemon`` as a subprocess (a
+generated config on a fresh SQLite file, then a fresh PostgreSQL database), then Procrastinate's
+own worker as a subprocess on a fresh database (``--peer-python``: a venv with the peers'
+requirements; see bench/README.md). A producer offers jobs at a fixed rate, credited on
+wall-clock time, in batches every 25 ms (conduit: ``POST /v1/work/batch``; Procrastinate:
+``batch_defer_async``). The job is in-process in both: conduit's test-plugin ``echo`` executor
+(``sleep_ms`` in its binding config), Procrastinate's ``async def`` task; each appends
+``<id> <t0> <start>`` to a start log when it starts and then sleeps ``--job-ms``. So the figures
+are the scheduler's (claim, lease, settle, its store), not the cost of forking a job.
+
+Every ``--window`` seconds one line (stderr): offered and finished jobs/s, queue depth (stored,
+not started), insert → start p50/p95/p99 (t0 is taken just before the insert; log-bucketed
+histograms, bounded memory), and on PostgreSQL the dead tuples (``pg_stat_user_tables``). Per
+result one JSON line (stdout), as the peers' harness prints; then the ratios to Procrastinate.
+
+Modes: ``steady`` (the offered rate), ``backlog`` (keep ~``--depth`` jobs queued: the drain rate
+under a standing backlog), ``kill`` (SIGKILL the daemon every ``--kill-every`` s and restart it at
+once; conduit only), ``pg-down`` (PostgreSQL stopped for 10 s a third of the way in with
+``pg_ctlcluster``, needs ``--pg-down``: it stops the server for everyone on the machine). After
+the producer stops, the run waits for the queue to drain and counts jobs lost (stored, never
+finished) and run twice (two starts of one id).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from _load import Histogram, Producer, StartLog
+
+from conduit_core.http import ApiClient, BatchSubmitRequest, BatchSubmitResult, SubmitRequest
+
+PG_ADMIN = os.environ.get(
+    "CONDUIT_BENCH_PG_URL", "postgresql://root@/postgres?host=/var/run/postgresql"
+)
+HERE = Path(__file__).resolve().parent
+PG_CLUSTER = ("15", "main")
+#: Seconds without a job finishing, after the producer stopped, that count what is left as lost.
+STALL_S = 10.0
+
+CONFIG = """\
+[settings]
+store = "{store}"
+data_dir = "{data}"
+concurrency = {workers}
+job_concurrency = {workers}
+lease_seconds = 30
+http.listen = "127.0.0.1:{port}"
+
+[bindings.noop]
+executor = "echo"
+config = {{ sleep_ms = {job_ms}, start_log = "{start_log}" }}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_until(what: str, check: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.05)
+
+
+class FreshDatabase:
+    """A PostgreSQL database for one run, dropped afterwards."""
+
+    def __init__(self, prefix: str) -> None:
+        import psycopg
+
+        self.name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{self.name}"')
+        base, _, query = PG_ADMIN.partition("?")
+        self.url = base.rsplit("/", 1)[0] + f"/{self.name}" + (f"?{query}" if query else "")
+        self._conn: Any = None
+
+    def scalar(self, sql: str) -> int:
+        import psycopg
+
+        if self._conn is None:
+            self._conn = psycopg.connect(self.url, autocommit=True)
+        try:
+            row = self._conn.execute(sql).fetchone()
+        except psycopg.Error:
+            self._conn = None  # the server went away (pg-down): reconnect next time
+            raise
+        return int(row[0] or 0)
+
+    def dead_tuples(self) -> int | None:
+        try:
+            return self.scalar("SELECT sum(n_dead_tup) FROM pg_stat_user_tables")
+        except Exception:
+            return None
+
+    def churn(self) -> tuple[int, int] | None:
+        """Row versions made dead so far, whatever autovacuum has cleaned since: every update
+        and delete, and those not heap-only (a HOT update's old version is pruned in place)."""
+        try:
+            both = self.scalar("SELECT sum(n_tup_upd + n_tup_del) FROM pg_stat_user_tables")
+            cold = self.scalar(
+                "SELECT sum(n_tup_upd - n_tup_hot_upd + n_tup_del) FROM pg_stat_user_tables"
+            )
+        except Exception:
+            return None
+        return both, cold
+
+    def drop(self) -> None:
+        import psycopg
+
+        if self._conn is not None:
+            self._conn.close()
+        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+
+
+class ConduitSystem:
+    """``conduit daemon`` on a generated config; the producer submits over HTTP in batches."""
+
+    def __init__(self, store: str, root: Path, args: argparse.Namespace) -> None:
+        self.kind = store
+        self.root = root
+        self.start_log = str(root / "starts.log")
+        self.db = FreshDatabase("conduit_bench") if store == "postgres" else None
+        self.sqlite_path = root / "conduit.db"
+        self.port = free_port()
+        self.config = root / "conduit.toml"
+        self.config.write_text(
+            CONFIG.format(
+                store=self.db.url if self.db else self.sqlite_path, data=root / "data",
+                workers=args.workers, port=self.port, job_ms=args.job_ms,
+                start_log=self.start_log,
+            )
+        )  # fmt: skip
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.client: ApiClient | None = None
+        self.producer: Producer | None = None
+
+    @property
+    def name(self) -> str:
+        return f"conduit-{self.kind}"
+
+    def start(self) -> None:
+        with (self.root / "daemon.log").open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "conduit_core.cli", "daemon", "--config", str(self.config)],
+                stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
+                # The test plugin's two start gates are then asked only about Work that names
+                # them, as a user's gates select some Work (no gate is asked in this bench).
+                env={**os.environ, "CONDUIT_TEST_PLUGIN_GATES": "selected"},
+            )  # fmt: skip
+        token_file = self.root / "data" / "token"
+        wait_until("the daemon's token", token_file.exists, 30)
+        self.client = ApiClient(
+            token_file.read_text().strip(), listen=f"127.0.0.1:{self.port}", timeout=10
+        )
+        wait_until("the daemon to answer", self._healthy, 30)
+
+    def _healthy(self) -> bool:
+        assert self.proc is not None
+        assert self.client is not None
+        if self.proc.poll() is not None:
+            raise SystemExit(f"the daemon exited: see {self.root / 'daemon.log'}")
+        try:
+            self.client.request("GET", "/v1/health", None, dict)
+        except Exception:
+            return False
+        return True
+
+    def submit(self, batch: list[tuple[str, float]]) -> None:
+        assert self.client is not None
+        items = [SubmitRequest(binding="noop", id=job_id, input={"t": t0}) for job_id, t0 in batch]
+        req = BatchSubmitRequest(items=items)
+        result = self.client.request("POST", "/v1/work/batch", req, BatchSubmitResult)
+        wrong = [i for i in result.items if not i.created and i.code != "work_exists"]
+        if wrong:
+            raise RuntimeError(f"refused: {wrong[0].code}: {wrong[0].error}")
+
+    def produce(self, args: argparse.Namespace, rate: float) -> threading.Thread:
+        backlog = args.depth if args.mode == "backlog" else None
+        starts, seen = StartLog(self.start_log), [0]
+
+        def started() -> int:  # the producer's own count, fresh every tick
+            seen[0] += len(starts.read())
+            return seen[0]
+
+        self.producer = Producer(self.submit, rate=rate, backlog=backlog, started=started)
+        producer = self.producer
+
+        def run() -> None:
+            producer.run(args.seconds)
+            producer.flush(30)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    def counters(self) -> tuple[int, int]:
+        assert self.producer is not None
+        return self.producer.offered, self.producer.submitted
+
+    def finished(self) -> int | None:
+        sql = "SELECT count(*) FROM conduit_work WHERE status = 'completed'"
+        try:
+            if self.db:
+                return self.db.scalar(sql)
+            with sqlite3.connect(f"file:{self.sqlite_path}?mode=ro", uri=True, timeout=5) as c:
+                return int(c.execute(sql).fetchone()[0])
+        except Exception:
+            return None
+
+    def kill_and_restart(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+        self.start()
+
+    def stop(self) -> None:
+        if self.producer is not None:
+            self.producer.stop.set()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if self.db:
+            self.db.drop()
+
+
+class ProcrastinateSystem:
+    """Procrastinate's worker and producer, each a process of the peers' venv."""
+
+    name = "procrastinate"
+
+    def __init__(self, root: Path, args: argparse.Namespace) -> None:
+        self.root = root
+        self.python = args.peer_python
+        self.start_log = str(root / "starts.log")
+        self.counters_file = root / "counters.json"
+        self.db = FreshDatabase("proc_bench")
+        self.args = args
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._side([*self._base("schema")], wait=True)
+
+    def _base(self, what: str) -> list[str]:
+        return [self.python, str(HERE / "_peer_procrastinate.py"), what, "--db", self.db.name,
+                "--start-log", self.start_log]  # fmt: skip
+
+    def _side(self, command: list[str], *, wait: bool = False) -> None:
+        with (self.root / "procrastinate.log").open("ab") as log:
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=HERE)
+        if wait:
+            if proc.wait(60) != 0:
+                raise SystemExit(f"{command[2]} failed: see {self.root / 'procrastinate.log'}")
+        else:
+            self.procs.append(proc)
+
+    def start(self) -> None:
+        ready = self.root / "worker.ready"
+        self._side([*self._base("worker"), "--concurrency", str(self.args.workers),
+                    "--job-ms", str(self.args.job_ms), "--ready", str(ready)])  # fmt: skip
+        wait_until("Procrastinate's worker", ready.exists, 60)
+
+    def produce(self, args: argparse.Namespace, rate: float) -> None:
+        extra = ["--backlog", str(args.depth)] if args.mode == "backlog" else []
+        self._side([*self._base("produce"), "--rate", str(rate), "--seconds", str(args.seconds),
+                    "--counters", str(self.counters_file), *extra])  # fmt: skip
+        wait_until("Procrastinate's producer", self.counters_file.exists, 60)
+
+    def counters(self) -> tuple[int, int]:
+        try:
+            data = json.loads(self.counters_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return 0, 0
+        return int(data["offered"]), int(data["submitted"])
+
+    def finished(self) -> int | None:
+        try:
+            return self.db.scalar(
+                "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
+            )
+        except Exception:
+            return None
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        self.db.drop()
+
+
+def fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def measure(system: Any, rate: float, args: argparse.Namespace) -> dict[str, Any]:
+    """One run of ``system`` at ``rate``: windows on stderr, the result as a dict."""
+    starts = StartLog(system.start_log)
+    started_total = {"n": 0}
+    system.start()
+    producer = system.produce(args, rate)
+    t_begin = time.monotonic()
+    disruptor = disrupt(system, args, t_begin)
+    steady = Histogram()  # every window but the first (warm-up)
+    windows: list[dict[str, Any]] = []
+    prev_offered = prev_finished = 0
+    finished_at_warm: tuple[float, int] | None = None
+    while True:
+        time.sleep(max(0.0, t_begin + (len(windows) + 1) * args.window - time.monotonic()))
+        now = time.monotonic() - t_begin
+        window = Histogram()
+        for _, ms in starts.read():
+            window.add(ms)
+            started_total["n"] += 1
+        if windows:
+            steady.merge(window)
+        offered, submitted = system.counters()
+        finished = system.finished()
+        finished_now = finished if finished is not None else prev_finished
+        dead = system.db.dead_tuples() if system.db else None
+        row = {
+            "t": round(now), "offered_per_s": (offered - prev_offered) / args.window,
+            "finished_per_s": (finished_now - prev_finished) / args.window,
+            "depth": max(0, submitted - started_total["n"]), "p50": window.percentile(50),
+            "p95": window.percentile(95), "p99": window.percentile(99), "dead_tuples": dead,
+        }  # fmt: skip
+        windows.append(row)
+        print(
+            f"  {system.name:18} t={row['t']:>4}s offered {row['offered_per_s']:7.1f}/s "
+            f"finished {row['finished_per_s']:7.1f}/s depth {row['depth']:6} "
+            f"p50/p95/p99 {fmt(row['p50'])}/{fmt(row['p95'])}/{fmt(row['p99'])} ms"
+            + (f" dead {dead}" if dead is not None else "")
+            + (f" unsent {offered - submitted}" if offered > submitted else ""),
+            file=sys.stderr, flush=True,
+        )  # fmt: skip
+        prev_offered, prev_finished = offered, finished_now
+        if len(windows) == 1:
+            finished_at_warm = (now, finished_now)
+        if now >= args.seconds - 0.01:
+            break
+    assert finished_at_warm is not None
+    t_warm, f_warm = finished_at_warm
+    offered, submitted = system.counters()
+    finished_rate = (prev_finished - f_warm) / max(1e-9, now - t_warm)
+    dead_at_end = system.db.dead_tuples() if system.db else None
+    if isinstance(producer, threading.Thread):
+        producer.join(40)
+    if disruptor is not None:
+        disruptor.join(30)
+    # Drain: wait until every stored job finished, or nothing finished for STALL_S (then the
+    # rest is lost), or --drain passed while jobs still finish (then nothing is concluded).
+    drain_deadline = time.monotonic() + args.drain
+    finished_end, progress_at, stalled = prev_finished, time.monotonic(), False
+    while time.monotonic() < drain_deadline:
+        offered, submitted = system.counters()
+        done = system.finished()
+        if done is not None and done > finished_end:
+            finished_end, progress_at = done, time.monotonic()
+        if finished_end >= submitted and submitted >= offered:
+            break
+        if time.monotonic() - progress_at > STALL_S:
+            stalled = True
+            break
+        time.sleep(0.2)
+    starts.read()
+    unfinished = max(0, submitted - finished_end)
+    churn = None
+    if system.db is not None and finished_end:
+        time.sleep(1.5)  # backends report their counts at most once a second
+        made = system.db.churn()
+        if made is not None:
+            churn = {"dead_made_per_job": round(made[0] / finished_end, 2),
+                     "non_hot_dead_per_job": round(made[1] / finished_end, 2)}  # fmt: skip
+    return {
+        "peer": system.name.split("-")[0], "store": getattr(system, "kind", "postgres"),
+        "mode": args.mode, "offered_per_s": None if args.mode == "backlog" else rate,
+        "depth_target": args.depth if args.mode == "backlog" else None,
+        "workers": args.workers, "job_ms": args.job_ms,
+        "seconds": args.seconds, "finished_per_s": round(finished_rate, 1),
+        "load_average": round(os.getloadavg()[0], 1),
+        "p50_ms": _round(steady.percentile(50)), "p95_ms": _round(steady.percentile(95)),
+        "p99_ms": _round(steady.percentile(99)), "max_depth": max(w["depth"] for w in windows),
+        "end_depth": windows[-1]["depth"], "dead_tuples_at_end": dead_at_end,
+        "dead_tuples_peak": max((w["dead_tuples"] or 0 for w in windows), default=None)
+        if dead_at_end is not None else None,
+        **(churn or {}),
+        "submitted": submitted, "unfinished_after_drain": unfinished,
+        "lost": unfinished if stalled or not unfinished else None,
+        "ran_twice": starts.twice(), "windows": windows,
+    }  # fmt: skip
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def disrupt(system: Any, args: argparse.Namespace, t_begin: float) -> threading.Thread | None:
+    """The fault of the mode, in a thread: SIGKILL and restart the daemon every K s, or stop
+    PostgreSQL for 10 s a third of the way in."""
+    if args.mode == "kill" and isinstance(system, ConduitSystem):
+
+        def kill() -> None:
+            n = 1
+            while t_begin + n * args.kill_every < t_begin + args.seconds - 1:
+                time.sleep(max(0.0, t_begin + n * args.kill_every - time.monotonic()))
+                print(f"  {system.name}: SIGKILL, restart", file=sys.stderr, flush=True)
+                system.kill_and_restart()
+                n += 1
+
+        thread = threading.Thread(target=kill, daemon=True)
+    elif args.mode == "pg-down" and system.db is not None:
+
+        def outage() -> None:
+            time.sleep(args.seconds / 3)
+            print(f"  {system.name}: PostgreSQL stopped for 10 s", file=sys.stderr, flush=True)
+            pg_ctl = ["pg_ctlcluster", "--skip-systemctl-redirect", *PG_CLUSTER]
+            subprocess.run([*pg_ctl, "stop"], check=True)
+            time.sleep(10)
+            subprocess.run([*pg_ctl, "start"], check=True)
+            print(f"  {system.name}: PostgreSQL started", file=sys.stderr, flush=True)
+
+        thread = threading.Thread(target=outage, daemon=True)
+    else:
+        return None
+    thread.start()
+    return thread
+
+
+def systems(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    """(name, factory) of each system to run, in order."""
+    out: list[tuple[str, Any]] = [
+        (f"conduit-{s}", lambda root, s=s: ConduitSystem(s, root, args)) for s in args.store
+    ]
+    if args.peer_python and args.mode != "kill":
+        out.append(("procrastinate", lambda root: ProcrastinateSystem(root, args)))
+    return out
+
+
+def run_one(factory: Any, rate: float, args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench_daemon_") as tmp:
+        system = factory(Path(tmp))
+        try:
+            result = measure(system, rate, args)
+        finally:
+            system.stop()
+    windows = result.pop("windows")
+    if args.windows_json:
+        result["windows"] = windows
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def find_max(factory: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """From ``--rate``, step the offered rate up by a quarter while finished ≥ 98 % of offered
+    (or down by a fifth until it is); print the highest sustained rate."""
+    rate, best, direction = args.rate[0], None, 0
+    while True:
+        result = run_one(factory, rate, args)
+        if result["finished_per_s"] >= 0.98 * rate:
+            best = result
+            if direction < 0:
+                break
+            direction, rate = 1, round(rate * 1.25)
+        else:
+            if direction > 0 or rate < 10:
+                break
+            direction, rate = -1, round(rate * 0.8)
+    summary = {"peer": result["peer"], "store": result["store"], "find_max": True,
+               "max_sustained_per_s": best["offered_per_s"] if best else None,
+               "p99_ms_at_max": best["p99_ms"] if best else None}  # fmt: skip
+    print(json.dumps(summary), flush=True)
+    return summary
+
+
+def print_ratios(results: list[dict[str, Any]]) -> None:
+    peer = {(r["round"], r["offered_per_s"]): r for r in results if r["peer"] == "procrastinate"}
+    if not peer:
+        return
+    print("\n| system | offered/s | finished/s | ratio to Procrastinate | p50 / p99 ms | "
+          "Procrastinate p50 / p99 ms | dead rows per job, conduit / Procrastinate (ratio) |",
+          file=sys.stderr)  # fmt: skip
+    print("|---|---|---|---|---|---|---|", file=sys.stderr)
+    for r in results:
+        p = peer.get((r["round"], r["offered_per_s"]))
+        if p is None or r["peer"] == "procrastinate":
+            continue
+        ratio = r["finished_per_s"] / p["finished_per_s"] if p["finished_per_s"] else None
+        mine, theirs = r.get("dead_made_per_job"), p.get("dead_made_per_job")
+        dead = f"{mine} / {theirs} ({mine / theirs:.2f})" if mine and theirs else "-"
+        print(
+            f"| conduit {r['store']} | {r['offered_per_s'] or 'backlog'} | {r['finished_per_s']} | "
+            f"{fmt(ratio) if ratio is None else f'{ratio:.2f}'} | {r['p50_ms']} / {r['p99_ms']} "
+            f"| {p['p50_ms']} / {p['p99_ms']} | {dead} |",
+            file=sys.stderr,
+        )
+        print(json.dumps({"ratio_to": "procrastinate", "store": r["store"], "mode": r["mode"],
+                          "offered_per_s": r["offered_per_s"], "finished_ratio": ratio and
+                          round(ratio, 2)}), flush=True)  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", nargs="+", choices=["sqlite", "postgres"],
+                        default=["sqlite", "postgres"])  # fmt: skip
+    parser.add_argument("--rate", type=float, nargs="+", default=[100.0, 300.0])
+    parser.add_argument("--workers", type=int, default=8, help="job_concurrency / concurrency")
+    parser.add_argument("--job-ms", type=float, default=1.0)
+    parser.add_argument("--seconds", type=float, default=20.0, help="producing time per run")
+    parser.add_argument("--window", type=float, default=5.0)
+    parser.add_argument("--drain", type=float, default=90.0, help="max wait for the queue after")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat every run, interleaved")
+    parser.add_argument("--mode", choices=["steady", "backlog", "kill", "pg-down"],
+                        default="steady")  # fmt: skip
+    parser.add_argument("--depth", type=int, default=1000, help="backlog mode's queue depth")
+    parser.add_argument("--kill-every", type=float, default=10.0)
+    parser.add_argument("--pg-down", action="store_true", help="allow the pg-down mode")
+    parser.add_argument("--find-max", action="store_true")
+    parser.add_argument("--peer-python", default=os.environ.get("BENCH_PEER_PYTHON"),
+                        help="python of a venv with the peers' requirements")  # fmt: skip
+    parser.add_argument("--windows-json", action="store_true", help="windows in the JSON too")
+    args = parser.parse_args()
+    if args.mode == "pg-down" and not args.pg_down:
+        parser.error("--mode pg-down stops PostgreSQL for everyone on this machine: add --pg-down")
+    if args.mode == "pg-down":
+        args.store = [s for s in args.store if s == "postgres"]
+    if not args.peer_python:
+        print("note: no --peer-python (or BENCH_PEER_PYTHON): Procrastinate is not run",
+              file=sys.stderr)  # fmt: skip
+    results: list[dict[str, Any]] = []
+    if args.find_max:
+        for name, factory in systems(args):
+            print(f"{name}:", file=sys.stderr, flush=True)
+            find_max(factory, args)
+        return
+    # Interleaved: every system at one rate, then the next rate, so the machine's other load
+    # hits them alike. A backlog run offers what keeps the queue at --depth: one rate.
+    for round_ in range(1, args.rounds + 1):
+        for rate in [0.0] if args.mode == "backlog" else args.rate:
+            for name, factory in systems(args):
+                print(f"{name} (round {round_}):", file=sys.stderr, flush=True)
+                results.append(run_one(factory, rate, args) | {"round": round_})
+    print_ratios(results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""The Work's binding as a column (schema V6): filled in for Work a V5 store already had, and
+what a claim from the ready queue filters on (only bindings whose pool has a free slot)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import msgspec
+import psycopg
+import pytest
+
+from conduit_core.storage import CapacityLimits, Claim, open_store
+from conduit_core.storage.conformance import T0, make_input, make_work, snapshot
+
+pytestmark = pytest.mark.anyio
+
+#: What V6 added, undone: the store then looks like one a V5 conduit left.
+UNDO_V6 = (
+    "DROP INDEX conduit_work_ready_binding",
+    "ALTER TABLE conduit_work DROP COLUMN binding",
+)
+
+
+def _downgrade_to_v5(store_url: str) -> None:
+    if store_url.startswith("sqlite://"):
+        with sqlite3.connect(store_url.removeprefix("sqlite://")) as conn:
+            for statement in UNDO_V6:
+                conn.execute(statement)
+            conn.execute("UPDATE conduit_meta SET value = '5' WHERE key = 'schema_version'")
+        return
+    with psycopg.connect(store_url, autocommit=True) as conn:
+        for statement in UNDO_V6:
+            conn.execute(statement)
+        conn.execute("UPDATE conduit_meta SET value = '5' WHERE key = 'schema_version'")
+
+
+async def test_the_upgrade_fills_in_the_binding_of_existing_work(store_url: str) -> None:
+    async with await open_store(store_url) as store:
+        for i, binding in enumerate(["full", "full", "open"]):
+            work = msgspec.structs.replace(make_work(f"w{i}"), binding=binding)
+            await store.create_work(work, first_input=make_input(f"w{i}-in"))
+    _downgrade_to_v5(store_url)
+    async with await open_store(store_url) as store:  # migrates V5 -> current
+        # Pool "p" of binding "full" is full (its limit is 0): only "open"'s Work is read.
+        limits = CapacityLimits(
+            global_limit=8, pool_limits={"p": 0}, binding_pools={"full": "p", "open": None}
+        )
+        claims = await store.claim_ready(
+            limit=8, snapshot_for=lambda work: snapshot(), owner="o", now_ms=T0,
+            lease_ms=30_000, capacity=limits,
+        )  # fmt: skip
+        assert [c.work.id for c in claims if isinstance(c, Claim)] == ["w2"]
+        assert [c for c in claims if not isinstance(c, Claim)] == []

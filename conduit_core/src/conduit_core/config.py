@@ -146,6 +146,8 @@ class ExecutorProgram(_Section, frozen=True, kw_only=True):
     callbacks_per_second: Annotated[float, msgspec.Meta(ge=1, le=1_000_000)] = 100.0
     #: Callbacks of the program being recorded at once; past it the daemon stops reading it.
     callbacks_in_flight: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 256
+    #: The longest wait before a program that keeps dying is started again (0.1 s doubling).
+    restart_backoff_max_seconds: PositiveSeconds = 10.0
 
     def spec(self) -> ProgramSpec:
         settings = ProgramSettings(
@@ -156,6 +158,7 @@ class ExecutorProgram(_Section, frozen=True, kw_only=True):
                 per_second=self.callbacks_per_second,
                 in_flight=self.callbacks_in_flight,
             ),
+            backoff_max=self.restart_backoff_max_seconds,
         )
         return ProgramSpec(command=tuple(self.command), settings=settings)
 

@@ -111,6 +111,8 @@ class StopTarget(msgspec.Struct, frozen=True, kw_only=True):
 
     ``launch_intent`` is what the launch recorded before it started anything: with no recovery
     metadata (a crash between the two), it is how a stop finds exactly this launch's resources.
+    ``state_dir`` is the executor's directory on this host (``ExecutionContext.state_dir``), for
+    an intent that names a launch's files relative to it.
     """
 
     execution_id: str
@@ -119,6 +121,7 @@ class StopTarget(msgspec.Struct, frozen=True, kw_only=True):
     config: dict[str, Any] = {}
     recovery: dict[str, Any] | None = None
     launch_intent: dict[str, Any] | None = None
+    state_dir: str | None = None
 
 
 class ExecutionContext:
@@ -182,6 +185,7 @@ class ExecutionContext:
             config=dict(self.config),
             recovery=self.recovery,
             launch_intent=self.launch_intent,
+            state_dir=self.state_dir,
         )
 
     async def persist_recovery(self, metadata: Mapping[str, Any]) -> None:

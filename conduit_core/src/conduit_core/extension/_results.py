@@ -14,6 +14,7 @@ from conduit_core.validation import MAX_AMOUNT
 
 __all__ = [
     "Artifact",
+    "CannotTellError",
     "NotAcceptingError",
     "NotStartedError",
     "OperationError",
@@ -170,6 +171,17 @@ class ResourcesGoneError(OperationError):
 
     def __init__(self, message: str) -> None:
         super().__init__("resources_gone", message)
+
+
+class CannotTellError(OperationError):
+    """Raised by ``run``, ``resume`` or ``Handle.wait`` when they lost sight of what they
+    started and recovery could not tell what became of it (an out-of-process program died under
+    them and the restarted program's ``recover`` could not tell).
+
+    The core holds the attempt, as it holds an unprovable recovery: unfinished, its slot and its
+    Work kept, recovery asked again later or settled by a person's ``confirm-stopped``; never a
+    counted failure whose retry could run the job twice. ``code`` is the executor's own.
+    """
 
 
 def validate_result(result: Result) -> None:

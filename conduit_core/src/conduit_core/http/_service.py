@@ -237,6 +237,7 @@ class ApiService:
         at_ms = self._now()
         waiting = await self.store.capacity_waiting(self.scheduler.capacity())
         limits: dict[str, int | None] = {
+            **opts.pool_limits,  # [pools.NAME], whichever executor (in process or not) uses it
             GLOBAL_POOL: opts.concurrency,
             JOBS_POOL: opts.job_concurrency,
         }

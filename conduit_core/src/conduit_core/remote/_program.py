@@ -1,6 +1,7 @@
 """One running executor program and the frames between it and the core.
 
-A :class:`ProgramConnection` owns the child process, a reader task that routes each reply to the
+A :class:`ProgramConnection` owns the child process (a :class:`ProgramProcess`, watched by its
+pid rather than its pipe), a reader task that routes each reply to the
 request waiting for it (by id) and runs each callback against the attempt's
 :class:`ExecutionContext`, and the request-id counter. Anything wrong with the stream ends the
 connection (:class:`ProgramGone`) rather than the daemon: the supervisor restarts the program
@@ -58,6 +59,7 @@ from conduit_core.extension.wire import (
     encode_frame,
     frame_length,
 )
+from conduit_core.remote._process import ProgramProcess, describe_exit
 
 __all__ = ["PROGRAM_ENV", "CallbackLimits", "ProgramConnection", "ProgramGone", "probe_program"]
 
@@ -70,6 +72,14 @@ _CALLBACKS = (RecordLaunchIntent, PersistRecovery, PhaseBegin, PhaseEnd, Pin)
 _CALLBACK_KINDS = ("launch_intent", "persist_recovery", "phase_begin", "phase_end", "pin")
 #: The reader lets the event loop run after this many frames read without a pause.
 _FRAMES_PER_TURN = 16
+#: Replies written to a program and not read by it yet, in bytes, before its reader waits.
+_REPLIES_BUFFERED_AT_MOST = 64 * 1024
+#: After the end of a program's output, how long its exit may take to be seen (to say how it
+#: ended) before it is taken for a program that closed its stdout and is killed.
+_EXIT_AFTER_EOF_S = 2.0
+#: How many ended run / resume / recover requests a connection remembers, so that a late
+#: callback for one is answered ``lease_lost`` (the attempt is no longer the program's).
+_ENDED_REMEMBERED = 10_000
 
 
 class ProgramGone(ConduitError):
@@ -114,9 +124,10 @@ class ProgramConnection:
     def __init__(
         self,
         name: str,
-        process: asyncio.subprocess.Process,
+        process: ProgramProcess,
         on_protocol_error: Callable[[str], None],
         limits: CallbackLimits | None = None,
+        on_gone: Callable[[ProgramGone], None] | None = None,
     ) -> None:
         self.name = name
         self.process = process
@@ -124,15 +135,19 @@ class ProgramConnection:
         self.manifest: WireManifest | None = None
         self.gone: ProgramGone | None = None
         self._on_protocol_error = on_protocol_error
+        self._on_gone = on_gone
         self._next_id = 0
         self._pending: dict[int, asyncio.Future[ExecutorMessage]] = {}
         self._contexts: dict[int, ExecutionContext] = {}
         self._limits = limits or CallbackLimits()
         self._budgets: dict[int, _CallbackBudget] = {}
         self._callback_slots = asyncio.Semaphore(self._limits.in_flight)
+        self._ended: dict[int, None] = {}  # insertion-ordered: the oldest is forgotten first
         self._callback_tasks: set[asyncio.Task[None]] = set()
         self._frames = 0
         self._reader = self.loop.create_task(self._read_loop())
+        # The process, not its pipe: a child that keeps stdout open must not hide the exit.
+        process.exited.add_done_callback(self._process_exited)
 
     @classmethod
     async def start(
@@ -143,16 +158,14 @@ class ProgramConnection:
         handshake_timeout: float,
         on_protocol_error: Callable[[str], None],
         limits: CallbackLimits | None = None,
+        on_gone: Callable[[ProgramGone], None] | None = None,
     ) -> ProgramConnection:
         env = {**os.environ, PROGRAM_ENV: name}
         try:
-            process = await asyncio.create_subprocess_exec(
-                *command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                start_new_session=True,
-            )  # fmt: skip
+            process = await ProgramProcess.start(command, env)
         except OSError as exc:
             raise ProgramGone(f"executor {name!r}: cannot start {command[0]!r}: {exc}") from exc
-        conn = cls(name, process, on_protocol_error, limits)
+        conn = cls(name, process, on_protocol_error, limits, on_gone)
         try:
             reply = await conn.request(
                 lambda rid: Handshake(id=rid, min_version=PROTOCOL_VERSION,
@@ -210,8 +223,11 @@ class ProgramConnection:
 
     def forget(self, request: int) -> None:
         """The attempt of ``request`` makes no more callbacks through this connection."""
-        self._contexts.pop(request, None)
         self._budgets.pop(request, None)
+        if self._contexts.pop(request, None) is not None:
+            self._ended[request] = None
+            if len(self._ended) > _ENDED_REMEMBERED:
+                del self._ended[next(iter(self._ended))]
 
     def send_nowait(self, build: Callable[[int], msgspec.Struct]) -> None:
         """Fire and forget (a cancel): its reply is read and dropped."""
@@ -222,15 +238,14 @@ class ProgramConnection:
     def _write(self, message: msgspec.Struct) -> None:
         frame = encode_frame(message)
         stdin = self.process.stdin
-        if stdin is None or stdin.is_closing():
+        if self.gone is not None or stdin is None or stdin.is_closing():
             self._end(ProgramGone(f"executor {self.name!r}: its stdin is closed"))
             raise self.gone  # type: ignore[misc]
         stdin.write(frame)
 
     async def _read_loop(self) -> None:
         stdout = self.process.stdout
-        assert stdout is not None
-        reason = f"executor {self.name!r} exited"
+        reason = ""
         try:
             while True:
                 header = await stdout.readexactly(HEADER.size)
@@ -248,13 +263,17 @@ class ProgramConnection:
                     self._route(message)
                 await self._backpressure()
         except asyncio.IncompleteReadError:
-            reason = await self._exit_reason()
+            # End of its output: it exited (say how), or it closed stdout and cannot answer.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.process.exited), _EXIT_AFTER_EOF_S)
         except WireProtocolError as exc:  # a bad length: nothing after it can be framed
             reason = f"executor {self.name!r} wrote garbage ({exc.code}: {exc.message})"
             self._on_protocol_error(reason)
         except Exception as exc:  # never let a reader failure escape unseen
             reason = f"executor {self.name!r}: reading its output failed: {type(exc).__name__}"
-        self._end(ProgramGone(reason))
+        if not reason and self.process.returncode is not None:
+            reason = self._exit_reason(self.process.returncode)
+        self._end(ProgramGone(reason or f"executor {self.name!r} closed its output"))
 
     def _refused(self, exc: WireProtocolError) -> None:
         """A well-framed but invalid message: fail what it answered, keep the stream."""
@@ -279,6 +298,14 @@ class ProgramConnection:
         """Refuse it at once (unknown request, past a bound), or record it in a task of its own
         once fewer than ``in_flight`` are being recorded (until then nothing more is read)."""
         ctx = self._contexts.get(message.request)
+        if ctx is None and message.request in self._ended:
+            # Cancelled, settled or recovered since: the attempt is no longer this request's.
+            text = (
+                f"callback {message.id}: request {message.request} has ended (cancelled, settled "
+                "or recovered): start nothing"
+            )
+            self._write_quietly(LeaseLost(id=message.id, message=text))
+            return
         if ctx is None:
             error = _refusal(
                 "unknown_request",
@@ -341,18 +368,15 @@ class ProgramConnection:
         if self._frames % _FRAMES_PER_TURN == 0:
             await asyncio.sleep(0)
         stdin = self.process.stdin
-        if stdin is not None and not stdin.is_closing():
-            with contextlib.suppress(ConnectionError, OSError):
-                await stdin.drain()
-
-    async def _exit_reason(self) -> str:
-        """Why the program's output ended, with its exit status when it exited."""
-        before = " before answering its handshake" if self.manifest is None else ""
-        try:
-            status = await asyncio.wait_for(self.process.wait(), 1.0)
-        except Exception:
-            return f"executor {self.name!r} closed its output{before}"
-        return f"executor {self.name!r} {_exit_text(status)}{before}"
+        # The pipe's transport buffers what the program has not read yet: past the mark, wait
+        # (reading nothing more) until it has read its replies or is gone.
+        while (
+            stdin is not None
+            and not stdin.is_closing()
+            and self.gone is None
+            and stdin.get_write_buffer_size() > _REPLIES_BUFFERED_AT_MOST
+        ):
+            await asyncio.sleep(0.01)
 
     async def _callback(self, message: Any, ctx: ExecutionContext) -> None:
         try:
@@ -386,6 +410,16 @@ class ProgramConnection:
         with contextlib.suppress(ConduitError, OSError, RuntimeError):
             self._write(message)
 
+    def _exit_reason(self, returncode: int) -> str:
+        before = " before answering its handshake" if self.manifest is None else ""
+        return (
+            f"executor {self.name!r} (pid {self.process.pid}) {describe_exit(returncode)}{before}"
+        )
+
+    def _process_exited(self, exited: asyncio.Future[int]) -> None:
+        if not exited.cancelled():
+            self._end(ProgramGone(self._exit_reason(exited.result())))
+
     def _end(self, gone: ProgramGone) -> None:
         if self.gone is not None:
             return
@@ -394,27 +428,38 @@ class ProgramConnection:
             if not future.done():
                 future.set_exception(gone)
         self.kill()
+        if self._reader is not asyncio.current_task():
+            self._reader.cancel()  # its output may stay open (a child holds it): stop reading
+        if self._on_gone is not None:
+            self._on_gone(gone)
 
     def kill(self) -> None:
         # The program started its jobs detached: killing it never touches a job.
-        with contextlib.suppress(ProcessLookupError, RuntimeError):
-            self.process.kill()
+        self.process.kill()
         if self.gone is None:
             self.gone = ProgramGone(f"executor {self.name!r} was stopped")
-        with contextlib.suppress(Exception):
-            if self.process.stdin is not None:
-                self.process.stdin.close()
+        self.process.close_pipes()
+        if self.loop.is_closed() or self.loop is not _running_loop():
+            self.process.reap_now()  # its loop (a test's) cannot watch it any more
 
     async def shutdown(self, grace: float = 5.0) -> None:
         """Ask the program to exit; kill it if it does not."""
+        self._on_gone = None  # its exit is asked for: nothing to report
         if self.gone is None:
             with contextlib.suppress(ConduitError, TimeoutError, OSError):
                 await self.request(lambda rid: Shutdown(id=rid), within=grace)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.process.wait(), grace)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.process.exited), grace)
         self.kill()
-        with contextlib.suppress(Exception):
-            await self.process.wait()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.process.exited), grace)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def check_handshake(name: str, command: Sequence[str], reply: ExecutorMessage) -> WireManifest:

@@ -23,6 +23,7 @@ import msgspec
 
 from conduit_core.errors import LeaseLostError
 from conduit_core.extension import (
+    CannotTellError,
     ExecutionContext,
     Executor,
     ExecutorManifest,
@@ -122,6 +123,12 @@ class ProgramSupervisor:
             "last_error": self.last_error,
         }
 
+    def _gone(self, gone: ProgramGone) -> None:
+        # Said at once, from the process's own exit status; it restarts at its next request.
+        self.status = "down"
+        self.last_error = gone.message
+        log.warning("%s", gone.message)
+
     def _protocol_error(self, text: str) -> None:
         self.protocol_errors += 1
         self.last_error = text
@@ -160,13 +167,14 @@ class ProgramSupervisor:
                 delay = min(delay, max(self._next_start - self._clock(), 0.0))
             if self.status == "restarting":
                 # Names the program and the failure only, never a request's content.
-                log.warning("%s; restarting it in %.1f s", self.last_error, delay)
+                log.info("%s; restarting it in %.1f s", self.last_error, delay)
             await asyncio.sleep(delay)
             self._started_at = self._clock()
             try:
                 conn = await ProgramConnection.start(
                     self.name, self.command, handshake_timeout=self.settings.handshake_timeout,
                     on_protocol_error=self._protocol_error, limits=self.settings.callbacks,
+                    on_gone=self._gone,
                 )  # fmt: skip
                 assert conn.manifest is not None
                 check_same_executor(self.name, self.expected, conn.manifest)
@@ -237,6 +245,10 @@ def raise_wire_error(error: WireError) -> None:
     )
 
 
+class _InvalidReply(OperationError):
+    """A well-framed reply that is not what the request takes (a wrong field, an unknown kind)."""
+
+
 def _unexpected(reply: ExecutorMessage, wanted: str) -> OperationError:
     return OperationError(
         "wire_invalid_message", f"expected {wanted} in reply, got {type(reply).__name__}"
@@ -270,11 +282,24 @@ class RemoteExecutor(Executor):
     async def recover(self, ctx: ExecutionContext) -> Handle:
         return await self.reattach(ctx, relaunch=None)
 
+    async def reattach_or_hold(
+        self, ctx: ExecutionContext, relaunch: Callable[[int], msgspec.Struct] | None
+    ) -> RemoteHandle:
+        """A launch or wait that lost sight of what it started follows it through recover; a
+        recover that cannot tell (or a program that keeps dying) holds the attempt
+        (``CannotTellError``, as docs/wire-protocol.md says), never fails it into a rerun."""
+        try:
+            return await self.reattach(ctx, relaunch=relaunch)
+        except (NotStartedError, ResourcesGoneError):
+            raise
+        except OperationError as exc:
+            raise CannotTellError(exc.code, f"after its program was lost: {exc.message}") from exc
+
     async def _launch(
         self, ctx: ExecutionContext, build: Callable[[int], msgspec.Struct]
     ) -> RemoteHandle:
         conn = await self.supervisor.connection()
-        before = ctx.recovery
+        recorded = (ctx.launch_intent, ctx.recovery)
         try:
             return await self._handle_from(conn, ctx, build)
         except ProgramGone:
@@ -283,9 +308,16 @@ class RemoteExecutor(Executor):
             # once this launch's recovery metadata was acknowledged (then something started:
             # the answer goes to the core, which holds the attempt), nor past the deadline (the
             # core times it out: its retry runs it, once).
-            persisted = ctx.recovery is not before
+            persisted = ctx.recovery is not recorded[1]
             late = ctx.deadline_ms is not None and time.time() * 1000 >= ctx.deadline_ms
-            return await self.reattach(ctx, relaunch=None if persisted or late else build)
+            return await self.reattach_or_hold(ctx, None if persisted or late else build)
+        except _InvalidReply as exc:
+            if ctx.launch_intent is recorded[0] and ctx.recovery is recorded[1]:
+                raise  # it recorded nothing, so it started nothing: an ordinary failure
+            # It said it was launching (an intent, recovery metadata), then answered with
+            # something unreadable: ask it what runs, never fail into a rerun of the job.
+            log.warning("%s; the attempt %s goes through recover", exc.message, ctx.execution_id)
+            return await self.reattach_or_hold(ctx, None)
 
     async def _handle_from(
         self, conn: ProgramConnection, ctx: ExecutionContext, build: Callable[[int], msgspec.Struct]
@@ -300,7 +332,7 @@ class RemoteExecutor(Executor):
             reply = await conn.request(numbered, within=self._timeout, context=ctx)
         except WireProtocolError as exc:
             conn.forget(sent[0])
-            raise OperationError(exc.code, exc.message) from exc
+            raise _InvalidReply(exc.code, exc.message) from exc
         except BaseException:
             if sent:
                 conn.forget(sent[0])
@@ -310,7 +342,7 @@ class RemoteExecutor(Executor):
         conn.forget(sent[0])
         if isinstance(reply, RequestFailed):
             raise_wire_error(reply.error)
-        raise _unexpected(reply, "launched")
+        raise _InvalidReply("wire_invalid_message", _unexpected(reply, "launched").message)
 
     async def reattach(
         self, ctx: ExecutionContext, *, relaunch: Callable[[int], msgspec.Struct] | None
@@ -370,6 +402,7 @@ class RemoteExecutor(Executor):
         return Target(
             execution_id=target.execution_id, epoch=target.epoch, work_id=target.work_id,
             generation=self.generation, config=dict(target.config), recovery=target.recovery,
+            launch_intent=target.launch_intent, state_dir=target.state_dir,
         )  # fmt: skip
 
     async def stop(self, target: StopTarget) -> StopEvidence:
@@ -425,8 +458,9 @@ class RemoteHandle(Handle):
         """Follow the segment through a recovery; its result when that found it finished."""
         conn.forget(self._request)
         # A "nothing started" answer for a segment that ran goes to the core as it is: it
-        # contradicts the acknowledged recovery metadata, and the core holds the attempt.
-        fresh = await self._executor.reattach(self._ctx, relaunch=None)
+        # contradicts the acknowledged recovery metadata, and the core holds the attempt; one
+        # that cannot tell holds it too.
+        fresh = await self._executor.reattach_or_hold(self._ctx, None)
         self._conn, self._handle, self._request = fresh._conn, fresh._handle, fresh._request
         if fresh._result is not None:
             self._conn.forget(self._request)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from conduit_core.errors import (
     is_store_outage,
 )
 from conduit_core.extension import (
+    CannotTellError,
     Capability,
     ExecutionContext,
     Executor,
@@ -47,6 +47,7 @@ from conduit_core.model import (
     ExecutionStatus,
     HandoffPolicy,
     Lease,
+    RecoveryHold,
     RetryPolicy,
     Work,
 )
@@ -254,7 +255,8 @@ class AttemptRunner:
         exc: Exception,
     ) -> Execution:
         """The executor refused or failed the launch: the executor phase ends failed, and so
-        does the attempt (an ``OperationError`` with its own code and retry hint)."""
+        does the attempt (an ``OperationError`` with its own code and retry hint), unless it
+        cannot tell what it started (``CannotTellError``): then the attempt is held."""
         callbacks.buffer_end("executor", PhaseOutcome.FAILED)
         await callbacks.flush()
         if isinstance(exc, NotStartedError) and callbacks.recovery_persisted:
@@ -269,6 +271,8 @@ class AttemptRunner:
                 execution, held, verified=True,
                 why="its executor lost the launch and its deadline passed; nothing started",
             )  # fmt: skip
+        if isinstance(exc, CannotTellError):
+            return await self._hold_untold(execution, held, exc)
         if isinstance(exc, OperationError):
             return await self._fail(
                 execution, held, exc.code, exc.message, permanent=exc.permanent,
@@ -305,12 +309,7 @@ class AttemptRunner:
             deadline_ms=snap.deadline_ms,
             recovery=execution.recovery,
             launch_intent=execution.launch_intent,
-            # Each executor its own directory, so two executors' files never meet.
-            state_dir=(
-                os.path.join(self.options.state_dir, snap.executor)
-                if self.options.state_dir is not None
-                else None
-            ),
+            state_dir=self.options.executor_state_dir(snap.executor),
             callbacks=callbacks,
         )
 
@@ -358,6 +357,8 @@ class AttemptRunner:
             # The executor lost the segment and its recovery says nothing started, though the
             # launch's recovery metadata was acknowledged: recovery decides (and holds).
             return await self.release_for_recovery(execution, attempt.held, error)
+        if isinstance(error, CannotTellError):
+            return await self._hold_untold(execution, attempt.held, error, attempt.callbacks)
         if isinstance(error, OperationError):
             return await self._fail(
                 execution, attempt.held, error.code,
@@ -499,6 +500,62 @@ class AttemptRunner:
             )  # fmt: skip
 
         return await self._settle(held, decide, now, trail)
+
+    async def hold_recovery(
+        self,
+        execution: Execution,
+        held: HeldLease,
+        code: str,
+        message: str,
+        how: str,
+        trail: StoreCallbacks | None = None,
+    ) -> Execution:
+        """Fail closed without failing: keep the attempt unfinished, its slot and its Work
+        blocked, and try recovery again after ``recovery_retry_ms`` (or at once after a start or
+        reload)."""
+        if trail is not None and trail.has_pending:
+            await trail.flush()
+        now = self.clock.now_ms()
+        before = execution.recovery_hold
+        # Tried again at the deadline at the latest: a held attempt's deadline is enforced.
+        retry_at = now + self.options.recovery_retry_ms
+        if now < execution.snapshot.deadline_ms < retry_at:
+            retry_at = execution.snapshot.deadline_ms
+        settle = (
+            f"{how}; or, once you know it no longer runs: conduit work confirm-stopped "
+            f"{execution.work_id} --epoch {execution.epoch}"
+        )
+        recovery_hold = RecoveryHold(
+            code=code,
+            message=message,
+            epoch=execution.epoch,
+            since_ms=before.since_ms if before is not None else now,
+            retry_at_ms=retry_at,
+            tries=before.tries + 1 if before is not None else 1,
+            settle=settle,
+        )
+        level = logging.ERROR if before is None else logging.INFO
+        log.log(
+            level, "recovery held execution=%s epoch=%s try=%d: [%s] %s",
+            execution.id, execution.epoch, recovery_hold.tries, code, message,
+        )  # fmt: skip
+        async with held.ending_write():
+            return await self.store.hold_recovery(held.lease, recovery_hold, now_ms=now)
+
+    async def _hold_untold(
+        self,
+        execution: Execution,
+        held: HeldLease,
+        error: CannotTellError,
+        trail: StoreCallbacks | None = None,
+    ) -> Execution:
+        # The executor lost sight of the job and cannot tell what runs: held, never retried.
+        return await self.hold_recovery(
+            execution, held, error.code,
+            f"recovery could not tell what runs: {error.code}: {error.message}",
+            f"the executor {execution.snapshot.executor!r} is asked again; see its logs",
+            trail=trail,
+        )  # fmt: skip
 
     async def fail_attempt(
         self,

@@ -15,7 +15,7 @@ import uuid
 from typing import Any
 
 from conduit_core.errors import LeaseLostError
-from conduit_core.extension import Capability, NotAcceptingError, StopTarget
+from conduit_core.extension import Capability, NotAcceptingError
 from conduit_core.model import (
     ControlIntent,
     ControlKind,
@@ -135,7 +135,7 @@ class Controls:
         try:
             executor = self.plugins.executor(ex.snapshot.executor, ex.snapshot.executor_generation)
             inputs = [presented(await self.store.get_event(i)) for i in intent.input_ids]
-            await executor.inject(_target(ex), inputs)
+            await executor.inject(self.stops.target(ex), inputs)
         except NotAcceptingError:
             return await self._settle(intent, token, ControlStatus.NOT_ACCEPTING)
         except Exception as exc:  # UnsupportedGenerationError included: fall back, never swap
@@ -152,7 +152,7 @@ class Controls:
     async def _dispatch_interrupt(self, intent: ControlIntent, ex: Execution) -> int:
         claimed = await self.store.claim_control(intent.id, now_ms=self.clock.now_ms())
         token = claimed.dispatch_token or ""
-        target = _target(ex, epoch=intent.epoch)
+        target = self.stops.target(ex, epoch=intent.epoch)
         verified = False
         try:
             executor = self.plugins.executor(ex.snapshot.executor, ex.snapshot.executor_generation)
@@ -181,14 +181,3 @@ class Controls:
             # Settled meanwhile (a result consumed the input) or re-dispatched: theirs wins.
             return 0
         return 1
-
-
-def _target(ex: Execution, *, epoch: int | None = None) -> StopTarget:
-    return StopTarget(
-        execution_id=ex.id,
-        epoch=epoch if epoch is not None else ex.epoch,
-        work_id=ex.work_id,
-        config=dict(ex.snapshot.binding_config),
-        recovery=ex.recovery,
-        launch_intent=ex.launch_intent,
-    )

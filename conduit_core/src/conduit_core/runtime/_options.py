@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -86,6 +87,11 @@ class SchedulerOptions:
             pool_limits={name: pool.concurrency for name, pool in config.pools.items()},
             executor_call_timeout_ms=int(settings.executor_call_timeout_seconds * 1000),
         )
+
+    def executor_state_dir(self, executor: str) -> str | None:
+        """``<state_dir>/<executor name>``: each executor its own, so two executors' files
+        never meet (``ExecutionContext.state_dir``, ``StopTarget.state_dir``)."""
+        return None if self.state_dir is None else os.path.join(self.state_dir, executor)
 
     def capacity(self) -> CapacityLimits:
         return CapacityLimits(

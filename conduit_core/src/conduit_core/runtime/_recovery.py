@@ -35,7 +35,6 @@ from conduit_core.model import (
     Execution,
     ExecutionStatus,
     Invoke,
-    RecoveryHold,
     Segment,
     Work,
 )
@@ -376,35 +375,8 @@ class Recovery:
     async def hold(
         self, execution: Execution, held: HeldLease, code: str, message: str, how: str
     ) -> Execution:
-        """Fail closed without failing: keep the attempt unfinished, its slot and its Work
-        blocked, and try recovery again after ``recovery_retry_ms`` (or at once after a start or
-        reload)."""
-        now = self.clock.now_ms()
-        before = execution.recovery_hold
-        # Tried again at the deadline at the latest: a held attempt's deadline is enforced.
-        retry_at = now + self.options.recovery_retry_ms
-        if now < execution.snapshot.deadline_ms < retry_at:
-            retry_at = execution.snapshot.deadline_ms
-        settle = (
-            f"{how}; or, once you know it no longer runs: conduit work confirm-stopped "
-            f"{execution.work_id} --epoch {execution.epoch}"
-        )
-        recovery_hold = RecoveryHold(
-            code=code,
-            message=message,
-            epoch=execution.epoch,
-            since_ms=before.since_ms if before is not None else now,
-            retry_at_ms=retry_at,
-            tries=before.tries + 1 if before is not None else 1,
-            settle=settle,
-        )
-        level = logging.ERROR if before is None else logging.INFO
-        log.log(
-            level, "recovery held execution=%s epoch=%s try=%d: [%s] %s",
-            execution.id, execution.epoch, recovery_hold.tries, code, message,
-        )  # fmt: skip
-        async with held.ending_write():
-            return await self.store.hold_recovery(held.lease, recovery_hold, now_ms=now)
+        """Fail closed without failing (``AttemptRunner.hold_recovery``)."""
+        return await self.runner.hold_recovery(execution, held, code, message, how)
 
     # --- a person's confirmation ---------------------------------------------------------------
 

@@ -59,7 +59,7 @@ class Scheduler:
         opts = self.options
         self.runner = AttemptRunner(store, clock, plugins, opts)
         self.admission = Admission(store, clock, plugins, opts, self.runner.pin)
-        self.stops = Stops(store, clock, plugins)
+        self.stops = Stops(store, clock, plugins, opts.executor_state_dir)
         self.recovery = Recovery(store, clock, plugins, opts, self.runner)
         self.wakes = Wakes(store, clock, opts, self.runner)
         self.controls = Controls(store, clock, plugins, self.stops)

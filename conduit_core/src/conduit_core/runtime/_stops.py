@@ -10,6 +10,7 @@ of its own (the daemon, invariant 12) can show the reason and back off; ``stop_a
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from conduit_core.errors import ConduitError, LeaseLostError, UnsupportedGenerationError
 from conduit_core.extension import StopTarget
@@ -18,18 +19,29 @@ from conduit_core.plugins import Plugins
 from conduit_core.runtime._clock import Clock
 from conduit_core.storage import Store
 
-__all__ = ["Stops"]
+__all__ = ["Stops", "stop_target"]
 
 log = logging.getLogger("conduit.runtime")
 
 
 class Stops:
-    """``Stops(store, clock, plugins)``: the stop/confirm pass and the stops after lost leases."""
+    """``Stops(store, clock, plugins, state_dir)``: the stop/confirm pass and the stops after
+    lost leases (``state_dir``: the executor's own directory, by executor name)."""
 
-    def __init__(self, store: Store, clock: Clock, plugins: Plugins) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        plugins: Plugins,
+        state_dir: Callable[[str], str | None] = lambda executor: None,
+    ) -> None:
         self.store = store
         self.clock = clock
         self.plugins = plugins
+        self.state_dir = state_dir
+
+    def target(self, execution: Execution, *, epoch: int | None = None) -> StopTarget:
+        return stop_target(execution, self.state_dir(execution.snapshot.executor), epoch=epoch)
 
     async def try_stop(self, execution_id: str) -> str | None:
         """Stop what the attempt may have left running and confirm its exclusion when the stop
@@ -52,14 +64,7 @@ class Stops:
         except UnsupportedGenerationError as exc:
             log.error("cannot stop execution=%s: %s", execution.id, exc.message)
             return False, exc.message
-        target = StopTarget(
-            execution_id=execution.id,
-            epoch=execution.epoch,
-            work_id=execution.work_id,
-            config=dict(snap.binding_config),
-            recovery=execution.recovery,
-            launch_intent=execution.launch_intent,
-        )
+        target = self.target(execution)
         try:
             evidence = await executor.stop(target)
         except Exception as exc:
@@ -114,3 +119,17 @@ def _failure(exc: Exception) -> str:
     if isinstance(exc, ConduitError):
         return f"[{exc.code}] {exc.message}"
     return type(exc).__name__
+def stop_target(
+    execution: Execution, state_dir: str | None, *, epoch: int | None = None
+) -> StopTarget:
+    """What a stop, interrupt or inject of ``execution`` names: with no recovery metadata, its
+    launch intent and the executor's state dir find exactly that launch's resources."""
+    return StopTarget(
+        execution_id=execution.id,
+        epoch=epoch if epoch is not None else execution.epoch,
+        work_id=execution.work_id,
+        config=dict(execution.snapshot.binding_config),
+        recovery=execution.recovery,
+        launch_intent=execution.launch_intent,
+        state_dir=state_dir,
+    )

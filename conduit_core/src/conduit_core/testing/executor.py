@@ -148,7 +148,7 @@ class _World:
         """Stop this at teardown (with the pinned generation's implementation by default)."""
         if isinstance(target, Execution):
             executor = executor or self.executor(target.snapshot.executor_generation)
-            target = _stop_target(target)
+            target = _stop_target(target, self.root / "state")
         self._started.append((executor or self.executor(), target))
 
     async def settle(self) -> None:
@@ -237,10 +237,12 @@ def _program(subject: ExecutorSubject) -> list[str] | None:
     return None if subject.program is None else list(subject.program)
 
 
-def _stop_target(ex: Execution) -> StopTarget:
+def _stop_target(ex: Execution, state_root: Path) -> StopTarget:
+    # As the scheduler names it (options_for gives the host ``state_root``).
     return StopTarget(
         execution_id=ex.id, epoch=ex.epoch, work_id=ex.work_id,
         config=dict(ex.snapshot.binding_config), recovery=ex.recovery,
+        launch_intent=ex.launch_intent, state_dir=str(state_root / ex.snapshot.executor),
     )  # fmt: skip
 
 

@@ -130,6 +130,10 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
     generation: int
     config: dict[str, Any] = {}
     recovery: dict[str, Any] | None = None
+    #: With no ``recovery`` (the launch stopped between the two), what finds exactly its
+    #: resources; ``state_dir`` is the executor's directory on this host.
+    launch_intent: dict[str, Any] | None = None
+    state_dir: str | None = None
 
 
 class WireError(msgspec.Struct, frozen=True, kw_only=True):

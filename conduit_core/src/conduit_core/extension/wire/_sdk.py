@@ -371,5 +371,6 @@ class _Server:
 def _stop_target(target: Target) -> StopTarget:
     return StopTarget(
         execution_id=target.execution_id, epoch=target.epoch, work_id=target.work_id,
-        config=target.config, recovery=target.recovery,
+        config=target.config, recovery=target.recovery, launch_intent=target.launch_intent,
+        state_dir=target.state_dir,
     )  # fmt: skip

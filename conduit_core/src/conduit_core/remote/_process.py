@@ -34,6 +34,23 @@ def describe_exit(returncode: int) -> str:
     return f"exited with status {returncode}"
 
 
+class _WriteFlow(asyncio.Protocol):
+    """The stdin pipe's flow control, as an event: cleared while the transport's buffer is
+    above its high-water mark, set when it drains or the pipe is gone."""
+
+    def __init__(self, writable: asyncio.Event) -> None:
+        self._writable = writable
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._writable.set()
+
+
 class ProgramProcess:
     """One running program: its pipes as asyncio streams and ``exited`` (its return code)."""
 
@@ -44,6 +61,10 @@ class ProgramProcess:
         self.exited: asyncio.Future[int] = loop.create_future()
         self.stdout = asyncio.StreamReader(loop=loop)
         self.stdin: asyncio.WriteTransport | None = None
+        #: Clear while the program leaves more unread on its stdin than the pipe's high-water
+        #: mark (its reader then waits: see ``ProgramConnection``); set again as it reads.
+        self.writable = asyncio.Event()
+        self.writable.set()
         self._stdout_transport: asyncio.ReadTransport | None = None
         self._pidfd: int | None = None
 
@@ -72,7 +93,8 @@ class ProgramProcess:
             lambda: asyncio.StreamReaderProtocol(reader), stdout
         )
         self._stdout_transport = transport
-        self.stdin, _ = await self.loop.connect_write_pipe(asyncio.Protocol, stdin)
+        writable = self.writable
+        self.stdin, _ = await self.loop.connect_write_pipe(lambda: _WriteFlow(writable), stdin)
 
     def _watch(self) -> None:
         try:

@@ -72,8 +72,6 @@ _CALLBACKS = (RecordLaunchIntent, PersistRecovery, PhaseBegin, PhaseEnd, Pin)
 _CALLBACK_KINDS = ("launch_intent", "persist_recovery", "phase_begin", "phase_end", "pin")
 #: The reader lets the event loop run after this many frames read without a pause.
 _FRAMES_PER_TURN = 16
-#: Replies written to a program and not read by it yet, in bytes, before its reader waits.
-_REPLIES_BUFFERED_AT_MOST = 64 * 1024
 #: After the end of a program's output, how long its exit may take to be seen (to say how it
 #: ended) before it is taken for a program that closed its stdout and is killed.
 _EXIT_AFTER_EOF_S = 2.0
@@ -367,16 +365,9 @@ class ProgramConnection:
         self._frames += 1
         if self._frames % _FRAMES_PER_TURN == 0:
             await asyncio.sleep(0)
-        stdin = self.process.stdin
-        # The pipe's transport buffers what the program has not read yet: past the mark, wait
-        # (reading nothing more) until it has read its replies or is gone.
-        while (
-            stdin is not None
-            and not stdin.is_closing()
-            and self.gone is None
-            and stdin.get_write_buffer_size() > _REPLIES_BUFFERED_AT_MOST
-        ):
-            await asyncio.sleep(0.01)
+        # Past the pipe's high-water mark the program is not reading its replies: read nothing
+        # more until it does (or its pipe is gone).
+        await self.process.writable.wait()
 
     async def _callback(self, message: Any, ctx: ExecutionContext) -> None:
         try:

@@ -188,7 +188,7 @@ def test_an_idle_program_killed_20_times_is_reported_killed_each_time(
         daemon.wait_status(work_id, "completed", timeout=60)
         program = wait_for(f"round {round_}: the program", lambda: _program(daemon))
         program.send_signal(signal.SIGKILL)
-        said = f"(pid {program.pid}) was killed by signal SIGKILL"
+        said = f"was killed by signal SIGKILL (pid {program.pid})"
         wait_for(f"round {round_}: the kill to be reported", lambda: said in daemon.log())  # noqa: B023
         daemon.wait_status(shell, "completed", timeout=60)
     # And at a graceful stop: the program is asked to exit and reaped by the supervisor.
@@ -198,6 +198,6 @@ def test_an_idle_program_killed_20_times_is_reported_killed_each_time(
     assert daemon.wait_exit() == 0
     assert not psutil.pid_exists(last.pid) or last.status() == psutil.STATUS_ZOMBIE
     log = daemon.log()
-    assert log.count("WARNING conduit.remote: executor 'probe' (pid") == 20
+    assert log.count("WARNING conduit.remote: executor 'probe' was killed by signal SIGKILL") == 20
     assert "Unknown child process" not in log  # main: 6 in 12 kills
     assert "returncode 255" not in log

@@ -403,9 +403,8 @@ class ProgramConnection:
 
     def _exit_reason(self, returncode: int) -> str:
         before = " before answering its handshake" if self.manifest is None else ""
-        return (
-            f"executor {self.name!r} (pid {self.process.pid}) {describe_exit(returncode)}{before}"
-        )
+        how = describe_exit(returncode)
+        return f"executor {self.name!r} {how}{before} (pid {self.process.pid})"
 
     def _process_exited(self, exited: asyncio.Future[int]) -> None:
         if not exited.cancelled():

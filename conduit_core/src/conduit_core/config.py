@@ -9,6 +9,7 @@ pinned generations).
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -138,12 +139,20 @@ class ExecutorProgram(_Section, frozen=True, kw_only=True):
     #: run / recover / stop / inject must be answered within this (``wait`` has no limit).
     request_timeout_seconds: PositiveSeconds = 120.0
 
-    def spec(self) -> ProgramSpec:
+    def spec(self, source: str) -> ProgramSpec:
+        """How to run it; a relative path in ``command[0]`` is relative to the folder of
+        ``source`` (the config file), as ``settings.store`` is."""
         settings = ProgramSettings(
             handshake_timeout=self.handshake_timeout_seconds,
             request_timeout=self.request_timeout_seconds,
         )
-        return ProgramSpec(command=tuple(self.command), settings=settings)
+        first = self.command[0]
+        if os.sep in first and not os.path.isabs(first):
+            first = os.path.normpath(os.path.join(Path(source).resolve().parent, first))
+        return ProgramSpec(
+            command=(first, *self.command[1:]), settings=settings, source=source,
+            written=tuple(self.command),
+        )  # fmt: skip
 
 
 class Scope(_Section, frozen=True, kw_only=True):
@@ -203,7 +212,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True):
 
     def programs(self) -> dict[str, ProgramSpec]:
         """The out-of-process executors this file declares, for ``Plugins.load(programs=…)``."""
-        return {name: program.spec() for name, program in self.executors.items()}
+        return {name: program.spec(self.source) for name, program in self.executors.items()}
 
     def scope_chain(self, scope: str) -> tuple[str, ...]:
         """The scope and its ancestors, root first."""

@@ -102,6 +102,7 @@ class ProgramSupervisor:
         self._started_at = 0.0
         self.status = "not started"
         self.restarts = 0
+        self.failed_starts = 0
         self.protocol_errors = 0
         self.last_error = ""
 
@@ -113,6 +114,7 @@ class ProgramSupervisor:
             "status": "running" if conn is not None and conn.alive else self.status,
             "pid": conn.pid if conn is not None and conn.alive else None,
             "restarts": self.restarts,
+            "failed_starts": self.failed_starts,
             "protocol_errors": self.protocol_errors,
             "last_error": self.last_error,
         }
@@ -137,6 +139,7 @@ class ProgramSupervisor:
                 self.restarts += 1
                 self.last_error = conn.gone.message
                 self.status = "restarting"
+                self._conn = None  # counted (and logged) once, however many starts it takes
             elif conn is not None:
                 conn.kill()  # made under another event loop (a test's): it cannot serve this one
             delay = 0.0
@@ -150,17 +153,23 @@ class ProgramSupervisor:
                 log.warning("%s; restarting it in %.1f s", self.last_error, delay)
             await asyncio.sleep(delay)
             self._started_at = self._clock()
+            fresh: ProgramConnection | None = None
             try:
-                conn = await ProgramConnection.start(
+                fresh = await ProgramConnection.start(
                     self.name, self.command, handshake_timeout=self.settings.handshake_timeout,
                     on_protocol_error=self._protocol_error,
                 )  # fmt: skip
-                assert conn.manifest is not None
-                check_same_executor(self.name, self.expected, conn.manifest)
+                assert fresh.manifest is not None
+                check_same_executor(self.name, self.expected, fresh.manifest)
+                conn = fresh
             except ProgramGone as exc:
+                if fresh is not None:  # it answered, as another executor: not ours to keep
+                    await fresh.shutdown(grace=1.0)
                 self._failures += 1
+                self.failed_starts += 1
                 self.status = "failed"
                 self.last_error = exc.message
+                log.warning("%s; the next request starts it again", exc.message)
                 raise OperationError("executor_unavailable", exc.message) from exc
             self._conn = conn
             self.status = "running"
@@ -178,7 +187,11 @@ class ProgramSupervisor:
 def check_same_executor(name: str, expected: ExecutorManifest | None, got: WireManifest) -> None:
     """The running program must still be the executor the plugin was loaded as."""
     if got.name != name:
-        raise ProgramGone(f"executor {name!r}: the program's handshake names {got.name!r}")
+        raise ProgramGone(
+            f"executor {name!r}: the program's handshake names executor {got.name!r} in "
+            f"$.manifest.name; it must equal {name!r}",
+            code="executor_name_mismatch",
+        )
     if expected is None:
         return
     for field in ("generation", "pool", "historical_generations", "capabilities"):

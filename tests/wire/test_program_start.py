@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from conduit_core.errors import ManifestError, PluginLoadError
@@ -146,3 +147,23 @@ async def test_a_restarted_program_naming_another_executor_is_refused_naming_bot
         await supervisor.close()
     assert "'rogue'" in caught.value.message
     assert "it must equal 'perl-jobs'" in caught.value.message
+
+
+@pytest.mark.anyio
+async def test_an_idle_program_that_dies_shows_gone_until_the_next_request() -> None:
+    supervisor = ProgramSupervisor("rogue", ROGUE, expected=None, settings=ProgramSettings())
+    try:
+        first = await supervisor.connection()
+        os.kill(first.pid, signal.SIGKILL)
+        deadline = time.monotonic() + FAST_S
+        while supervisor.state()["status"] != "gone":
+            assert time.monotonic() < deadline, supervisor.state()
+            await anyio.sleep(0.02)
+        state = supervisor.state()
+        assert (state["pid"], state["restarts"]) == (None, 0)
+        assert "executor 'rogue' exited" in state["last_error"]
+        second = await supervisor.connection()  # the next request starts it again, counted
+        assert second.pid != first.pid
+        assert (supervisor.state()["status"], supervisor.state()["restarts"]) == ("running", 1)
+    finally:
+        await supervisor.close()

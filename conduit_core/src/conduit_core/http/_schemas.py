@@ -227,7 +227,8 @@ class ProgramView(_Response, frozen=True, kw_only=True):
 
     executor: str
     command: list[str]
-    #: ``not started`` (no attempt needed it yet), ``running``, ``restarting``, ``failed``.
+    #: ``not started`` (no attempt needed it yet), ``running``, ``gone`` (it died; the next
+    #: request starts it again), ``restarting``, ``failed`` (its last start failed).
     status: str
     pid: int | None = None
     #: Times the program died (exited, hung, wrote garbage) and was started again.

@@ -108,15 +108,21 @@ class ProgramSupervisor:
 
     def state(self) -> dict[str, Any]:
         conn = self._conn
+        status, last_error = self.status, self.last_error
+        if conn is not None and conn.alive:
+            status = "running"
+        elif conn is not None and conn.gone is not None and status == "running":
+            # Died with nothing in flight: started again (and counted) by the next request.
+            status, last_error = "gone", conn.gone.message
         return {
             "executor": self.name,
             "command": list(self.command),
-            "status": "running" if conn is not None and conn.alive else self.status,
+            "status": status,
             "pid": conn.pid if conn is not None and conn.alive else None,
             "restarts": self.restarts,
             "failed_starts": self.failed_starts,
             "protocol_errors": self.protocol_errors,
-            "last_error": self.last_error,
+            "last_error": last_error,
         }
 
     def _protocol_error(self, text: str) -> None:

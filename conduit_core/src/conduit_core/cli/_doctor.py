@@ -188,8 +188,9 @@ async def _daemon_program_checks(paths: DaemonPaths) -> list[Check]:
         name = f"executor program {program.executor} in the daemon"
         text = (
             f"{program.status}" + (f" (pid {program.pid})" if program.pid else "")
-            + f"; {program.restarts} restart(s), {program.failed_starts} failed start(s), "
-            f"{program.protocol_errors} protocol error(s) since the daemon started"
+            + f"; {program.restarts} restart(s), {program.protocol_errors} protocol error(s)"
+            + (f", {program.failed_starts} failed start(s)" if program.failed_starts else "")
+            + " since the daemon started"
         )  # fmt: skip
         if program.restarts or program.failed_starts or program.protocol_errors:
             checks.append(Check(

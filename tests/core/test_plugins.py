@@ -83,6 +83,9 @@ def test_plugins_list_json_reads_manifests(run_cli) -> None:  # type: ignore[no-
         "generation": 2,
         "historical_generations": [1],
         "capabilities": ["inject", "stop"],
+        # In process: no program, declared by no config file (issue 33: programs are listed).
+        "command": None,
+        "declared_in": None,
     }
     assert {"name": "test-allow", "package": "conduit-test-plugin", "plugin": "test-plugin"} in doc[
         "gates"

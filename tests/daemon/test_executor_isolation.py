@@ -203,7 +203,7 @@ def test_a_program_failing_its_handshake_stalls_only_its_own_work(
     for work_id in hostile:
         detail = daemon.wait_attempt(work_id, "failed", timeout=60)
         message = detail.attempts[-1].failure_message or ""
-        assert "exited with status 3 before answering its handshake" in message, message
+        assert "exited with status 3 before answering the handshake" in message, message
     log = _graceful_stop(daemon)
     assert (
         "executor program 'hostile' did not start: executor 'hostile' exited with status 3" in log

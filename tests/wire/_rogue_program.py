@@ -57,6 +57,15 @@ while (msg := read()) is not None:
             time.sleep(3600)
         elif MODE == "exit":
             sys.exit(3)
+        elif MODE == "string_id":
+            # A dynamic language's number turned string: the reply names its request as "7".
+            send({"kind": "launched", "id": str(rid), "handle": "h"})
+        elif MODE == "string_callback_id":
+            send({"kind": "launch_intent", "id": "1", "request": rid, "intent": {}})
+            answer = read()
+            assert answer is not None
+            code = answer["kind"] + ":" + answer.get("error", {}).get("message", "")  # type: ignore[attr-defined, operator]
+            send({"kind": "failed", "id": rid, "error": {"code": "reported", "message": code}})
         elif MODE == "bad_callback":
             # intent must be an object; the core's answer is reported back as the error code.
             send({"kind": "launch_intent", "id": 1, "request": rid, "intent": "a string"})

@@ -135,6 +135,11 @@ def _ctx(callbacks: RecordingCallbacks) -> ExecutionContext:
         ("unknown_kind", "wire_unknown_message", "teleported"),
         ("bad_field", "wire_invalid_message", "$.handle"),
         ("bad_callback", "reported", "$.intent"),
+        # Ids a dynamic language turned into strings: refused naming `$.id`, and the error
+        # still reaches the request (or the program, for a callback) instead of a timeout.
+        ("string_id", "wire_invalid_message", "`$.id`"),
+        ("string_callback_id", "reported", "callback_refused:executor 'rogue' sent an invalid "
+         "message (wire_invalid_message): invalid message: Expected `int`, got `str` - at `$.id`"),
     ],
 )
 async def test_an_invalid_reply_fails_its_request_and_the_program_stays(

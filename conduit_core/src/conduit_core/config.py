@@ -9,6 +9,7 @@ pinned generations).
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -149,7 +150,9 @@ class ExecutorProgram(_Section, frozen=True, kw_only=True):
     #: The longest wait before a program that keeps dying is started again (0.1 s doubling).
     restart_backoff_max_seconds: PositiveSeconds = 10.0
 
-    def spec(self) -> ProgramSpec:
+    def spec(self, source: str) -> ProgramSpec:
+        """How to run it; a relative path in ``command[0]`` is relative to the folder of
+        ``source`` (the config file), as ``settings.store`` is."""
         settings = ProgramSettings(
             handshake_timeout=self.handshake_timeout_seconds,
             request_timeout=self.request_timeout_seconds,
@@ -160,7 +163,13 @@ class ExecutorProgram(_Section, frozen=True, kw_only=True):
             ),
             backoff_max=self.restart_backoff_max_seconds,
         )
-        return ProgramSpec(command=tuple(self.command), settings=settings)
+        first = self.command[0]
+        if os.sep in first and not os.path.isabs(first):
+            first = os.path.normpath(os.path.join(Path(source).resolve().parent, first))
+        return ProgramSpec(
+            command=(first, *self.command[1:]), settings=settings, source=source,
+            written=tuple(self.command),
+        )  # fmt: skip
 
 
 class Scope(_Section, frozen=True, kw_only=True):
@@ -220,7 +229,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True):
 
     def programs(self) -> dict[str, ProgramSpec]:
         """The out-of-process executors this file declares, for ``Plugins.load(programs=…)``."""
-        return {name: program.spec() for name, program in self.executors.items()}
+        return {name: program.spec(self.source) for name, program in self.executors.items()}
 
     def scope_chain(self, scope: str) -> tuple[str, ...]:
         """The scope and its ancestors, root first."""

@@ -69,6 +69,8 @@ class ExecutorInfo:
     historical_generations: tuple[int, ...]
     capabilities: tuple[str, ...]
     manifest: ExecutorManifest = field(repr=False, compare=False)
+    #: The config file of an ``[executors.NAME]`` program (``package`` is then that file too).
+    declared_in: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -79,6 +81,9 @@ class ExecutorInfo:
             "generation": self.generation,
             "historical_generations": list(self.historical_generations),
             "capabilities": list(self.capabilities),
+            # An out-of-process executor's program (resolved), else null.
+            "command": None if self.manifest.command is None else list(self.manifest.command),
+            "declared_in": self.declared_in,
         }
 
 
@@ -260,7 +265,7 @@ class Plugins:
 
     def _register_program(self, name: str, spec: ProgramSpec) -> None:
         """An executor program conduit.toml declares: its manifest is its handshake."""
-        where = f"conduit.toml [executors.{name}]"
+        where = f"{spec.source or 'conduit.toml'}: [executors.{name}]"
         if name in self._infos:
             raise DuplicateRegistrationError(
                 f"{where}: executor {name!r} is already registered by package "
@@ -269,9 +274,11 @@ class Plugins:
         remote = load_remote(name, spec, where=where, declared=None)
         ex = remote.manifest
         self._infos[name] = ExecutorInfo(
-            name=name, package="conduit.toml", plugin=f"executors.{name}", pool=ex.pool,
-            generation=ex.generation, historical_generations=tuple(ex.historical_generations),
+            name=name, package=spec.source or "conduit.toml", plugin=f"executors.{name}",
+            pool=ex.pool, generation=ex.generation,
+            historical_generations=tuple(ex.historical_generations),
             capabilities=tuple(str(c) for c in ex.capabilities), manifest=ex,
+            declared_in=spec.source,
         )  # fmt: skip
         self._programs[name] = remote.supervisor
         for reg in remote.registrations:

@@ -14,7 +14,7 @@ from rich.text import Text
 from conduit_core.cli._context import config_option, json_option, load, print_json
 from conduit_core.cli._render import console
 from conduit_core.config import Config, check_against_plugins
-from conduit_core.daemon import check_local_filesystem
+from conduit_core.daemon import DaemonPaths, check_local_filesystem
 from conduit_core.errors import ConduitError
 from conduit_core.extension import active_switches
 from conduit_core.model import HoldKind
@@ -88,6 +88,8 @@ async def _run_checks(config_path: Path | None) -> list[Check]:
     checks.append(switches)
     if switches.status == "fail":
         return checks  # the store refuses to open with it too
+    if pid is not None:
+        checks.extend(await _daemon_program_checks(paths))
     if paths.sqlite_file is not None:
         try:
             check_local_filesystem(paths.sqlite_file)
@@ -187,8 +189,44 @@ async def _capacity_checks(store: Store, config: Config, plugins: Plugins) -> li
     return checks
 
 
+async def _daemon_program_checks(paths: DaemonPaths) -> list[Check]:
+    """The running daemon's own executor programs, from its /v1/health: the restarts, failed
+    starts and protocol errors its log reports (``doctor``'s fresh start cannot see them)."""
+    from conduit_core.http import ApiClient, Health, read_token
+
+    def ask() -> Health:
+        unix = str(paths.unix_socket) if paths.unix_socket else None
+        client = ApiClient(read_token(paths.token_file), listen=paths.listen, unix_socket=unix)
+        return client.request("GET", "/v1/health", None, Health)
+
+    try:
+        health = await anyio.to_thread.run_sync(ask)
+    except Exception as exc:
+        return [Check("executor programs in the daemon", "warn",
+                      f"could not ask the daemon ({type(exc).__name__}: {exc})",
+                      "check the daemon's HTTP settings and token file")]  # fmt: skip
+    checks: list[Check] = []
+    for program in health.programs:
+        name = f"executor program {program.executor} in the daemon"
+        text = (
+            f"{program.status}" + (f" (pid {program.pid})" if program.pid else "")
+            + f"; {program.restarts} restart(s), {program.protocol_errors} protocol error(s)"
+            + (f", {program.failed_starts} failed start(s)" if program.failed_starts else "")
+            + " since the daemon started"
+        )  # fmt: skip
+        if program.restarts or program.failed_starts or program.protocol_errors:
+            checks.append(Check(
+                name, "warn", f"{text}; last: {program.last_error}",
+                "read the daemon's log (logger conduit.remote) and docs/wire-protocol.md",
+            ))  # fmt: skip
+        else:
+            checks.append(Check(name, "ok", text))
+    return checks
+
+
 async def _program_checks(plugins: Plugins) -> list[Check]:
-    """Each out-of-process executor: start its program, shake hands, shut it down again."""
+    """Each out-of-process executor: start its program, shake hands, shut it down again (a
+    fresh start in this process; the daemon's own programs are :func:`_daemon_program_checks`)."""
     checks: list[Check] = []
     for supervisor in plugins.programs():
         name = f"executor program {supervisor.name}"
@@ -203,7 +241,8 @@ async def _program_checks(plugins: Plugins) -> list[Check]:
         generations = ", ".join(map(str, (manifest.generation, *manifest.historical_generations)))
         state = supervisor.state()
         checks.append(Check(name, "ok", (
-            f"{' '.join(supervisor.command)} answers the handshake (pid {state['pid']}): "
+            f"{' '.join(supervisor.command)} answers the handshake (a fresh start by doctor, "
+            f"pid {state['pid']}): "
             f"generation(s) {generations}, pool {manifest.pool or '-'}, capabilities "
             f"{', '.join(manifest.capabilities) or '-'}"
         )))  # fmt: skip

@@ -22,7 +22,7 @@ from conduit_core.daemon._offpass import ExecutorCalls
 from conduit_core.daemon._outage import StoreOutage, is_outage
 from conduit_core.daemon._wake import Waker
 from conduit_core.errors import ConduitError, LeaseLostError
-from conduit_core.model import ControlIntent, Lease
+from conduit_core.model import ControlIntent, ExecutionStatus, Lease
 from conduit_core.runtime import Scheduler, TaskPool
 from conduit_core.storage import Claim
 
@@ -356,11 +356,18 @@ class HostLoop:
                     extra={**ids, "epoch": ended.epoch},
                 )  # fmt: skip
             if running.scope.cancelled_caught and not self.stopping:
-                log.info("attempt observation stopped execution=%s epoch=%s", ex.id, ex.epoch,
-                         extra=ids)  # fmt: skip
+                # Only a cancel (``forget``) cancels an attempt's scope while not stopping.
+                log.info("attempt cancelled execution=%s epoch=%s: its Work was cancelled; "
+                         "observing it ended", ex.id, ex.epoch, extra=ids)  # fmt: skip
         except LeaseLostError as exc:
-            log.warning("attempt lost its lease execution=%s epoch=%s: %s", ex.id, ex.epoch,
-                        exc.message, extra=ids)  # fmt: skip
+            cancelled_by = await self._cancelled_by(sched, claim.lease)
+            if cancelled_by is not None:
+                # An operator's cancel or interrupt ended the lease on purpose: no loss.
+                log.info("attempt cancelled execution=%s epoch=%s: %s; observing it ended",
+                         ex.id, claim.lease.epoch, cancelled_by, extra=ids)  # fmt: skip
+            else:
+                log.warning("attempt lost its lease execution=%s epoch=%s: %s", ex.id, ex.epoch,
+                            exc.message, extra=ids)  # fmt: skip
             if not self.stopping:
                 await self._after_lost_lease(sched, claim)
         except ConduitError as exc:
@@ -389,6 +396,20 @@ class HostLoop:
                         listener(claim)
                     except Exception:  # a listener never takes the host down
                         log.exception("attempt listener failed execution=%s", ex.id, extra=ids)
+
+    @staticmethod
+    async def _cancelled_by(sched: Scheduler, lease: Lease) -> str | None:
+        """Why the attempt of ``lease`` ended, when a cancel or an interrupt ended it (the store
+        says so, whichever daemon or CLI did it); ``None`` for a real loss of the lease."""
+        try:
+            current = await sched.store.get_execution(lease.execution_id)
+        except ConduitError:
+            return None  # cannot tell (an outage): say what the host saw, a lost lease
+        if current.epoch != lease.epoch or current.status is not ExecutionStatus.CANCELLED:
+            return None
+        if current.failure_code == "interrupted":
+            return "interrupted by an operator"
+        return "its Work was cancelled"
 
     async def _after_lost_lease(self, sched: Scheduler, claim: Claim) -> None:
         """Stop and confirm only when recovery no longer owns the attempt (off this task: the

@@ -35,6 +35,7 @@ __all__ = [
     "ErrorBody",
     "EventView",
     "Health",
+    "ProgramView",
     "InputRequest",
     "InputView",
     "InterruptRequest",
@@ -258,6 +259,23 @@ class CapacityView(_Response, frozen=True, kw_only=True):
     waiting_at_ms: int | None = None
 
 
+class ProgramView(_Response, frozen=True, kw_only=True):
+    """One out-of-process executor program as this daemon's supervisor sees it."""
+
+    executor: str
+    command: list[str]
+    #: ``not started`` (no attempt needed it yet), ``running``, ``gone`` (it died; the next
+    #: request starts it again), ``restarting``, ``failed`` (its last start failed).
+    status: str
+    pid: int | None = None
+    #: Times the program died (exited, hung, wrote garbage) and was started again.
+    restarts: int = 0
+    #: Starts that failed (no handshake, wrong manifest); the next request tries again.
+    failed_starts: int = 0
+    protocol_errors: int = 0
+    last_error: str = ""
+
+
 class Health(_Response, frozen=True, kw_only=True):
     status: str
     version: str
@@ -268,6 +286,8 @@ class Health(_Response, frozen=True, kw_only=True):
     stopping: bool = False
     #: Work that could start now, per binding (the queue's depth; bindings with none left out).
     ready_depth: dict[str, int] = {}
+    #: This daemon's executor programs (``[executors.NAME]`` and packaged ones), by executor.
+    programs: list[ProgramView] = []
 
 
 # --- conversions ------------------------------------------------------------------------------

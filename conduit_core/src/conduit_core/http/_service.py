@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import msgspec
+
 from conduit_core._version import __version__
 from conduit_core.config import Config
 from conduit_core.errors import ConduitError
@@ -31,6 +33,7 @@ from conduit_core.http._schemas import (
     InputView,
     InterruptRequest,
     PoolCapacity,
+    ProgramView,
     RetryRequest,
     ScopeCapacity,
     SubmitRequest,
@@ -274,6 +277,10 @@ class ApiService:
             running_attempts=self.host.running_count(),
             stopping=self.host.stopping,
             ready_depth=await self.store.ready_depth(),
+            programs=[
+                msgspec.convert(supervisor.state(), ProgramView)
+                for supervisor in self.scheduler.plugins.programs()
+            ],
         )
 
     # --- writes ----------------------------------------------------------------------------

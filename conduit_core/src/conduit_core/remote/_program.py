@@ -78,6 +78,10 @@ _EXIT_AFTER_EOF_S = 2.0
 #: How many ended run / resume / recover requests a connection remembers, so that a late
 #: callback for one is answered ``lease_lost`` (the attempt is no longer the program's).
 _ENDED_REMEMBERED = 10_000
+#: After a program's stdout ends, how long its exit status may take to follow.
+_EXIT_GRACE_S = 2.0
+#: How often a handshake wait looks whether the program has exited.
+_EXIT_POLL_S = 0.1
 
 
 class ProgramGone(ConduitError):
@@ -143,6 +147,7 @@ class ProgramConnection:
         self._ended: dict[int, None] = {}  # insertion-ordered: the oldest is forgotten first
         self._callback_tasks: set[asyncio.Task[None]] = set()
         self._frames = 0
+        self._stdout_ended = False
         self._reader = self.loop.create_task(self._read_loop())
         # The process, not its pipe: a child that keeps stdout open must not hide the exit.
         process.exited.add_done_callback(self._process_exited)
@@ -165,16 +170,51 @@ class ProgramConnection:
             raise ProgramGone(f"executor {name!r}: cannot start {command[0]!r}: {exc}") from exc
         conn = cls(name, process, on_protocol_error, limits, on_gone)
         try:
-            reply = await conn.request(
-                lambda rid: Handshake(id=rid, min_version=PROTOCOL_VERSION,
-                                      max_version=PROTOCOL_VERSION),
-                within=handshake_timeout,
-            )  # fmt: skip
+            reply = await conn._handshake_or_exit(command, handshake_timeout)
             conn.manifest = check_handshake(name, command, reply)
         except BaseException:
             conn.kill()
+            await conn._reap()
             raise
         return conn
+
+    async def _reap(self) -> None:
+        """After a failed start's kill: its exit status read and its pipes closed (a child it
+        left behind may hold one), so no process or transport is left to the garbage collector."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._exit_status(), _EXIT_GRACE_S)
+        self.process.close_pipes()
+
+    async def _handshake_or_exit(self, command: Sequence[str], within: float) -> ExecutorMessage:
+        """The handshake's reply, raced against the program's exit: a program that exits at once
+        is reported as exited, with its status, not as a handshake timeout."""
+        handshake = asyncio.ensure_future(self.request(
+            lambda rid: Handshake(id=rid, min_version=PROTOCOL_VERSION,
+                                  max_version=PROTOCOL_VERSION),
+            within=within,
+        ))  # fmt: skip
+        exited = asyncio.ensure_future(self._exit_status())
+        try:
+            await asyncio.wait({handshake, exited}, return_when=asyncio.FIRST_COMPLETED)
+            if handshake.done() and handshake.exception() is None:
+                return handshake.result()
+            if not exited.done() and self._stdout_ended:  # the exit follows its stdout's end
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(exited), _EXIT_GRACE_S)
+            if exited.done():
+                raise ProgramGone(
+                    f"executor {self.name!r} ({' '.join(command)}) {exit_text(exited.result())} "
+                    "before answering the handshake (its stderr is in the daemon's log)",
+                    code="executor_program_exited",
+                )
+            return await handshake
+        finally:
+            for future in (handshake, exited):
+                future.cancel()
+
+    async def _exit_status(self) -> int:
+        # The process itself (its pidfd), not its pipes, which a child it left behind may keep.
+        return await asyncio.shield(self.process.exited)
 
     @property
     def alive(self) -> bool:
@@ -264,6 +304,7 @@ class ProgramConnection:
             # End of its output: it exited (say how), or it closed stdout and cannot answer.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self.process.exited), _EXIT_AFTER_EOF_S)
+            self._stdout_ended = True
         except WireProtocolError as exc:  # a bad length: nothing after it can be framed
             reason = f"executor {self.name!r} wrote garbage ({exc.code}: {exc.message})"
             self._on_protocol_error(reason)
@@ -402,7 +443,7 @@ class ProgramConnection:
             self._write(message)
 
     def _exit_reason(self, returncode: int) -> str:
-        before = " before answering its handshake" if self.manifest is None else ""
+        before = " before answering the handshake" if self.manifest is None else ""
         how = describe_exit(returncode)
         return f"executor {self.name!r} {how}{before} (pid {self.process.pid})"
 
@@ -499,17 +540,22 @@ def probe_program(
                 proc.stdin.flush()
             except OSError:
                 pass  # it exited at once: reading says so
-            reply = _read_reply(name, proc.stdout.fileno(), time.monotonic() + timeout)
+            reply = _read_reply(name, proc.stdout.fileno(), time.monotonic() + timeout, proc.poll)
             if reply is None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=_EXIT_GRACE_S)  # its stdout ended: the exit follows
                 errors.seek(0)
                 tail = errors.read()[-2000:].decode("utf-8", "replace").strip()
-                try:
-                    ended = f"{_exit_text(proc.wait(timeout=1))} before answering its handshake"
-                except subprocess.TimeoutExpired:
-                    ended = f"gave no handshake within {timeout:g} s"
+                wrote = f"; it wrote: {tail}" if tail else "; it wrote nothing to stderr"
+                if proc.returncode is not None:
+                    raise ProgramGone(
+                        f"executor {name!r} ({' '.join(command)}) {exit_text(proc.returncode)} "
+                        f"before answering the handshake{wrote}",
+                        code="executor_program_exited",
+                    )
                 raise ProgramGone(
-                    f"executor {name!r} ({' '.join(command)}) {ended}"
-                    + (f"; it wrote: {tail}" if tail else "")
+                    f"executor {name!r} ({' '.join(command)}) gave no handshake within "
+                    f"{timeout:g} s" + (f"; it wrote: {tail}" if tail else "")
                 )
             manifest = check_handshake(name, command, reply)
             with contextlib.suppress(OSError):
@@ -527,25 +573,31 @@ def probe_program(
                 proc.wait()
 
 
-def _exit_text(status: int) -> str:
-    """``exited with status 3`` / ``was killed by SIGKILL``."""
-    if status < 0:
+def exit_text(returncode: int) -> str:
+    """How a program ended, for a person: its exit status or the signal that killed it."""
+    if returncode < 0:
         try:
-            return f"was killed by {signal.Signals(-status).name}"
+            return f"was killed by {signal.Signals(-returncode).name}"
         except ValueError:
-            return f"was killed by signal {-status}"
-    return f"exited with status {status}"
+            return f"was killed by signal {-returncode}"
+    return f"exited with status {returncode}"
 
 
-def _read_reply(name: str, fd: int, deadline: float) -> ExecutorMessage | None:
+def _read_reply(
+    name: str, fd: int, deadline: float, exited: Callable[[], int | None]
+) -> ExecutorMessage | None:
+    """The first frame; ``None`` at the deadline, at end of file, or once the program exited
+    (a child of it may keep the pipe open)."""
     buffer = b""
     need = HEADER.size
     header_done = False
     while True:
         while len(buffer) < need:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if left <= 0 or (exited() is not None and not select.select([fd], [], [], 0)[0]):
                 return None
+            if not select.select([fd], [], [], min(left, _EXIT_POLL_S))[0]:
+                continue
             chunk = os.read(fd, 65536)
             if not chunk:
                 return None

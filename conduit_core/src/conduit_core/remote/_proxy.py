@@ -108,19 +108,27 @@ class ProgramSupervisor:
         self._next_start = 0.0
         self.status = "not started"
         self.restarts = 0
+        self.failed_starts = 0
         self.protocol_errors = 0
         self.last_error = ""
 
     def state(self) -> dict[str, Any]:
         conn = self._conn
+        status, last_error = self.status, self.last_error
+        if conn is not None and conn.alive:
+            status = "running"
+        elif conn is not None and conn.gone is not None and status == "running":
+            # Died with nothing in flight: started again (and counted) by the next request.
+            status, last_error = "gone", conn.gone.message
         return {
             "executor": self.name,
             "command": list(self.command),
-            "status": "running" if conn is not None and conn.alive else self.status,
+            "status": status,
             "pid": conn.pid if conn is not None and conn.alive else None,
             "restarts": self.restarts,
+            "failed_starts": self.failed_starts,
             "protocol_errors": self.protocol_errors,
-            "last_error": self.last_error,
+            "last_error": last_error,
         }
 
     def _gone(self, gone: ProgramGone) -> None:
@@ -160,6 +168,7 @@ class ProgramSupervisor:
                 self.restarts += 1
                 self.last_error = conn.gone.message
                 self.status = "restarting"
+                self._conn = None  # counted (and logged) once, however many starts it takes
             elif conn is not None:
                 conn.kill()  # made under another event loop (a test's): it cannot serve this one
             delay = self._backoff()
@@ -170,21 +179,27 @@ class ProgramSupervisor:
                 log.info("%s; restarting it in %.1f s", self.last_error, delay)
             await asyncio.sleep(delay)
             self._started_at = self._clock()
+            fresh: ProgramConnection | None = None
             try:
-                conn = await ProgramConnection.start(
+                fresh = await ProgramConnection.start(
                     self.name, self.command, handshake_timeout=self.settings.handshake_timeout,
                     on_protocol_error=self._protocol_error, limits=self.settings.callbacks,
                     on_gone=self._gone,
                 )  # fmt: skip
-                assert conn.manifest is not None
-                check_same_executor(self.name, self.expected, conn.manifest)
+                assert fresh.manifest is not None
+                check_same_executor(self.name, self.expected, fresh.manifest)
+                conn = fresh
             except ProgramGone as exc:
+                if fresh is not None:  # it answered, as another executor: not ours to keep
+                    await fresh.shutdown(grace=1.0)
                 self._failures += 1
                 self._next_start = self._clock() + self._backoff()
+                self.failed_starts += 1
                 self.status = "failed"
                 self.last_error = exc.message
                 # Only this executor's attempts and stops wait on it (invariant 12).
-                log.warning("executor program %r did not start: %s", self.name, exc.message)
+                log.warning("executor program %r did not start: %s; the next request starts it "
+                            "again", self.name, exc.message)  # fmt: skip
                 raise OperationError("executor_unavailable", exc.message) from exc
             self._conn = conn
             self.status = "running"
@@ -208,7 +223,11 @@ class ProgramSupervisor:
 def check_same_executor(name: str, expected: ExecutorManifest | None, got: WireManifest) -> None:
     """The running program must still be the executor the plugin was loaded as."""
     if got.name != name:
-        raise ProgramGone(f"executor {name!r}: the program's handshake names {got.name!r}")
+        raise ProgramGone(
+            f"executor {name!r}: the program's handshake names executor {got.name!r} in "
+            f"$.manifest.name; it must equal {name!r}",
+            code="executor_name_mismatch",
+        )
     if expected is None:
         return
     for field in ("generation", "pool", "historical_generations", "capabilities"):

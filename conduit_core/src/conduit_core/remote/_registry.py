@@ -35,6 +35,11 @@ class ProgramSpec:
 
     command: tuple[str, ...]
     settings: ProgramSettings = field(default_factory=ProgramSettings)
+    #: The config file that declares it (``[executors.NAME]``), for messages; ``None`` for a
+    #: package's manifest.
+    source: str | None = None
+    #: ``command`` as the file wrote it, before a relative path was resolved.
+    written: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,27 @@ def resolve_command(command: Sequence[str]) -> tuple[str, ...]:
     return (first, *command[1:])
 
 
+def _check_program_exists(spec: ProgramSpec, command: tuple[str, ...], where: str) -> None:
+    """Name the program that is not there, as it was written and as it was resolved."""
+    first = command[0]
+    if os.sep not in first:
+        raise PluginLoadError(
+            f"{where}: program {first!r} is neither beside conduit's Python "
+            f"({Path(sys.executable).parent}) nor on PATH",
+            code="executor_command_not_found",
+        )
+    if os.path.exists(first):
+        return
+    written = spec.written[0] if spec.written else first
+    how = ""
+    if written != first:
+        how = f" ({written!r} is relative to the config file's folder)"
+    raise PluginLoadError(
+        f"{where}: {first!r} does not exist{how}",
+        code="executor_command_not_found",
+    )
+
+
 def _cache_key(name: str, command: tuple[str, ...]) -> tuple[object, ...]:
     stamps: list[int | None] = []
     for part in command:
@@ -75,6 +101,8 @@ def load_remote(
 ) -> RemoteExecutors:
     """Probe the program and build its registrations; errors name ``where`` and the field."""
     command = resolve_command(spec.command)
+    if spec.source is not None:
+        _check_program_exists(spec, command, f"{where} command[0]")
     key = _cache_key(name, command)
     got = _probed.get(key)
     if got is None:
@@ -84,7 +112,11 @@ def load_remote(
             raise PluginLoadError(f"{where}: {exc.message}", code=exc.code) from exc
         _probed[key] = got
     if got.name != name:
-        raise ManifestError(f"{where}: the program's handshake names executor {got.name!r}")
+        raise ManifestError(
+            f"{where}: the program's handshake names executor {got.name!r} in "
+            f"$.manifest.name; it must equal the name it is declared under, {name!r}",
+            code="executor_name_mismatch",
+        )
     if declared is not None:
         for attr in ("generation", "pool", "historical_generations", "capabilities"):
             want, have = getattr(declared, attr), getattr(got, attr)

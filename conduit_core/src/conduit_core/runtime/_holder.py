@@ -163,7 +163,9 @@ class LeaseKeeper:
                 continue
             if held.ending:
                 continue  # raced the holder's own settle or hold: not a loss
-            log.warning("lease lost execution=%s epoch=%s: renewal refused", key[0], key[1])
+            # INFO: the holder's caller says whether this was a loss or a cancel (the daemon
+            # logs "attempt lost its lease" at WARNING, "attempt cancelled" at INFO).
+            log.info("lease renewal refused execution=%s epoch=%s", key[0], key[1])
             held.lost = LeaseLostError(
                 f"attempt {key[0]} epoch {key[1]}: the lease was refused at renewal "
                 "(expired, released or superseded)"

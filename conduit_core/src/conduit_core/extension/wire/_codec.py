@@ -34,6 +34,7 @@ HEADER = struct.Struct(">I")
 _core_decoder = msgspec.json.Decoder(CoreMessage)
 _executor_decoder = msgspec.json.Decoder(ExecutorMessage)
 _encoder = msgspec.json.Encoder()
+_MAX_ID = 2**53 - 1
 
 
 class _Envelope(msgspec.Struct):
@@ -84,21 +85,21 @@ def frame_length(header: bytes) -> int:
 
 def decode_core_message(body: bytes) -> CoreMessage:
     """A message the core sent (read by an executor program)."""
-    return _decode(_core_decoder.decode, body)  # type: ignore[no-any-return]
+    return _decode(_core_decoder.decode, body, digit_ids=False)  # type: ignore[no-any-return]
 
 
 def decode_executor_message(body: bytes) -> ExecutorMessage:
     """A message an executor program sent (read by the core)."""
-    return _decode(_executor_decoder.decode, body)  # type: ignore[no-any-return]
+    return _decode(_executor_decoder.decode, body, digit_ids=True)  # type: ignore[no-any-return]
 
 
-def _decode(decode: Any, body: bytes) -> Any:
+def _decode(decode: Any, body: bytes, *, digit_ids: bool) -> Any:
     try:
         return decode_bounded(decode, body, field="message", max_bytes=MAX_FRAME_BYTES)
     except InvalidValueError as exc:
         raise WireProtocolError("wire_malformed", exc.message) from exc
     except msgspec.ValidationError as exc:
-        request_id, kind = _envelope(body)
+        request_id, kind = _envelope(body, digit_ids=digit_ids)
         detail = str(exc)
         if " - at " not in detail and detail.startswith("Expected `object`"):
             raise WireProtocolError("wire_malformed", f"not a message object: {detail}") from exc
@@ -116,11 +117,16 @@ def _decode(decode: Any, body: bytes) -> Any:
         raise WireProtocolError("wire_malformed", f"not a JSON message: {exc}") from exc
 
 
-def _envelope(body: bytes) -> tuple[int | None, str | None]:
+def _envelope(body: bytes, *, digit_ids: bool) -> tuple[int | None, str | None]:
     try:
         envelope = msgspec.json.decode(body, type=_Envelope)
     except (msgspec.DecodeError, RecursionError):
         return None, None
     rid, kind = envelope.id, envelope.kind
-    good_id = isinstance(rid, int) and not isinstance(rid, bool) and rid >= 1
+    if digit_ids and isinstance(rid, str) and rid.isascii() and rid.isdigit() and len(rid) <= 16:
+        # An id a program in a dynamic language turned into a string ("7"): the message is still
+        # refused (its error names `$.id`), but the error reaches the request or callback it
+        # answers instead of leaving it to time out. (The core never sends one.)
+        rid = int(rid)
+    good_id = isinstance(rid, int) and not isinstance(rid, bool) and 1 <= rid <= _MAX_ID
     return (rid if good_id else None), (kind if isinstance(kind, str) else None)

@@ -55,7 +55,7 @@ def test_doctor_shows_the_daemons_restarts_of_a_program(
     assert "executor 'rogue' exited" in after["last_error"]
 
     def logged() -> int:
-        return daemon.log().count("executor 'rogue' exited; restarting it")
+        return len(re.findall(r"executor 'rogue' exited[^\n]*; restarting it", daemon.log()))
 
     # The attempt may be retried meanwhile (and the program die again): doctor's count lies
     # between the daemon log's count before and after it.

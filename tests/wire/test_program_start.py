@@ -161,7 +161,7 @@ async def test_an_idle_program_that_dies_shows_gone_until_the_next_request() -> 
             await anyio.sleep(0.02)
         state = supervisor.state()
         assert (state["pid"], state["restarts"]) == (None, 0)
-        assert "executor 'rogue' exited" in state["last_error"]
+        assert "executor 'rogue' was killed by signal SIGKILL" in state["last_error"]
         second = await supervisor.connection()  # the next request starts it again, counted
         assert second.pid != first.pid
         assert (supervisor.state()["status"], supervisor.state()["restarts"]) == ("running", 1)

@@ -117,7 +117,7 @@ class ProgramSupervisor:
         status, last_error = self.status, self.last_error
         if conn is not None and conn.alive:
             status = "running"
-        elif conn is not None and conn.gone is not None and status == "running":
+        elif conn is not None and conn.gone is not None and status in ("running", "gone"):
             # Died with nothing in flight: started again (and counted) by the next request.
             status, last_error = "gone", conn.gone.message
         return {
@@ -133,7 +133,7 @@ class ProgramSupervisor:
 
     def _gone(self, gone: ProgramGone) -> None:
         # Said at once, from the process's own exit status; it restarts at its next request.
-        self.status = "down"
+        self.status = "gone"
         self.last_error = gone.message
         log.warning("%s", gone.message)
 

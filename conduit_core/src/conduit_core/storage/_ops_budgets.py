@@ -49,7 +49,6 @@ from conduit_core.storage._ops_work import (
     Slots,
     accept_event,
     cancel_work,
-    capacity_sized,
     claim_one,
     claim_refusal,
     first_pending_inputs,
@@ -57,6 +56,7 @@ from conduit_core.storage._ops_work import (
     lock_ready_work_rows_later,
     lock_work_rows_later,
     read_inputs_and_slots,
+    sized_batch,
     work_rows,
 )
 from conduit_core.storage._sql import (
@@ -365,14 +365,11 @@ def admit_ready(
     counts it), for ``admit_attempts`` after the gates were asked outside any transaction.
     """
     writes = ClaimWrites(cx)  # the claims' rows, written together at the end
-    slots = Slots(cx, capacity, before_count=writes.flush) if capacity is not None else None
-    only = None
-    if slots is not None:
-        # Only as much of the queue as there are free slots for (see ``capacity_sized``).
-        slots.count_later()()
-        only = capacity_sized(slots, limit)
-        if only is None:
-            return [], []
+    # Only as much of the queue as there are free slots for (see ``capacity_sized``).
+    sized = sized_batch(cx, capacity, limit, writes)
+    if sized is None:
+        return [], []
+    slots, only = sized
     staged = cx.later(_STAGED_USAGE_SQL)
     ready = lock_ready_work_rows_later(cx, limit, only)
     # Ledgers are locked after the Work rows, as ``_admit_one``'s budget check does.

@@ -355,6 +355,19 @@ def capacity_sized(slots: Slots, limit: int) -> ReadySlices | None:
     return ReadySlices(tuple(parts), skip)
 
 
+def sized_batch(
+    cx: Cx, capacity: CapacityLimits | None, limit: int, writes: ClaimWrites
+) -> tuple[Slots | None, ReadySlices | None] | None:
+    """A claim batch's ``Slots`` (counted) and the slices of the ready queue worth reading
+    (``capacity_sized``); ``None`` when no slot is free, so nothing is read."""
+    if capacity is None:
+        return None, None
+    slots = Slots(cx, capacity, before_count=writes.flush)
+    slots.count_later()()
+    only = capacity_sized(slots, limit)
+    return None if only is None else (slots, only)
+
+
 # --- Claims ---------------------------------------------------------------------------------
 
 
@@ -781,13 +794,10 @@ def claim_ready(
     are free slots for (``capacity_sized``): every row read is decided in memory, from the
     flags read with it and the slots counted once (no statement per row, claimed or not)."""
     writes = ClaimWrites(cx)
-    slots = Slots(cx, capacity, before_count=writes.flush) if capacity is not None else None
-    only = None
-    if slots is not None:
-        slots.count_later()()
-        only = capacity_sized(slots, limit)
-        if only is None:
-            return []
+    sized = sized_batch(cx, capacity, limit, writes)
+    if sized is None:
+        return []
+    slots, only = sized
     requests: list[tuple[Work, ClaimRequest]] = []
     refusals: list[Claim | ClaimRefusal] = []
     for work, held, blocked in lock_ready_work_rows_later(cx, limit, only)().values():

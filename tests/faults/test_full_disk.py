@@ -110,9 +110,9 @@ def test_full_disk_under_the_sqlite_store(
         detail = daemon.wait_status(work_id, "completed", timeout=60)
         assert len(detail.attempts) == 1, work_id
         assert daemon.runs(work_id) == 1, work_id
-    # The host logged the full disk at most once (if a pass met it) and its end as often.
+    # The host logged each outage it met (a pass, or a holder's launch write caught between
+    # its spawn and its metadata) once, and its end as often.
     log = daemon.log()
-    assert log.count("store unavailable (") <= 1, log
     assert log.count("store unavailable (") == log.count("store available again"), log
     assert "Traceback" not in log, log
 

@@ -15,7 +15,7 @@ import docker
 import pytest
 
 from conduit_core.errors import LeaseLostError
-from conduit_core.extension import OperationError, OutcomeKind
+from conduit_core.extension import NotStartedError, OperationError, OutcomeKind
 from conduit_executors_container import ContainerExecutor, container_name
 
 from .conftest import TEST_IMAGE
@@ -137,6 +137,50 @@ async def test_lease_lost_after_the_pin_is_adopted_not_relaunched(
     assert recovered.metadata["container_id"] == pinned
     assert len(events(docker_api, execution_id, since, "create")) == 1
     assert len(events(docker_api, execution_id, since, "start")) == 1
+
+
+async def test_a_launch_reaching_the_start_past_its_deadline_starts_nothing(
+    executor: ContainerExecutor, execution_id: str, state_dir: Path, docker_api: docker.APIClient
+) -> None:
+    # The host stalled mid-launch past the attempt's deadline: a container started now would
+    # only be stopped, and the retry would run the job again.
+    since = time.time()
+    callbacks = RecordingCallbacks()
+    ctx = make_context(
+        execution_id=execution_id, config={"image": TEST_IMAGE, "command": "true"},
+        callbacks=callbacks, state_dir=state_dir, deadline_ms=int(time.time() * 1000) - 1,
+    )  # fmt: skip
+    with pytest.raises(NotStartedError, match="deadline passed"):
+        await executor.run(ctx)
+    assert callbacks.metadata is None  # nothing for recovery to contradict
+    assert events(docker_api, execution_id, since, "start") == []
+    assert labelled(docker_api, execution_id) == []
+
+
+async def test_recovery_past_the_deadline_never_starts_a_pinned_container(
+    executor: ContainerExecutor, execution_id: str, state_dir: Path, docker_api: docker.APIClient
+) -> None:
+    since = time.time()
+    config = {"image": TEST_IMAGE, "command": "true"}
+    lost = RecordingCallbacks(lose_lease_before="persist_recovery")
+    with pytest.raises(LeaseLostError):
+        await executor.run(
+            make_context(
+                execution_id=execution_id, config=config, callbacks=lost, state_dir=state_dir
+            )
+        )
+    ctx = make_context(
+        execution_id=execution_id, config=config, callbacks=RecordingCallbacks(),
+        state_dir=state_dir, epoch=2, deadline_ms=int(time.time() * 1000) - 1,
+    )  # fmt: skip
+    with pytest.raises(OperationError) as refused:
+        await executor.recover(ctx)
+    assert refused.value.code == "deadline_passed"
+    assert events(docker_api, execution_id, since, "start") == []
+    # The core stops it (verified) and times the attempt out: nothing of it is left.
+    evidence = await executor.stop(ctx.stop_target())
+    assert evidence.verified
+    assert labelled(docker_api, execution_id) == []
 
 
 async def test_relaunch_removes_the_old_epochs_stopped_container(

@@ -38,6 +38,22 @@ async def test_inject_is_acknowledged_as_accepted_not_consumed(
     assert [e.id for e in await store.pending_inputs(attempt.execution.work_id)] == [event.id]
 
 
+async def test_dispatching_an_intent_read_before_its_settle_is_a_quiet_no_op(
+    scheduler: Scheduler, store: Store
+) -> None:
+    # A host read the open intents, then the dispatch before it settled this one: the stale
+    # copy is not dispatched again (no second call, no error), whatever its kind.
+    attempt = await running(scheduler)
+    _, intent = await scheduler.inject(attempt.execution.work_id, {"more": 1})
+    assert intent is not None
+    [stale] = await scheduler.open_controls()
+    assert await scheduler.dispatch_control(stale) == 1
+    calls = list(scripted.CALLS)
+    assert await scheduler.dispatch_control(stale) == 0
+    assert scripted.CALLS == calls
+    assert (await store.get_control(intent.id)).status is ControlStatus.ACKNOWLEDGED
+
+
 async def test_inject_keeps_the_event_type_and_correlation_key(
     scheduler: Scheduler, store: Store
 ) -> None:

@@ -66,6 +66,24 @@ def assert_timed_out(ex: Execution, *, confirmed: bool) -> None:
     assert not any(s.relaunched for s in ex.segments)
 
 
+async def test_a_claim_launched_past_its_deadline_calls_no_executor(
+    scheduler: Scheduler, store: Store, clock: ManualClock
+) -> None:
+    """A host stalled (paused) between claim and launch past the deadline: launching would start
+    the job only to stop it, and the retry would run it again. Timed out, nothing called."""
+    work = await submit(scheduler, "quick", {})  # a 0.3 s timeout, well inside its lease
+    claim = await scheduler.claim(work.id)
+    clock.advance(300)
+    done = await scheduler.launch(claim)
+    assert isinstance(done, Execution)
+    assert_timed_out(done, confirmed=True)
+    assert "deadline passed before its launch" in (done.failure_message or "")
+    assert scripted.CALLS == []
+    assert done.segments[-1].invoke is Invoke.PENDING
+    retry = await store.get_work(work.id)
+    assert retry.status is WorkStatus.READY  # its retry runs it, once
+
+
 async def test_a_launch_that_never_called_its_executor_is_timed_out_not_relaunched(
     scheduler: Scheduler, store: Store, clock: ManualClock
 ) -> None:
@@ -220,11 +238,24 @@ async def test_a_launch_lost_before_anything_started_past_its_deadline_is_timed_
 ) -> None:
     # An executor program that died mid-launch, before anything started: past the deadline the
     # core times it out (nothing to stop) instead of failing it with its exclusion unconfirmed.
-    work = await submit(scheduler, "quick", {"raise_run": "not_started"})  # a 0.3 s timeout
+    release = scripted.BARRIERS["launching"] = anyio.Event()
+    script = {"raise_run": "not_started", "block_run": "launching"}
+    work = await submit(scheduler, "quick", script)  # a 0.3 s timeout
     claim = await scheduler.claim(work.id)
-    if late:
-        clock.advance(301)  # past the deadline, well within the lease
-    ended = await scheduler.launch(claim)
+    ended: Execution | Attempt | None = None
+
+    async def launch() -> None:
+        nonlocal ended
+        ended = await scheduler.launch(claim)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(launch)
+        with anyio.fail_after(10):
+            while calls("run") == 0:  # noqa: ASYNC110 - the executor is called in the task
+                await anyio.sleep(0.01)
+        if late:
+            clock.advance(301)  # the deadline passes mid-launch, well within the lease
+        release.set()
     assert isinstance(ended, Execution)
     if late:
         assert_timed_out(ended, confirmed=True)

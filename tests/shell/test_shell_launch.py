@@ -11,6 +11,7 @@ import pytest
 from conduit_core.extension import (
     InputEvent,
     LeaseLostError,
+    NotStartedError,
     OperationError,
     OutcomeKind,
 )
@@ -159,6 +160,61 @@ async def test_attempt_deadline_applies_without_a_binding_timeout(tmp_path: Path
     result = await (await ShellExecutor().run(ctx)).wait()
     assert result.data["code"] == "timeout"
     assert tagged_processes(ctx.execution_id) == []
+
+
+async def test_a_launch_reaching_the_spawn_past_its_deadline_starts_nothing(
+    tmp_path: Path,
+) -> None:
+    # A host that stalled mid-launch past the deadline: starting now would only stop the job and
+    # its retry would run it again. Nothing starts; the recorded intent proves it to recovery.
+    side = tmp_path / "ran"
+    deadline_ms = int(time.time() * 1000) - 1
+    ctx, callbacks = make_context(tmp_path, {"command": f"touch {side}"}, deadline_ms=deadline_ms)
+    with pytest.raises(NotStartedError, match="deadline passed"):
+        await ShellExecutor().run(ctx)
+    assert callbacks.recorded() is None
+    assert tagged_processes(ctx.execution_id) == []
+    assert not side.exists()
+    # A recovery (by the intent recorded before it) proves the same: nothing started.
+    again, _ = make_context(
+        tmp_path, {"command": f"touch {side}"}, execution_id=ctx.execution_id, epoch=2,
+        launch_intent=callbacks.recorded_intent(), deadline_ms=deadline_ms,
+    )  # fmt: skip
+    with pytest.raises(NotStartedError):
+        await ShellExecutor().recover(again)
+
+
+async def test_a_wrapper_forked_past_its_deadline_starts_nothing(tmp_path: Path) -> None:
+    # The host passed its own check, then stalled (SIGSTOP) before the fork: the wrapper, which
+    # the stall cannot reach, checks the deadline itself. Simulated by a deadline long past on
+    # the uptime clock the wrapper reads.
+    side = tmp_path / "ran"
+    ctx, callbacks = make_context(
+        tmp_path, {"command": f"touch {side}"}, env={"CONDUIT_DEADLINE_UPTIME_CS": "1"}
+    )
+    result = await (await ShellExecutor().run(ctx)).wait()
+    assert result.outcome is OutcomeKind.FAILED
+    assert result.data == {"code": "timeout", "started": False}
+    assert "nothing ran" in result.summary
+    assert not side.exists()
+    # A recovery by the intent alone reads the same: finished, nothing ran, nothing to stop.
+    again, _ = make_context(
+        tmp_path, {"command": f"touch {side}"}, execution_id=ctx.execution_id, epoch=2,
+        launch_intent=callbacks.recorded_intent(),
+    )  # fmt: skip
+    recovered = await (await ShellExecutor().recover(again)).wait()
+    assert recovered.data == {"code": "timeout", "started": False}
+    assert not side.exists()
+
+
+async def test_a_wrapper_within_its_deadline_runs_the_job(tmp_path: Path) -> None:
+    # Negative control for the wrapper's own check, on the real clock: an hour left runs it.
+    side = tmp_path / "ran"
+    deadline_ms = int((time.time() + 3600) * 1000)
+    ctx, _ = make_context(tmp_path, {"command": f"touch {side}"}, deadline_ms=deadline_ms)
+    result = await (await ShellExecutor().run(ctx)).wait()
+    assert result.outcome is OutcomeKind.COMPLETED
+    assert side.exists()
 
 
 async def test_background_leftovers_end_with_the_job(tmp_path: Path) -> None:

@@ -85,6 +85,15 @@ class ContainerExecutor(Executor):
             launched_at=time.time(),
         )
         async with ctx.phase(LaunchPhaseName.CONTAINER_START):
+            if _past(ctx.deadline_ms):
+                # The host stalled mid-launch past the deadline: a container started now would
+                # only be stopped, and the retry would run the job again. Nothing starts.
+                with anyio.CancelScope(shield=True):
+                    await self.engine.call(containers.discard, container_id)
+                raise NotStartedError(
+                    "the attempt's deadline passed before its container could start; the "
+                    "created container was removed unstarted"
+                )
             # Recorded before the start: if the lease is gone by now the container stays unstarted
             # and pinned, and the recovery that adopts it starts it exactly once.
             await ctx.persist_recovery(encode_record(record))
@@ -114,6 +123,14 @@ class ContainerExecutor(Executor):
             # The pin was written but the metadata was not: the engine's record says the rest.
             record = record_from_engine(state)
         if state["State"]["Status"] == "created":
+            if _past(ctx.deadline_ms):
+                # Starting it now is a launch past the deadline: the core stops (removes) it
+                # and times the attempt out instead; its retry runs the job, once.
+                raise OperationError(
+                    "deadline_passed",
+                    f"container {record.name!r} was created but never started, and the "
+                    "attempt's deadline has passed: it is not started now",
+                )
             # Pinned but never started (the launch lost its lease in between): this is the one
             # container of the attempt, and the engine starts a container only once.
             await self._start(record.container_id)
@@ -216,3 +233,7 @@ def _deadline(
     if deadline_ms is not None:
         candidates.append(deadline_ms / 1000.0)
     return min(candidates) if candidates else None
+
+
+def _past(deadline_ms: int | None) -> bool:
+    return deadline_ms is not None and time.time() * 1000 >= deadline_ms

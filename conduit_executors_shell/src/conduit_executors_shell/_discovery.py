@@ -4,6 +4,8 @@ The intent names the workspace and the marker every process of the launch carrie
 for them decides the outcome, and only proof counts:
 
 - an exit status in the workspace → the job finished: read its result (never run it again);
+  likewise the wrapper's record that it started too late to start the job (timed out, nothing
+  ran);
 - a launch holding the workspace's launch lock → it may still start the job: cannot tell (held);
 - a live process carrying the marker that leads its own session → the wrapper: adopt it;
 - the wrapper's ``wrapper.pid`` exists, but no process carries the marker and no status was
@@ -38,7 +40,7 @@ _NO_PROCESS_CREATE_TIME = 0.0
 def discover(intent: LaunchIntent) -> JobRecord:
     """The job the intent names, running or finished; raise when it never started or is gone."""
     workspace = Workspace(Path(intent.workspace))
-    if _exit_status(workspace) is not None:
+    if _ended(workspace):
         return _finished(intent, workspace)
     if held_by_a_launch(workspace.path):
         raise OperationError(
@@ -52,7 +54,7 @@ def discover(intent: LaunchIntent) -> JobRecord:
     wrapper = _wrapper_among(marked, intent, _wrapper_pid(workspace))
     if wrapper is not None:
         return wrapper
-    if _exit_status(workspace) is not None:  # it ended between the two looks
+    if _ended(workspace):  # it ended between the two looks
         return _finished(intent, workspace)
     if marked:
         pids = ", ".join(str(p.pid) for p in marked)
@@ -75,10 +77,10 @@ def discover(intent: LaunchIntent) -> JobRecord:
 
 def check_recorded_job(record: JobRecord, workspace: Workspace) -> None:
     """A job with recovery metadata (generation 3): running or finished, else gone or unclear."""
-    if _exit_status(workspace) is not None or find_wrapper(record) is not None:
+    if _ended(workspace) or find_wrapper(record) is not None:
         return
     # The wrapper may have recorded its status and exited between the two looks.
-    if _exit_status(workspace) is not None:
+    if _ended(workspace):
         return
     marked = marked_processes(record.marker) if record.marker is not None else []
     if marked:
@@ -93,11 +95,11 @@ def check_recorded_job(record: JobRecord, workspace: Workspace) -> None:
     )
 
 
-def _exit_status(workspace: Workspace) -> int | None:
+def _ended(workspace: Workspace) -> bool:
     try:
-        return workspace.recorded_exit_status()
+        return workspace.ended()
     except FileNotFoundError:
-        return None
+        return False
 
 
 def _wrapper_pid(workspace: Workspace) -> int | None:

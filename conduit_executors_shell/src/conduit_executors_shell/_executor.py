@@ -52,7 +52,7 @@ from conduit_executors_shell._processes import (
     stop_job,
     wait_for_wrapper_exit,
 )
-from conduit_executors_shell._results import job_result, timeout_result
+from conduit_executors_shell._results import job_result, late_start_result, timeout_result
 from conduit_executors_shell._workspace import Workspace, create_workspace, workspace_path
 from conduit_executors_shell._wrapper_checks import WrapperChecks
 
@@ -102,6 +102,7 @@ class ShellExecutor(Executor):
                     run_environment=ctx.env,
                     job_variables=variables,
                     marker=marker,
+                    deadline_ms=ctx.deadline_ms,
                 )
             )
             self._children.add(job.wrapper)
@@ -298,11 +299,13 @@ class ShellHandle(Handle):
         """The job recorded its exit status before anything stopped it: it ended on its own,
         though nobody looked before the deadline (a paused or late host). Its result stands."""
         try:
-            return self._workspace.recorded_exit_status() is not None
+            return self._workspace.ended()
         except FileNotFoundError:
             return False
 
     def _result_unless_leftovers(self) -> Result | None:
+        if self._workspace.not_started_past_deadline.exists():
+            return late_start_result()  # The wrapper started nothing: nothing is left.
         self._exit_status()  # Raise before anything is stopped when the wrapper was lost.
         if not group_is_empty(self._record.pgid):
             return None
@@ -356,7 +359,7 @@ def _deadline(config: ShellConfig, record: JobRecord, deadline_ms: int | None) -
 def _prove_recoverable(record: JobRecord, workspace: Workspace) -> None:
     """Adopt only a job provably ours and running, or provably finished; else fail closed."""
     try:
-        if workspace.recorded_exit_status() is not None:
+        if workspace.ended():
             return
     except FileNotFoundError:
         raise OperationError(
@@ -365,7 +368,7 @@ def _prove_recoverable(record: JobRecord, workspace: Workspace) -> None:
     if find_wrapper(record) is not None:
         return
     # The wrapper may have recorded its status and exited between the two looks.
-    if workspace.recorded_exit_status() is not None:
+    if workspace.ended():
         return
     raise OperationError(
         "recovery_unprovable",
@@ -376,7 +379,7 @@ def _prove_recoverable(record: JobRecord, workspace: Workspace) -> None:
 
 def _append_input(record: JobRecord, lines: bytes) -> None:
     workspace = Workspace(Path(record.workspace))
-    if workspace.recorded_exit_status() is not None or find_wrapper(record) is None:
+    if workspace.ended() or find_wrapper(record) is None:
         raise NotAcceptingError("the job has ended")
     # One O_APPEND write per batch, so concurrent injects never interleave within a line.
     fd = os.open(workspace.input, os.O_WRONLY | os.O_APPEND)

@@ -5,6 +5,12 @@ everything it started, and killing the daemon (another session) reaches none of 
 ends the wrapper creates ``exit-status.<N>`` in the workspace, so the status survives a daemon
 that is gone by then. Before it starts the job it writes its pid to ``wrapper.pid``: a launch
 that left no such file (and no process carrying its marker) never started the job.
+
+The wrapper's first act is to check the attempt's deadline against the system's uptime clock
+(``/proc/uptime``, read by a shell builtin: no extra process per job). A daemon paused between its
+own deadline check and the spawn (SIGSTOP, a starved host) forks the wrapper late; the wrapper,
+which that pause cannot reach, then starts nothing and leaves ``not-started.past-deadline`` in the
+workspace: the attempt times out with nothing run, and its retry runs the job once.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from collections.abc import Mapping, Sequence
 import msgspec
 import psutil
 
-from conduit_core.extension import InputEvent, OperationError
+from conduit_core.extension import InputEvent, NotStartedError, OperationError
 from conduit_executors_shell._config import ShellConfig
 from conduit_executors_shell._metadata import JobRecord
 from conduit_executors_shell._workspace import Workspace
@@ -36,13 +42,24 @@ LAUNCH_MARKER = "CONDUIT_LAUNCH_MARKER"
 # credentials, say) stays out; the run environment and the binding's env are added over these.
 _INHERITED_VARIABLES = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ", "TMPDIR")
 
+# First of all, the attempt's deadline, in centiseconds of uptime (/proc/uptime has two decimals):
+# a wrapper that starts past it starts nothing (see the module's docstring).
+_DEADLINE_CHECK = """\
+if [ -n "${{CONDUIT_DEADLINE_UPTIME_CS:-}}" ] && read -r up _ </proc/uptime; then
+  if [ "${{up%.*}}${{up#*.}}" -ge "$CONDUIT_DEADLINE_UPTIME_CS" ]; then
+    : >"$ws/not-started.past-deadline"; exit 0
+  fi
+fi
+unset CONDUIT_DEADLINE_UPTIME_CS
+"""
+
 # "$1" is the workspace, the rest is the job's argv. The wrapper catches the stop signals with a
 # no-op trap, so a signal to the group ends the job while the wrapper lives on to record its status
 # (caught, not ignored: the job gets the default action back). The status file is created, not
 # written, so its appearance is atomic (see _workspace).
 _WRAPPER = """trap : {traps}
 ws=$1; shift
-echo $$ >"$ws/wrapper.pid"
+""" + _DEADLINE_CHECK + """echo $$ >"$ws/wrapper.pid"
 "$@" <"$ws/input.jsonl" >"$ws/stdout" 2>"$ws/stderr"
 status=$?
 : >"$ws/exit-status.$status"
@@ -54,7 +71,7 @@ exit "$status"
 # feeder to open it (and, like any inject stream, it sees no end of input).
 _WRAPPER_ACCEPTING_INPUT = """trap : {traps}
 ws=$1; shift
-echo $$ >"$ws/wrapper.pid"
+""" + _DEADLINE_CHECK + """echo $$ >"$ws/wrapper.pid"
 tail -c +1 -f "$ws/input.jsonl" >"$ws/input.fifo" &
 feeder=$!
 "$@" 0<>"$ws/input.fifo" >"$ws/stdout" 2>"$ws/stderr"
@@ -65,6 +82,8 @@ exit "$status"
 """
 
 _ALWAYS_TRAPPED = ("TERM", "INT", "HUP")
+#: The attempt's deadline on the uptime clock, in centiseconds (the wrapper's own check).
+_DEADLINE_VARIABLE = "CONDUIT_DEADLINE_UPTIME_CS"
 _UNCATCHABLE = (signal.SIGKILL, signal.SIGSTOP)
 
 
@@ -94,8 +113,13 @@ def launch_job(
     run_environment: Mapping[str, str],
     job_variables: Mapping[str, str],
     marker: str | None = None,
+    deadline_ms: int | None = None,
 ) -> LaunchedJob:
-    """Start the job detached; blocking (call it from a worker thread)."""
+    """Start the job detached; blocking (call it from a worker thread).
+
+    ``NotStartedError`` instead when the attempt's ``deadline_ms`` has passed by the last instant
+    before the spawn (its host stalled mid-launch): a job started now would only be stopped, and
+    its retry would run it again."""
     workspace.input.write_bytes(json_lines(inputs))
     script = wrapper_script(config)
     if config.accept_input:
@@ -105,6 +129,15 @@ def launch_job(
     env.update(config.env)
     env.update(job_variables)
     launched_at = time.time()
+    if deadline_ms is not None:
+        left_s = deadline_ms / 1000 - launched_at
+        if left_s <= 0:
+            raise NotStartedError(
+                f"the attempt's deadline passed {-left_s:.3g} s before its job could start; "
+                "nothing was started"
+            )
+        uptime_s = time.clock_gettime(time.CLOCK_BOOTTIME)  # the clock /proc/uptime reads
+        env[_DEADLINE_VARIABLE] = str(int((uptime_s + left_s) * 100))
     try:
         wrapper = subprocess.Popen(
             ["/bin/sh", "-c", script, "conduit-shell", str(workspace.path), *config.argv()],

@@ -10,7 +10,9 @@ from conduit_core.extension import (
     MAX_RESULT_FILE_BYTES,
     WALL_TIME_UNIT,
     Artifact,
+    OutcomeKind,
     Result,
+    Usage,
     job_timeout_result,
 )
 from conduit_core.extension import (
@@ -18,7 +20,13 @@ from conduit_core.extension import (
 )
 from conduit_executors_shell._workspace import Workspace
 
-__all__ = ["MAX_RESULT_FILE_BYTES", "USAGE_UNIT", "job_result", "timeout_result"]
+__all__ = [
+    "MAX_RESULT_FILE_BYTES",
+    "USAGE_UNIT",
+    "job_result",
+    "late_start_result",
+    "timeout_result",
+]
 
 #: The usage unit the shell executor reports: the job's wall time.
 USAGE_UNIT = WALL_TIME_UNIT
@@ -37,3 +45,14 @@ def job_result(workspace: Workspace, exit_status: int, *, wall_minutes: float) -
 
 def timeout_result(seconds: float, stop_detail: str, *, wall_minutes: float) -> Result:
     return job_timeout_result("job", seconds, stop_detail, wall_minutes=wall_minutes)
+
+
+def late_start_result() -> Result:
+    """The wrapper found the attempt's deadline passed before it could start the job: timed
+    out (code ``timeout``, retried as any timeout), and nothing ran."""
+    return Result(
+        outcome=OutcomeKind.FAILED,
+        summary="timeout: the attempt's deadline passed before its job could start; nothing ran",
+        usage=Usage(units={WALL_TIME_UNIT: 0.0}),
+        data={"code": "timeout", "started": False},
+    )

@@ -8,6 +8,8 @@ Layout (every name relative to the workspace)::
     result.json          where the job may write a typed result (``CONDUIT_RESULT``)
     wrapper.pid          written by the wrapper (its pid) before it starts the job (generation 3)
     exit-status.<N>      created, empty, by the wrapper when the job ends with status N
+    not-started.past-deadline
+                         created, empty, by a wrapper that started too late to start the job
 
 The directory is ``<root>/<readable prefix>-<digest>/epoch-<N>`` (``execution_dir_name``): the
 digest (sha256 of the execution id) makes the path injective, so two ids that sanitize alike
@@ -66,6 +68,14 @@ class Workspace:
     @property
     def wrapper_pid(self) -> Path:
         return self.path / "wrapper.pid"
+
+    @property
+    def not_started_past_deadline(self) -> Path:
+        return self.path / "not-started.past-deadline"
+
+    def ended(self) -> bool:
+        """The wrapper is done with the job: an exit status, or it never started it (late)."""
+        return self.not_started_past_deadline.exists() or self.recorded_exit_status() is not None
 
     def recorded_exit_status(self) -> int | None:
         """The exit status the wrapper recorded, or ``None`` while there is none."""

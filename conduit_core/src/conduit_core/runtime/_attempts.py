@@ -198,6 +198,14 @@ class AttemptRunner:
             # The executor was never called: nothing can be running.
             return await self._fail(execution, held, exc.code, exc.message, confirmed=True)
         callbacks.buffer_end("environment", PhaseOutcome.OK)
+        if self.clock.now_ms() >= snap.deadline_ms:
+            # Claimed, then this host stalled (paused, starved) past the deadline before the
+            # launch: launching now would start a job only to stop it, and its retry would run it
+            # again. Timed out with nothing started; the retry runs it, once.
+            return await self.settle_timeout(
+                execution, held, verified=True, trail=callbacks,
+                why="its deadline passed before its launch; its executor was never called",
+            )  # fmt: skip
         ctx = self.execution_context(
             execution,
             callbacks,

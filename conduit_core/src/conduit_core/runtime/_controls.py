@@ -31,7 +31,7 @@ from conduit_core.runtime._clock import Clock
 from conduit_core.runtime._counting import count_end
 from conduit_core.runtime._inputs import INPUT_EVENT_TYPE, input_event, presented
 from conduit_core.runtime._stops import Stops
-from conduit_core.storage import StaleDispatchError, Store
+from conduit_core.storage import NotEligibleError, StaleDispatchError, Store
 
 __all__ = ["Controls"]
 
@@ -121,11 +121,21 @@ class Controls:
             return await self._dispatch_inject(intent, ex)
         return await self._dispatch_interrupt(intent, ex)
 
+    async def _claim(self, intent: ControlIntent) -> str | None:
+        """The dispatch token, or ``None`` when another dispatch already claimed or settled the
+        intent (a host's read of open intents races the settle of the one before)."""
+        try:
+            claimed = await self.store.claim_control(intent.id, now_ms=self.clock.now_ms())
+        except NotEligibleError:
+            return None
+        return claimed.dispatch_token or ""
+
     async def _dispatch_inject(self, intent: ControlIntent, ex: Execution) -> int:
         if ex.epoch == intent.epoch and ex.status in _WAITING:
             return 0  # still launching, resuming or recovering: a later pass finds it launched
-        claimed = await self.store.claim_control(intent.id, now_ms=self.clock.now_ms())
-        token = claimed.dispatch_token or ""
+        token = await self._claim(intent)
+        if token is None:
+            return 0
         if ex.epoch != intent.epoch or not ex.status.live:
             # A completed target or a superseded epoch is never retargeted: the input stays queued.
             return await self._settle(intent, token, ControlStatus.FAILED)
@@ -150,8 +160,9 @@ class Controls:
         return await self._settle(intent, token, ControlStatus.ACKNOWLEDGED)
 
     async def _dispatch_interrupt(self, intent: ControlIntent, ex: Execution) -> int:
-        claimed = await self.store.claim_control(intent.id, now_ms=self.clock.now_ms())
-        token = claimed.dispatch_token or ""
+        token = await self._claim(intent)
+        if token is None:
+            return 0
         target = self.stops.target(ex, epoch=intent.epoch)
         verified = False
         try:

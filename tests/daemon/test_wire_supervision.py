@@ -92,6 +92,13 @@ def test_a_program_exit_is_seen_though_its_child_keeps_stdout_open(
     (attempt,) = detail.attempts  # adopted, never timed out nor run again
     assert attempt.status == "completed"
     assert daemon.runs(work_id) == 1
+    # The recovery after the program's restart has an epoch of its own, and says so.
+    assert [(s.epoch, s.recovered, s.relaunched) for s in attempt.segments] == [
+        (1, False, False),
+        (2, True, False),
+    ]
+    shown = daemon.cli("work", "show", work_id).stdout
+    assert "recovered" in shown, shown
 
 
 def test_a_malformed_launched_after_persist_recovery_is_recovered_not_rerun(

@@ -50,7 +50,7 @@ async def test_dispatching_an_intent_read_before_its_settle_is_a_quiet_no_op(
     assert await scheduler.dispatch_control(stale) == 1
     calls = list(scripted.CALLS)
     assert await scheduler.dispatch_control(stale) == 0
-    assert scripted.CALLS == calls
+    assert calls == scripted.CALLS
     assert (await store.get_control(intent.id)).status is ControlStatus.ACKNOWLEDGED
 
 

@@ -15,7 +15,13 @@ import msgspec
 import pytest
 
 from conduit_core.errors import PluginLoadError
-from conduit_core.extension import ExecutionContext, OperationError, StopTarget, wire
+from conduit_core.extension import (
+    ExecutionContext,
+    LostSightError,
+    OperationError,
+    StopTarget,
+    wire,
+)
 from conduit_core.plugins import Plugins
 from conduit_core.remote import ProgramSettings, ProgramSpec, ProgramSupervisor, RemoteExecutor
 from conduit_core.testing._jobs import RecordingCallbacks
@@ -124,8 +130,10 @@ def _rogue(mode: str) -> RemoteExecutor:
     return RemoteExecutor(supervisor, 1, None)
 
 
-def _ctx(callbacks: RecordingCallbacks) -> ExecutionContext:
-    return ExecutionContext(**CTX, config={}, env={"TOKEN": "s3cret"}, callbacks=callbacks)
+def _ctx(callbacks: RecordingCallbacks, *, epoch: int = 1) -> ExecutionContext:
+    return ExecutionContext(
+        **(CTX | {"epoch": epoch}), config={}, env={"TOKEN": "s3cret"}, callbacks=callbacks
+    )
 
 
 @pytest.mark.anyio
@@ -178,11 +186,17 @@ async def test_a_result_with_a_reserved_unit_is_refused_on_receipt() -> None:
 @pytest.mark.anyio
 async def test_a_wait_on_a_forgotten_handle_follows_the_segment_through_recovery() -> None:
     # A program may answer a wait the core had cancelled and forget the handle: the next wait's
-    # unknown_handle sends the attempt through recover, which finds it (here: finished).
+    # unknown_handle hands the attempt to recovery (the core's, at the next epoch), whose
+    # recover finds it (here: finished).
     executor = _rogue("forgetful")
     try:
         handle = await executor.run(_ctx(RecordingCallbacks()))
-        result = await handle.wait()
+        with pytest.raises(LostSightError) as lost:
+            await handle.wait()
+        assert lost.value.code == "executor_lost"
+        assert "no longer knows the attempt's handle" in lost.value.message
+        recovered = await executor.recover(_ctx(RecordingCallbacks(), epoch=2))
+        result = await recovered.wait()
         assert result.summary == "found again"
         assert executor.supervisor.state()["restarts"] == 0
     finally:
@@ -204,10 +218,13 @@ async def test_a_dead_hung_or_garbage_writing_program_is_restarted_into_recovery
 ) -> None:
     executor = _rogue(mode)
     try:
-        with pytest.raises(OperationError) as caught:
+        # Lost mid-launch: handed to recovery, never failed into a rerun ...
+        with pytest.raises(LostSightError):
             await executor.run(_ctx(RecordingCallbacks()))
-        # The restarted program was asked to recover the attempt, never to run it again; this
-        # one cannot tell, which the core turns into a hold.
+        # ... which asks the restarted program, at the next epoch, what runs; this one cannot
+        # tell, which the core turns into a hold.
+        with pytest.raises(OperationError) as caught:
+            await executor.recover(_ctx(RecordingCallbacks(), epoch=2))
         assert caught.value.code == "cannot_tell"
         state = executor.supervisor.state()
         assert state["restarts"] >= 1

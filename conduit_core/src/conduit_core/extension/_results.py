@@ -15,6 +15,7 @@ from conduit_core.validation import MAX_AMOUNT
 __all__ = [
     "Artifact",
     "CannotTellError",
+    "LostSightError",
     "NotAcceptingError",
     "NotStartedError",
     "OperationError",
@@ -182,6 +183,21 @@ class CannotTellError(OperationError):
     Work kept, recovery asked again later or settled by a person's ``confirm-stopped``; never a
     counted failure whose retry could run the job twice. ``code`` is the executor's own.
     """
+
+
+class LostSightError(OperationError):
+    """Raised by ``run``, ``resume`` or ``Handle.wait`` when the executor lost sight of what it
+    may have started (an out-of-process program died under them).
+
+    The core hands the attempt to recovery at once: its lease is released, recovery claims it at
+    the next epoch (a ``recovered`` segment, so launch resources named by execution and epoch
+    never collide, and ``work show`` says what happened) and asks the pinned generation's
+    ``recover`` what became of it — adopted, relaunched only when proven not started (and never
+    past the deadline or after acknowledged recovery metadata), or held. Never a counted failure.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__("executor_lost", message)
 
 
 def validate_result(result: Result) -> None:

@@ -3,9 +3,11 @@
 A :class:`ProgramSupervisor` keeps one program running per executor name and restarts it with
 exponential backoff when it exits, hangs (a request or the handshake times out) or writes
 garbage. A :class:`RemoteExecutor` per declared generation sends ``run`` / ``recover`` / …
-through it. When the program dies under an attempt, the attempt is never rerun blindly: its
-handle sends ``recover`` (with the launch intent and recovery metadata its callbacks recorded)
-to the restarted program and keeps waiting on what that adopts.
+through it. When the program dies under an attempt (mid-launch or mid-wait), the attempt is
+never rerun blindly: the call raises ``LostSightError`` and the core hands the attempt to
+recovery, which claims it at the next epoch and sends ``recover`` (with the launch intent and
+recovery metadata the callbacks recorded) to the restarted program — so every recovery, a
+program restart's too, has an epoch of its own and shows as a ``recovered`` segment.
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ import msgspec
 
 from conduit_core.errors import LeaseLostError
 from conduit_core.extension import (
-    CannotTellError,
     ExecutionContext,
     Executor,
     ExecutorManifest,
     Handle,
     InputEvent,
+    LostSightError,
     NotAcceptingError,
     NotStartedError,
     OperationError,
@@ -299,20 +301,7 @@ class RemoteExecutor(Executor):
         )
 
     async def recover(self, ctx: ExecutionContext) -> Handle:
-        return await self.reattach(ctx, relaunch=None)
-
-    async def reattach_or_hold(
-        self, ctx: ExecutionContext, relaunch: Callable[[int], msgspec.Struct] | None
-    ) -> RemoteHandle:
-        """A launch or wait that lost sight of what it started follows it through recover; a
-        recover that cannot tell (or a program that keeps dying) holds the attempt
-        (``CannotTellError``, as docs/wire-protocol.md says), never fails it into a rerun."""
-        try:
-            return await self.reattach(ctx, relaunch=relaunch)
-        except (NotStartedError, ResourcesGoneError):
-            raise
-        except OperationError as exc:
-            raise CannotTellError(exc.code, f"after its program was lost: {exc.message}") from exc
+        return await self.reattach(ctx)
 
     async def _launch(
         self, ctx: ExecutionContext, build: Callable[[int], msgspec.Struct]
@@ -321,22 +310,16 @@ class RemoteExecutor(Executor):
         recorded = (ctx.launch_intent, ctx.recovery)
         try:
             return await self._handle_from(conn, ctx, build)
-        except ProgramGone:
-            # Died mid-launch: what it may have started is found through recovery, never
-            # started again blindly; only a proven "nothing started" runs it again — never
-            # once this launch's recovery metadata was acknowledged (then something started:
-            # the answer goes to the core, which holds the attempt), nor past the deadline (the
-            # core times it out: its retry runs it, once).
-            persisted = ctx.recovery is not recorded[1]
-            late = ctx.deadline_ms is not None and time.time() * 1000 >= ctx.deadline_ms
-            return await self.reattach_or_hold(ctx, None if persisted or late else build)
+        except ProgramGone as exc:
+            # Died mid-launch: what it may have started is found through recovery, at the next
+            # epoch (the core decides: adopt, relaunch only what is proven not started, hold).
+            raise LostSightError(f"{exc.message}; the attempt goes through recovery") from exc
         except _InvalidReply as exc:
             if ctx.launch_intent is recorded[0] and ctx.recovery is recorded[1]:
                 raise  # it recorded nothing, so it started nothing: an ordinary failure
             # It said it was launching (an intent, recovery metadata), then answered with
-            # something unreadable: ask it what runs, never fail into a rerun of the job.
-            log.warning("%s; the attempt %s goes through recover", exc.message, ctx.execution_id)
-            return await self.reattach_or_hold(ctx, None)
+            # something unreadable: recovery asks it what runs, never a failure into a rerun.
+            raise LostSightError(f"{exc.message}; the attempt goes through recovery") from exc
 
     async def _handle_from(
         self, conn: ProgramConnection, ctx: ExecutionContext, build: Callable[[int], msgspec.Struct]
@@ -363,11 +346,9 @@ class RemoteExecutor(Executor):
             raise_wire_error(reply.error)
         raise _InvalidReply("wire_invalid_message", _unexpected(reply, "launched").message)
 
-    async def reattach(
-        self, ctx: ExecutionContext, *, relaunch: Callable[[int], msgspec.Struct] | None
-    ) -> RemoteHandle:
-        """Recover ``ctx``'s attempt through the (restarted) program; with ``relaunch``, a
-        recovery that proves nothing started launches it again instead of raising."""
+    async def reattach(self, ctx: ExecutionContext) -> RemoteHandle:
+        """Recover ``ctx``'s attempt through the (restarted) program, riding out a few restarts
+        of a program that dies while it answers."""
         last: ProgramGone | None = None
         for _ in range(_MAX_REATTACH):
             try:
@@ -381,13 +362,6 @@ class RemoteExecutor(Executor):
                     ctx,
                     lambda rid: Recover(id=rid, context=attempt_context(ctx, with_env=False)),
                 )
-            except NotStartedError:
-                if relaunch is None:
-                    raise
-                try:
-                    return await self._handle_from(conn, ctx, relaunch)
-                except ProgramGone as exc:
-                    last = exc
             except ProgramGone as exc:
                 last = exc
         raise OperationError(
@@ -473,18 +447,10 @@ class RemoteHandle(Handle):
             check_data(self._executor.data_schema, result.data)
         return result
 
-    async def _reattach(self, conn: ProgramConnection) -> Result | None:
-        """Follow the segment through a recovery; its result when that found it finished."""
+    def _lost(self, conn: ProgramConnection, why: str) -> LostSightError:
+        """The segment is out of sight: the core hands it to recovery at the next epoch."""
         conn.forget(self._request)
-        # A "nothing started" answer for a segment that ran goes to the core as it is: it
-        # contradicts the acknowledged recovery metadata, and the core holds the attempt; one
-        # that cannot tell holds it too.
-        fresh = await self._executor.reattach_or_hold(self._ctx, None)
-        self._conn, self._handle, self._request = fresh._conn, fresh._handle, fresh._request
-        if fresh._result is not None:
-            self._conn.forget(self._request)
-            return self._checked(fresh._result)
-        return None
+        return LostSightError(f"{why}; the attempt goes through recovery")
 
     async def wait(self) -> Result:
         if self._result is not None:  # it ended while launching: no wait travels
@@ -500,11 +466,8 @@ class RemoteHandle(Handle):
 
             try:
                 reply = await conn.request(build, within=None)
-            except ProgramGone:
-                result = await self._reattach(conn)
-                if result is not None:
-                    return result
-                continue
+            except ProgramGone as exc:
+                raise self._lost(conn, exc.message) from exc
             except WireProtocolError as exc:
                 conn.forget(self._request)
                 raise OperationError(exc.code, exc.message) from exc
@@ -516,10 +479,8 @@ class RemoteHandle(Handle):
             if isinstance(reply, RequestFailed) and reply.error.code == "unknown_handle":
                 # The program no longer knows the handle (it answered a wait this side had
                 # cancelled, and forgot it): find the segment again through recovery.
-                result = await self._reattach(conn)
-                if result is not None:
-                    return result
-                continue
+                raise self._lost(conn, f"executor {self._executor.supervisor.name!r} no longer "
+                                 "knows the attempt's handle")  # fmt: skip
             conn.forget(self._request)
             if isinstance(reply, RequestFailed):
                 raise_wire_error(reply.error)

@@ -30,6 +30,7 @@ from conduit_core.extension import (
     Executor,
     Handle,
     InputEvent,
+    LostSightError,
     NotStartedError,
     OperationError,
     OutcomeKind,
@@ -267,6 +268,9 @@ class AttemptRunner:
         cannot tell what it started (``CannotTellError``): then the attempt is held."""
         callbacks.buffer_end("executor", PhaseOutcome.FAILED)
         await callbacks.flush()
+        if isinstance(exc, LostSightError):
+            # Its program died mid-launch: recovery, at the next epoch, finds what it started.
+            return await self.release_for_recovery(execution, held, exc)
         if isinstance(exc, NotStartedError) and callbacks.recovery_persisted:
             # "Nothing started" from a launch whose recovery metadata the store acknowledged
             # (an executor program that died mid-launch and lost track): recovery decides.
@@ -361,9 +365,12 @@ class AttemptRunner:
                 execution, attempt.held, outcome, attempt.executor, attempt.callbacks
             )
         error = outcome.error
-        if isinstance(error, NotStartedError):
-            # The executor lost the segment and its recovery says nothing started, though the
-            # launch's recovery metadata was acknowledged: recovery decides (and holds).
+        if isinstance(error, (NotStartedError, LostSightError)):
+            # The executor lost sight of the segment (its program died): recovery, at the next
+            # epoch, asks what became of it (a "not started" here contradicts the acknowledged
+            # recovery metadata: recovery holds it).
+            if attempt.callbacks is not None and attempt.callbacks.has_pending:
+                await attempt.callbacks.flush()
             return await self.release_for_recovery(execution, attempt.held, error)
         if isinstance(error, CannotTellError):
             return await self._hold_untold(execution, attempt.held, error, attempt.callbacks)

@@ -452,8 +452,9 @@ async def test_generation_pinning_recovers_with_the_pinned_generation(
 
 
 async def test_program_killed_mid_run_is_recovered_not_rerun(executor_world: _World) -> None:
-    """An out-of-process executor's program SIGKILLed while its job runs: the daemon restarts it
-    and the restarted program adopts the job through recovery; nothing runs twice."""
+    """An out-of-process executor's program SIGKILLed while its job runs: the attempt goes to
+    recovery at the next epoch (a ``recovered`` segment), the restarted program adopts the job
+    there; nothing runs twice."""
     plugins = executor_world.subject.load_plugins()
     supervisor = {s.name: s for s in plugins.programs()}.get(executor_world.subject.executor)
     if supervisor is None:
@@ -463,7 +464,10 @@ async def test_program_killed_mid_run_is_recovered_not_rerun(executor_world: _Wo
     results: list[Execution] = []
 
     async def run() -> None:
-        results.append(await sched.run_attempt(await sched.claim(work.id)))
+        lost = await sched.run_attempt(await sched.claim(work.id))
+        assert lost.status.live, _explain(lost)  # handed to recovery, not failed
+        (claim,) = await sched.recover_expired()  # its lease was released: due at once
+        results.append(await sched.run_recovery(claim))
 
     with anyio.fail_after(WAIT_SECONDS):
         async with anyio.create_task_group() as tg:
@@ -485,6 +489,11 @@ async def test_program_killed_mid_run_is_recovered_not_rerun(executor_world: _Wo
     executor_world.track(ex)
     assert ex.status is ExecutionStatus.COMPLETED, _explain(ex)
     assert ex.attempt == 1
+    # The recovery has an epoch of its own, and the trail says it was recovered, not relaunched.
+    assert [(s.epoch, s.recovered, s.relaunched) for s in ex.segments] == [
+        (1, False, False),
+        (2, True, False),
+    ], _explain(ex)
     assert (await executor_world.store.get_work(work.id)).failure_count == 0
     assert executor_world.jobs.side_effects() == 1
     assert executor_world.live(ex.id) == []

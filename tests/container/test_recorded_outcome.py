@@ -203,3 +203,28 @@ async def test_a_relaunch_never_removes_a_container_whose_outcome_is_unrecorded(
     result = await (await executor.run(relaunch)).wait()
     assert result.outcome is OutcomeKind.COMPLETED
     assert inspect_or_none(docker_api, ran) is None
+
+
+async def test_a_handle_whose_container_another_observer_removed_returns_its_record(
+    executor: ContainerExecutor, execution_id: str, state_dir: Path, docker_api: docker.APIClient
+) -> None:
+    # A daemon that lost its lease while paused resumes and its handle (epoch 1) observes the
+    # exit, records it and removes the container, while the successor's handle (epoch 2)
+    # watches the same container: that one finds the record instead of container_missing.
+    config = {"image": TEST_IMAGE, "command": f"{WAIT_FOR_GO}; echo seen-by-both"}
+    launched = RecordingCallbacks()
+    fenced_out = await executor.run(
+        make_context(
+            execution_id=execution_id, config=config, callbacks=launched, state_dir=state_dir
+        )
+    )
+    adoption = make_context(
+        execution_id=execution_id, config=config, callbacks=RecordingCallbacks(),
+        state_dir=state_dir, epoch=2, recovery=launched.metadata,
+    )  # fmt: skip
+    successor = await executor.recover(adoption)
+    assert launched.metadata is not None
+    release(launched.metadata["result_dir"])
+    observed = await fenced_out.wait()
+    assert labelled(docker_api, execution_id) == []
+    assert await successor.wait() == observed

@@ -7,19 +7,21 @@ after a crash in between reads the same Result without the container.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 import docker
+import docker.errors
 
 from conduit_core.extension import Handle, OperationError, Result, fault_point
 from conduit_executors_container import _containers as containers
 from conduit_executors_container._config import ContainerConfig
 from conduit_executors_container._engine import Engine
 from conduit_executors_container._metadata import ContainerRecord
-from conduit_executors_container._outcome import RecordedOutcome, write_outcome
+from conduit_executors_container._outcome import RecordedOutcome, read_outcome, write_outcome
 from conduit_executors_container._recovery import engine_time
 
 __all__ = ["ContainerHandle"]
@@ -63,15 +65,30 @@ class ContainerHandle(Handle):
                 continue
             state = await self._engine.call(containers.inspect, cid)
             if state is None:
-                raise OperationError(
-                    "container_missing",
-                    f"container {self._record.name!r} was removed before its exit was observed",
-                )
+                return await self._settled(await self._recorded_elsewhere())
             if not state["State"].get("Running"):
                 break
-        with anyio.CancelScope(shield=True):
-            outcome = await self._engine.call(self._record_exit, state)
+        try:
+            with anyio.CancelScope(shield=True):
+                outcome = await self._engine.call(self._record_exit, state)
+        except docker.errors.NotFound:
+            outcome = await self._recorded_elsewhere()
         return await self._settled(outcome)
+
+    async def _recorded_elsewhere(self) -> RecordedOutcome:
+        """The container went away while this handle watched: another observer of it (a
+        fenced-out daemon's handle, say) recorded its end before removing it, or nobody did."""
+        found = await anyio.to_thread.run_sync(
+            functools.partial(
+                read_outcome, self._record.result_dir, container_id=self._record.container_id
+            )
+        )
+        if found is None:
+            raise OperationError(
+                "container_missing",
+                f"container {self._record.name!r} was removed before its exit was observed",
+            )
+        return found
 
     async def _settled(self, outcome: RecordedOutcome) -> Result:
         """Remove the container whose outcome is recorded, then return that outcome's Result."""

@@ -12,7 +12,9 @@ It embeds the container's recovery record, so it is taken only for the container
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from pathlib import Path
 from typing import Literal
 
@@ -63,15 +65,22 @@ def outcome_path(result_dir: str | Path) -> Path:
 def write_outcome(outcome: RecordedOutcome) -> None:
     """Durably record ``outcome`` (blocking): a reader sees all of it or none."""
     final = outcome_path(outcome.record.result_dir)
-    partial = final.with_name(final.name + ".partial")
+    partial: str | None = None
     try:
-        with partial.open("wb") as out:
+        # A name of its own: two observers of one container (a fenced-out daemon's handle and
+        # its successor's) may record at once; each renames a whole file, both the same end.
+        fd, partial = tempfile.mkstemp(prefix=final.name + ".", suffix=".partial", dir=final.parent)
+        with os.fdopen(fd, "wb") as out:
             out.write(msgspec.json.encode(outcome))
             out.flush()
             os.fsync(out.fileno())
         os.replace(partial, final)
+        partial = None
         _fsync_dir(final.parent)
     except OSError as exc:
+        if partial is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
         # Not recorded: the container is kept, so a recovery still reads it from the engine.
         raise OperationError(
             "outcome_unrecorded",

@@ -20,6 +20,7 @@ import urllib3.exceptions
 from conduit_core.extension import OperationError, StopEvidence
 from conduit_executors_container._config import RESULT_MOUNT, ContainerConfig
 from conduit_executors_container._engine import EPOCH_LABEL, EXECUTION_LABEL
+from conduit_executors_container._outcome import read_outcome
 
 __all__ = [
     "capture_logs",
@@ -77,19 +78,30 @@ def remove_leftovers(
 
     A launch at an older epoch that lost its lease before its pin never started its container,
     so whatever it left is stopped. A *running* one means something else started it: refuse to
-    start a second copy of the work rather than guess. Newer epochs are left alone: their launch
-    owns them, and this one's pin will be refused.
+    start a second copy of the work rather than guess; so does one that has run and whose
+    outcome is not recorded (removing it would lose that outcome). Newer epochs are left alone:
+    their launch owns them, and this one's pin will be refused.
     """
     removed = []
     for summary in execution_containers(client, execution_id):
         same_name = f"/{name}" in summary.get("Names", [])
         if _epoch_of(summary) >= epoch and not same_name:
             continue
-        if summary.get("State") not in _STOPPED_STATES:
+        state = summary.get("State")
+        if state not in _STOPPED_STATES:
             raise OperationError(
                 "container_conflict",
                 f"container {summary['Id'][:12]} of execution {execution_id!r} (epoch "
-                f"{_epoch_of(summary)}) is {summary.get('State')}; not starting a second one",
+                f"{_epoch_of(summary)}) is {state}; not starting a second one",
+            )
+        if state != "created" and not _outcome_recorded(summary):
+            # It ran, and its end is known only to the engine: removing it would lose the
+            # outcome a recovery needs, and starting another would run the job twice.
+            raise OperationError(
+                "container_conflict",
+                f"container {summary['Id'][:12]} of execution {execution_id!r} (epoch "
+                f"{_epoch_of(summary)}) has run ({state}) and its outcome is not recorded; "
+                "not removing it or starting a second one",
             )
         _remove(client, summary["Id"])
         removed.append(summary["Id"])
@@ -275,6 +287,19 @@ def _remove(client: docker.APIClient, container: str) -> None:
     except docker.errors.APIError as exc:
         if exc.status_code != 409:  # 409: a removal is already in progress
             raise
+
+
+def _outcome_recorded(summary: Mapping[str, Any]) -> bool:
+    """Whether the container's end is recorded beside its result directory (``_outcome``)."""
+    mounts = summary.get("Mounts") or []
+    sources = [m.get("Source") for m in mounts if m.get("Destination") == RESULT_MOUNT]
+    result_dir = sources[0] if sources else None
+    if not isinstance(result_dir, str):
+        return False
+    try:
+        return read_outcome(result_dir, container_id=summary["Id"]) is not None
+    except OperationError:
+        return False  # unreadable: not proven
 
 
 def _epoch_of(summary: Mapping[str, Any]) -> int:

@@ -8,6 +8,7 @@ lost its lease before its pin started nothing and may be relaunched, and one aft
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from conduit_executors_container._engine import (
 )
 from conduit_executors_container._handle import ContainerHandle
 from conduit_executors_container._metadata import ContainerRecord, decode_record, encode_record
+from conduit_executors_container._outcome import RecordedOutcome, read_outcome
 from conduit_executors_container._reconcile import LabelledContainer, reconcile
 from conduit_executors_container._recovery import locate_for_recovery, record_from_engine
 from conduit_executors_container._results import create_result_dir, job_variables_paths
@@ -103,15 +105,22 @@ class ContainerExecutor(Executor):
     async def recover(self, ctx: ExecutionContext) -> Handle:
         config = decode_config(ctx.config)
         record = decode_record(ctx.recovery) if ctx.recovery is not None else None
+        # An outcome recorded on this host is the container's end as first observed; it is
+        # recorded before the container is removed, so it is looked for before the engine.
+        recorded = await _recorded_outcome(ctx, record)
+        if recorded is not None:
+            await ctx.persist_recovery(encode_record(recorded.record))
+            return self._handle(config, recorded.record, ctx, recorded=recorded)
         state = await self.engine.call(locate_for_recovery, ctx.execution_id, record)
         if state is None:
             if record is not None:
-                # Recorded, so it may have run and been removed after its result was read: the
-                # outcome cannot be proven either way; the attempt is held rather than retried.
+                # Recorded as started, yet neither on the engine nor with a recorded outcome:
+                # removed by something else (or its outcome lost). Held rather than retried.
                 raise OperationError(
                     "container_missing",
                     f"execution {ctx.execution_id!r} recorded container {record.name!r}, but "
-                    "the engine has no such container any more; its outcome cannot be proven",
+                    "the engine has no such container any more and no outcome of it is "
+                    f"recorded beside {record.result_dir!r}; its outcome cannot be proven",
                 )
             # No metadata means the container was never started (it is recorded before its
             # start), and the engine lists none labelled with the execution: nothing ran.
@@ -122,6 +131,10 @@ class ContainerExecutor(Executor):
         if record is None:
             # The pin was written but the metadata was not: the engine's record says the rest.
             record = record_from_engine(state)
+            found = await _read_outcome(record.result_dir, container_id=record.container_id)
+            if found is not None:
+                await ctx.persist_recovery(encode_record(found.record))
+                return self._handle(config, found.record, ctx, recorded=found)
         if state["State"]["Status"] == "created":
             if _past(ctx.deadline_ms):
                 # Starting it now is a launch past the deadline: the core stops (removes) it
@@ -203,11 +216,34 @@ class ContainerExecutor(Executor):
             raise
 
     def _handle(
-        self, config: ContainerConfig, record: ContainerRecord, ctx: ExecutionContext
+        self,
+        config: ContainerConfig,
+        record: ContainerRecord,
+        ctx: ExecutionContext,
+        *,
+        recorded: RecordedOutcome | None = None,
     ) -> ContainerHandle:
-        return ContainerHandle(
-            self.engine, config, record, deadline=_deadline(config, record, ctx.deadline_ms)
-        )
+        deadline = _deadline(config, record, ctx.deadline_ms)
+        return ContainerHandle(self.engine, config, record, deadline=deadline, recorded=recorded)
+
+
+async def _recorded_outcome(
+    ctx: ExecutionContext, record: ContainerRecord | None
+) -> RecordedOutcome | None:
+    """The outcome recorded for the recorded container, else for the launch intent's one."""
+    if record is not None:
+        return await _read_outcome(record.result_dir, container_id=record.container_id)
+    intent = ctx.launch_intent or {}
+    result_dir, name = intent.get("result_dir"), intent.get("name")
+    if not isinstance(result_dir, str) or not isinstance(name, str):
+        return None
+    # No metadata: a handle never existed, so nothing should be recorded; if something is, it
+    # is this launch's container's end and must not be taken for "never started".
+    return await _read_outcome(result_dir, name=name)
+
+
+async def _read_outcome(result_dir: str, **match: str) -> RecordedOutcome | None:
+    return await anyio.to_thread.run_sync(functools.partial(read_outcome, result_dir, **match))
 
 
 def _environment(ctx: ExecutionContext, config: ContainerConfig) -> dict[str, str]:

@@ -1,22 +1,28 @@
-"""Observing one container (launched or adopted) until it exits, and enforcing its deadline."""
+"""Observing one container (launched or adopted) until it exits, and enforcing its deadline.
+
+Its end is recorded on this host (``_outcome``) before the container is removed, so a recovery
+after a crash in between reads the same Result without the container.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 import docker
+import docker.errors
 
-from conduit_core.extension import Handle, OperationError, Result
+from conduit_core.extension import Handle, OperationError, Result, fault_point
 from conduit_executors_container import _containers as containers
 from conduit_executors_container._config import ContainerConfig
 from conduit_executors_container._engine import Engine
 from conduit_executors_container._metadata import ContainerRecord
+from conduit_executors_container._outcome import RecordedOutcome, read_outcome, write_outcome
 from conduit_executors_container._recovery import engine_time
-from conduit_executors_container._results import container_result, timeout_result
 
 __all__ = ["ContainerHandle"]
 
@@ -33,17 +39,21 @@ class ContainerHandle(Handle):
         record: ContainerRecord,
         *,
         deadline: float | None,
+        recorded: RecordedOutcome | None = None,
     ) -> None:
         self._engine = engine
         self._config = config
         self._record = record
         self._deadline = deadline
+        self._recorded = recorded
 
     @property
     def container_id(self) -> str:
         return self._record.container_id
 
     async def wait(self) -> Result:
+        if self._recorded is not None:
+            return await self._settled(self._recorded)
         cid = self._record.container_id
         while True:
             remaining = None if self._deadline is None else self._deadline - time.time()
@@ -55,28 +65,68 @@ class ContainerHandle(Handle):
                 continue
             state = await self._engine.call(containers.inspect, cid)
             if state is None:
-                raise OperationError(
-                    "container_missing",
-                    f"container {self._record.name!r} was removed before its exit was observed",
-                )
+                return await self._settled(await self._recorded_elsewhere())
             if not state["State"].get("Running"):
                 break
-        result = await self._engine.call(self._finished_result, state)
-        # The result is observed and kept on this host: the exited container has served its
-        # purpose. A failed removal only leaves it for a relaunch, a stop or reconcile to find.
-        with contextlib.suppress(OperationError):
-            await self._engine.call(containers.discard, cid)
-        return result
+        try:
+            with anyio.CancelScope(shield=True):
+                outcome = await self._engine.call(self._record_exit, state)
+        except docker.errors.NotFound:
+            outcome = await self._recorded_elsewhere()
+        return await self._settled(outcome)
 
-    def _finished_result(self, client: docker.APIClient, state: dict[str, Any]) -> Result:
-        result_dir = Path(self._record.result_dir)
+    async def _recorded_elsewhere(self) -> RecordedOutcome:
+        """The container went away while this handle watched: another observer of it (a
+        fenced-out daemon's handle, say) recorded its end before removing it, or nobody did."""
+        found = await anyio.to_thread.run_sync(
+            functools.partial(
+                read_outcome, self._record.result_dir, container_id=self._record.container_id
+            )
+        )
+        if found is None:
+            raise OperationError(
+                "container_missing",
+                f"container {self._record.name!r} was removed before its exit was observed",
+            )
+        return found
+
+    async def _settled(self, outcome: RecordedOutcome) -> Result:
+        """Remove the container whose outcome is recorded, then return that outcome's Result."""
+        cid = self._record.container_id
+        await fault_point("container.after_record")
+        if outcome.kind == "timeout":
+            # A timeout's Result says the job's resources are free: the removal is verified.
+            with anyio.CancelScope(shield=True):
+                gone = await self._engine.call(containers.remove_verified, cid)
+            if not gone:
+                raise OperationError(
+                    "stop_unverified", f"timeout, then container {cid[:12]} was not removed"
+                )
+        else:
+            # The exited container has served its purpose. A failed removal only leaves it for
+            # a relaunch, a stop or reconcile to find; its outcome stays recorded either way.
+            with contextlib.suppress(OperationError):
+                await self._engine.call(containers.discard, cid)
+        await fault_point("container.after_remove")
+        return outcome.result()
+
+    def _record_exit(self, client: docker.APIClient, state: dict[str, Any]) -> RecordedOutcome:
+        """Read the exited container's output and status and record them (before any removal)."""
         cut = containers.capture_logs(
-            client, self._record.container_id, result_dir, self._config.log_limit_bytes
+            client,
+            self._record.container_id,
+            Path(self._record.result_dir),
+            self._config.log_limit_bytes,
         )
-        exit_status = int(state["State"].get("ExitCode", -1))
-        return container_result(
-            result_dir, exit_status, wall_minutes=self._wall_minutes(state), cut=cut
+        outcome = RecordedOutcome(
+            record=self._record,
+            kind="exited",
+            exit_status=int(state["State"].get("ExitCode", -1)),
+            wall_minutes=self._wall_minutes(state),
+            logs_cut=cut,
         )
+        write_outcome(outcome)
+        return outcome
 
     async def _time_out(self) -> Result:
         cid = self._record.container_id
@@ -90,16 +140,17 @@ class ContainerHandle(Handle):
                     Path(self._record.result_dir),
                     self._config.log_limit_bytes,
                 )
-            gone = await self._engine.call(containers.remove_verified, cid)
-        if not gone:
-            # A result would claim the job's resources are free; they are not proven to be.
-            raise OperationError(
-                "stop_unverified", f"timeout, then container {cid[:12]} was not removed"
+            outcome = RecordedOutcome(
+                record=self._record,
+                kind="timeout",
+                wall_minutes=self._wall_minutes(state) if state is not None else 0.0,
+                allowed_seconds=(self._deadline or time.time()) - self._record.launched_at,
+                stop_detail=f"container {cid[:12]} stopped and removed; the engine no longer "
+                "knows it",
             )
-        allowed = (self._deadline or time.time()) - self._record.launched_at
-        detail = f"container {cid[:12]} stopped and removed; the engine no longer knows it"
-        wall = self._wall_minutes(state) if state is not None else 0.0
-        return timeout_result(allowed, detail, wall_minutes=wall)
+            # Recorded before the removal: a recovery after it still finds the timeout.
+            await anyio.to_thread.run_sync(write_outcome, outcome)
+        return await self._settled(outcome)
 
     def _wall_minutes(self, state: dict[str, Any]) -> float:
         # The container's whole run as the engine timed it, so a container adopted after a

@@ -5,6 +5,9 @@ Layout of the host directory mounted at ``/conduit``::
     input.jsonl     the pending input batch as JSON lines (``CONDUIT_INPUT``)
     result.json     where the job may write a typed result (``CONDUIT_RESULT``)
     stdout, stderr  the tail of the container's output, captured when it ends
+
+and beside it, outside the mount, ``epoch-N.outcome.json``: the container's end as first
+observed, recorded before the container is removed (see ``_outcome``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from conduit_executors_container._config import RESULT_MOUNT
 
 __all__ = [
     "MAX_RESULT_FILE_BYTES",
+    "OUTCOME_SUFFIX",
     "USAGE_UNIT",
     "container_result",
     "create_result_dir",
@@ -39,6 +43,9 @@ __all__ = [
 
 #: The usage unit the container executor reports: the container's wall time.
 USAGE_UNIT = WALL_TIME_UNIT
+#: The recorded outcome (``_outcome``) of the result directory ``epoch-N`` is ``epoch-N`` + this,
+#: beside it rather than in it: the job cannot write there.
+OUTCOME_SUFFIX = ".outcome.json"
 _event_encoder = msgspec.json.Encoder()
 
 
@@ -61,6 +68,7 @@ def create_result_dir(
         path.chmod(0o777)
         for stale in ("result.json", "stdout", "stderr"):
             path.joinpath(stale).unlink(missing_ok=True)
+        path.with_name(path.name + OUTCOME_SUFFIX).unlink(missing_ok=True)
         path.joinpath("input.jsonl").write_bytes(
             b"".join(_event_encoder.encode(event) + b"\n" for event in inputs)
         )

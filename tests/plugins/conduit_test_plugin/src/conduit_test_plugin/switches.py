@@ -7,7 +7,8 @@ provider up; spawned racers and daemon subprocesses inherit the variables and re
 - ``CONDUIT_TEST_UNSAFE=<protection>[,…]`` switches protections off, for a race detector's
   negative control (``conduit_core.extension.PROTECTIONS`` lists them).
 - ``CONDUIT_TEST_FAULT=<point>:<action>[,…]`` acts at a launch's fault points (the shell
-  executor's ``shell.before_intent``, ``shell.after_intent``, ``shell.after_spawn``): ``kill``
+  executor's ``shell.before_intent``, ``shell.after_intent``, ``shell.after_spawn``; the container
+  handle's ``container.after_record``, ``container.after_remove``): ``kill``
   SIGKILLs this very process, as a crashing daemon; ``sleep=<seconds>`` widens the window for an
   outside kill.
 """

@@ -27,7 +27,7 @@ ROGUE = (sys.executable, str(HERE / "_rogue_program.py"), "plain")
 #: Long enough that a report within FAST_S cannot be a handshake timeout.
 HANDSHAKE_S = 30.0
 FAST_S = 10.0
-EXITED = r"(exited with status \d+|was killed by SIG[A-Z]+) before answering the handshake"
+EXITED = r"(exited with status \d+|was killed by signal SIG[A-Z]+) before answering the handshake"
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def _programs(tmp_path: Path, pidfile: Path) -> dict[str, tuple[tuple[str, ...],
                  "exited with status 2 before answering the handshake"),
         "keeps-stdout": ((str(holds),), "exited with status 3 before answering the handshake"),
         "killed": (("/bin/sh", "-c", "kill -9 $$"),
-                   "was killed by SIGKILL before answering the handshake"),
+                   "was killed by signal SIGKILL before answering the handshake"),
     }  # fmt: skip
 
 

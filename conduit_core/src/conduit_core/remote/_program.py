@@ -24,7 +24,6 @@ import contextlib
 import logging
 import os
 import select
-import signal
 import subprocess
 import tempfile
 import time
@@ -202,8 +201,9 @@ class ProgramConnection:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(exited), _EXIT_GRACE_S)
             if exited.done():
+                how = describe_exit(exited.result())
                 raise ProgramGone(
-                    f"executor {self.name!r} ({' '.join(command)}) {exit_text(exited.result())} "
+                    f"executor {self.name!r} ({' '.join(command)}) {how} "
                     "before answering the handshake (its stderr is in the daemon's log)",
                     code="executor_program_exited",
                 )
@@ -549,7 +549,7 @@ def probe_program(
                 wrote = f"; it wrote: {tail}" if tail else "; it wrote nothing to stderr"
                 if proc.returncode is not None:
                     raise ProgramGone(
-                        f"executor {name!r} ({' '.join(command)}) {exit_text(proc.returncode)} "
+                        f"executor {name!r} ({' '.join(command)}) {describe_exit(proc.returncode)} "
                         f"before answering the handshake{wrote}",
                         code="executor_program_exited",
                     )
@@ -571,16 +571,6 @@ def probe_program(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-
-
-def exit_text(returncode: int) -> str:
-    """How a program ended, for a person: its exit status or the signal that killed it."""
-    if returncode < 0:
-        try:
-            return f"was killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"was killed by signal {-returncode}"
-    return f"exited with status {returncode}"
 
 
 def _read_reply(

@@ -1,0 +1,268 @@
+"""The blocking client: one kept-alive HTTP/1.1 connection (stdlib ``http.client``)."""
+
+from __future__ import annotations
+
+import builtins
+import http.client
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
+
+from conduit_core.client._address import Address, resolve
+from conduit_core.client._calls import Call, Calls, Poll, chunks, decode, merge_batches, outcome
+from conduit_core.client._errors import Conflict, DaemonUnavailable
+from conduit_core.client._types import (
+    BatchResult,
+    InputAccepted,
+    Outcome,
+    Settled,
+    SubmitItem,
+    WorkDetail,
+    WorkPage,
+    WorkView,
+)
+
+__all__ = ["Client", "headers"]
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+#: A kept-alive connection idle longer than this is replaced before a request, so a write is
+#: never sent on one the daemon (uvicorn: 5 s keep-alive) may be closing.
+IDLE_REUSE_SECONDS = 2.0
+
+
+def headers(token: str) -> dict[str, str]:
+    return {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json",
+        "Content-Type": "application/json",
+    }
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+class Client:
+    """A blocking client of a running daemon's HTTP API.
+
+    ``Client()`` finds the daemon as documented in docs/python.md: ``url``/``token``
+    arguments, else ``CONDUIT_URL``/``CONDUIT_TOKEN``, else the config file ``config`` (or
+    ``CONDUIT_CONFIG``, else ./conduit.toml) and its token file. Use it from one thread at a
+    time (calls are serialised by a lock), and close it (or use ``with``).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        token: str | None = None,
+        config: str | os.PathLike[str] | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.address, self._token = resolve(url, token, config)
+        self.timeout = timeout
+        self._conn: http.client.HTTPConnection | None = None
+        self._used_at = 0.0
+        self._lock = threading.Lock()
+
+    # --- transport -----------------------------------------------------------------------------
+
+    def _connect(self) -> http.client.HTTPConnection:
+        a: Address = self.address
+        if a.unix_socket:
+            return _UnixConnection(a.unix_socket, self.timeout)
+        return http.client.HTTPConnection(a.host, a.port, timeout=self.timeout)
+
+    def _call(self, call: Call[R]) -> R:
+        with self._lock:
+            reused = self._conn is not None
+            if self._conn is None or time.monotonic() - self._used_at > IDLE_REUSE_SECONDS:
+                self.close()
+                self._conn, reused = self._connect(), False
+            try:
+                status, raw = self._send(self._conn, call)
+            except (OSError, http.client.HTTPException) as exc:
+                self.close()
+                if not (reused and call.method == "GET"):
+                    raise self._unreachable(exc) from exc
+                try:  # a kept-alive connection the daemon closed: a read is safe to resend
+                    self._conn = self._connect()
+                    status, raw = self._send(self._conn, call)
+                except (OSError, http.client.HTTPException) as again:
+                    self.close()
+                    raise self._unreachable(again) from again
+            self._used_at = time.monotonic()
+        return decode(call, status, raw)
+
+    def _send(self, conn: http.client.HTTPConnection, call: Call[Any]) -> tuple[int, bytes]:
+        conn.request(call.method, call.path, body=call.body, headers=headers(self._token))
+        reply = conn.getresponse()
+        raw = reply.read()
+        if reply.will_close:
+            self.close()
+        return reply.status, raw
+
+    def _unreachable(self, exc: BaseException) -> DaemonUnavailable:
+        text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        return DaemonUnavailable(
+            f"the daemon at {self.address.where} is not reachable ({text})",
+            code="daemon_unreachable",
+        )
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- the API -------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        binding: str,
+        input: Any = None,
+        *,
+        scope: str | None = None,
+        kind: str = "task",
+        id: str | None = None,
+        exist_ok: bool = False,
+    ) -> WorkDetail:
+        """Create Work for ``binding`` with ``input`` as its first input's payload.
+
+        With an ``id``, a resend is refused (:class:`Conflict`, ``work_exists``); with
+        ``exist_ok=True`` it returns the stored Work instead (an idempotent submit).
+        """
+        item = SubmitItem(binding=binding, input=input, scope=scope, kind=kind, id=id)
+        try:
+            return self._call(Calls.submit(item))
+        except Conflict as exc:
+            if not (exist_ok and id is not None and exc.code == "work_exists"):
+                raise
+            return self.get(id)
+
+    def submit_many(self, items: Iterable[SubmitItem]) -> BatchResult:
+        """Submit many (``POST /v1/work/batch``, 1,000 a request): each item is created or
+        refused on its own; the result lists them in the order given."""
+        return merge_batches([self._call(Calls.batch(chunk)) for chunk in chunks(items)])
+
+    def get(self, work_id: str) -> WorkDetail:
+        return self._call(Calls.get(work_id))
+
+    def wait(
+        self,
+        work_id: str,
+        *,
+        timeout: float | None = 60.0,
+        data_type: type[T] | None = None,
+        poll_max: float = 1.0,
+    ) -> Outcome[T]:
+        """Poll (with backoff, at most ``poll_max`` s apart) until the Work is completed,
+        failed or cancelled, or blocked until a person retries it; its :class:`Outcome`, with
+        the result's data decoded into ``data_type``. :class:`WaitTimeout` at the deadline."""
+        poll = Poll(timeout, longest=poll_max)
+        while True:
+            detail = self.get(work_id)
+            if detail.work.settled:
+                return outcome(detail, data_type)
+            time.sleep(poll.next_delay(f"work {work_id} is still {detail.work.status}"))
+
+    def wait_many(
+        self,
+        work_ids: Iterable[str],
+        *,
+        timeout: float | None = 60.0,
+        data_type: type[T] | None = None,
+        poll_max: float = 1.0,
+    ) -> builtins.list[Outcome[T]]:
+        """:meth:`wait` for each Work (one deadline for all); outcomes in the order given."""
+        ids = builtins.list(work_ids)
+        done: dict[str, Outcome[T]] = {}
+        poll = Poll(timeout, longest=poll_max)
+        while True:
+            for work_id in ids:
+                if work_id not in done:
+                    detail = self.get(work_id)
+                    if detail.work.settled:
+                        done[work_id] = outcome(detail, data_type)
+            left = len(ids) - len(done)
+            if not left:
+                return [done[work_id] for work_id in ids]
+            time.sleep(poll.next_delay(f"{left} of {len(ids)} Works are not finished"))
+
+    def cancel(self, work_id: str, reason: str = "") -> WorkDetail:
+        return self._call(Calls.cancel(work_id, reason))
+
+    def retry(self, work_id: str, reason: str = "") -> WorkDetail:
+        return self._call(Calls.retry(work_id, reason))
+
+    def approve(self, work_id: str, reason: str = "") -> Settled:
+        """Approve the human gate's hold on the Work (see docs/budgets-and-gates.md)."""
+        return self._call(Calls.settle(work_id, "approve", reason))
+
+    def refuse(self, work_id: str, reason: str = "") -> Settled:
+        """Refuse the human gate's hold: the Work is cancelled."""
+        return self._call(Calls.settle(work_id, "refuse", reason))
+
+    def list(
+        self,
+        *,
+        status: str | None = None,
+        scope: str | None = None,
+        binding: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> WorkPage:
+        """One page of Work by id (``limit`` 1-500); pass ``page.next`` as ``after``."""
+        return self._call(Calls.list(status, scope, binding, limit, after))
+
+    def iter_work(
+        self,
+        *,
+        status: str | None = None,
+        scope: str | None = None,
+        binding: str | None = None,
+        page_size: int = 500,
+    ) -> Iterator[WorkView]:
+        """Every matching Work, page after page."""
+        after: str | None = None
+        while True:
+            page = self.list(
+                status=status, scope=scope, binding=binding, limit=page_size, after=after
+            )
+            yield from page.items
+            if page.next is None:
+                return
+            after = page.next
+
+    def inputs(
+        self,
+        work_id: str,
+        payload: Any = None,
+        *,
+        type: str = "core.input",
+        correlation_key: str | None = None,
+        delivery_id: str | None = None,
+    ) -> InputAccepted:
+        """Send an input to the Work; ``delivery_id`` makes a resend idempotent."""
+        return self._call(Calls.input(work_id, payload, type, correlation_key, delivery_id))
+
+    def health(self) -> dict[str, Any]:
+        return self._call(Calls.health())

@@ -52,11 +52,14 @@ class Echo(msgspec.Struct):
     inputs: list[Order]
 
 
-def start(make_daemon: Callable[..., Daemon], tmp_path: Path, mp: pytest.MonkeyPatch) -> Daemon:
+def start(
+    make_daemon: Callable[..., Daemon], tmp_path: Path, mp: pytest.MonkeyPatch, **settings: Any
+) -> Daemon:
     rules = tmp_path / "human.toml"
     rules.write_text('[[rules]]\nbindings = ["deploy"]\nreason = "deploys need a person"\n')
     mp.setenv("CONDUIT_HUMAN_GATE_CONFIG", str(rules))
-    return make_daemon(extra=EXTRA.format(side=tmp_path / "side-effects.log")).start()
+    extra = EXTRA.format(side=tmp_path / "side-effects.log")
+    return make_daemon(extra=extra, **settings).start()
 
 
 def url(daemon: Daemon) -> str:
@@ -149,7 +152,7 @@ def test_sync_client_submits_waits_for_typed_data_and_raises_coded_errors(
 def test_async_client_bulk_submit_inputs_and_list_paging(
     make_daemon: Callable[..., Daemon], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    daemon = start(make_daemon, tmp_path, monkeypatch)
+    daemon = start(make_daemon, tmp_path, monkeypatch, concurrency=64)
 
     async def main() -> None:
         async with AsyncClient(url(daemon), token=daemon.token) as client:

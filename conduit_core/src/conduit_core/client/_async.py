@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import builtins
 import os
-import time
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from conduit_core.client._address import resolve
 from conduit_core.client._calls import Call, Calls, Poll, chunks, decode, merge_batches, outcome
-from conduit_core.client._errors import Conflict, DaemonUnavailable
-from conduit_core.client._sync import IDLE_REUSE_SECONDS, headers
+from conduit_core.client._errors import Conflict
+from conduit_core.client._sync import headers, unreachable
 from conduit_core.client._types import (
     BatchResult,
     InputAccepted,
@@ -25,7 +24,6 @@ from conduit_core.client._types import (
 
 if TYPE_CHECKING:
     from anyio.abc import ByteStream
-    from anyio.streams.buffered import BufferedByteReceiveStream
 
 __all__ = ["AsyncClient"]
 
@@ -33,47 +31,35 @@ R = TypeVar("R")
 T = TypeVar("T")
 
 _MAX_HEAD = 64 * 1024
-_MAX_BODY = 1 << 30
 
 
-class _Conn:
-    def __init__(self, stream: ByteStream) -> None:
-        from anyio.streams.buffered import BufferedByteReceiveStream
+async def _exchange(stream: ByteStream, request: bytes) -> tuple[int, bytes]:
+    """Send one request (``Connection: close``) and read the whole answer."""
+    from anyio.streams.buffered import BufferedByteReceiveStream
 
-        self.stream = stream
-        self.reader: BufferedByteReceiveStream = BufferedByteReceiveStream(stream)
-        self.used_at = time.monotonic()
+    await stream.send(request)
+    reader = BufferedByteReceiveStream(stream)
 
-    async def _line(self) -> bytes:
-        return await self.reader.receive_until(b"\r\n", _MAX_HEAD)
+    async def line() -> bytes:
+        return await reader.receive_until(b"\r\n", _MAX_HEAD)
 
-    async def exchange(self, request: bytes) -> tuple[int, bytes, bool]:
-        """Send one request; (status, body, whether the daemon keeps the connection)."""
-        await self.stream.send(request)
-        line = await self.reader.receive_until(b"\r\n", _MAX_HEAD)
-        status = int(line.split(b" ", 2)[1])
-        fields: dict[bytes, bytes] = {}
-        while line := await self.reader.receive_until(b"\r\n", _MAX_HEAD):
-            name, _, value = line.partition(b":")
-            fields[name.strip().lower()] = value.strip()
-        if fields.get(b"transfer-encoding", b"").lower() == b"chunked":
-            body = bytearray()
-            while size := int((await self._line()).split(b";")[0], 16):
-                body += await self.reader.receive_exactly(size)
-                await self.reader.receive_exactly(2)
-            await self.reader.receive_until(b"\r\n", _MAX_HEAD)
-            raw = bytes(body)
-        else:
-            raw = await self.reader.receive_exactly(int(fields.get(b"content-length", b"0")))
-        keep = fields.get(b"connection", b"").lower() != b"close"
-        self.used_at = time.monotonic()
-        return status, raw, keep
+    status = int((await line()).split(b" ", 2)[1])
+    fields: dict[bytes, bytes] = {}
+    while head := await line():
+        name, _, value = head.partition(b":")
+        fields[name.strip().lower()] = value.strip()
+    if fields.get(b"transfer-encoding", b"").lower() == b"chunked":
+        body = bytearray()
+        while size := int((await line()).split(b";")[0], 16):
+            body += await reader.receive_exactly(size)
+            await reader.receive_exactly(2)
+        return status, bytes(body)
+    return status, await reader.receive_exactly(int(fields.get(b"content-length", b"0")))
 
 
 class AsyncClient:
     """The async twin of :class:`~conduit_core.client.Client` (same arguments and methods,
-    awaited). Safe to share between tasks: each request takes its own connection from a pool.
-    Close it (``await client.aclose()``, or ``async with``)."""
+    awaited). Safe to share between tasks: each request has its own connection."""
 
     def __init__(
         self,
@@ -82,23 +68,11 @@ class AsyncClient:
         token: str | None = None,
         config: str | os.PathLike[str] | None = None,
         timeout: float = 30.0,
-        max_idle: int = 8,
     ) -> None:
         self.address, self._token = resolve(url, token, config)
         self.timeout = timeout
-        self._idle: list[_Conn] = []
-        self._max_idle = max_idle
 
     # --- transport -----------------------------------------------------------------------------
-
-    async def _connect(self) -> _Conn:
-        import anyio
-
-        a = self.address
-        with anyio.fail_after(self.timeout):
-            if a.unix_socket:
-                return _Conn(await anyio.connect_unix(a.unix_socket))
-            return _Conn(await anyio.connect_tcp(a.host, a.port))
 
     def _request_bytes(self, call: Call[Any]) -> bytes:
         a = self.address
@@ -112,51 +86,24 @@ class AsyncClient:
     async def _call(self, call: Call[R]) -> R:
         import anyio
 
-        request = self._request_bytes(call)
-        conn: _Conn | None = None
-        while self._idle and conn is None:
-            candidate = self._idle.pop()
-            if time.monotonic() - candidate.used_at <= IDLE_REUSE_SECONDS:
-                conn = candidate
-            else:
-                await anyio.aclose_forcefully(candidate.stream)
-        reused = conn is not None
-        for tries in (1, 2):
-            try:
-                if conn is None:
-                    conn = await self._connect()
-                with anyio.fail_after(self.timeout):
-                    status, raw, keep = await conn.exchange(request)
-                break
-            except (OSError, anyio.BrokenResourceError, anyio.EndOfStream,
-                    anyio.IncompleteRead, anyio.DelimiterNotFound, TimeoutError,
-                    ValueError, IndexError) as exc:  # fmt: skip
-                if conn is not None:
-                    await anyio.aclose_forcefully(conn.stream)
-                conn = None
-                # A kept-alive connection the daemon closed: only a read is safe to resend.
-                if not (reused and tries == 1 and call.method == "GET"):
-                    raise self._unreachable(exc) from exc
-        assert conn is not None
-        if keep and len(self._idle) < self._max_idle:
-            self._idle.append(conn)
-        else:
-            await anyio.aclose_forcefully(conn.stream)
+        # A connection per request, as Client does (see there).
+        a = self.address
+        try:
+            with anyio.fail_after(self.timeout):
+                if a.unix_socket:
+                    stream: ByteStream = await anyio.connect_unix(a.unix_socket)
+                else:
+                    stream = await anyio.connect_tcp(a.host, a.port)
+                async with stream:
+                    status, raw = await _exchange(stream, self._request_bytes(call))
+        except (OSError, TimeoutError, anyio.BrokenResourceError, anyio.EndOfStream,
+                anyio.IncompleteRead, anyio.DelimiterNotFound, ValueError,
+                IndexError) as exc:  # fmt: skip
+            raise unreachable(a, exc) from exc
         return decode(call, status, raw)
 
-    def _unreachable(self, exc: BaseException) -> DaemonUnavailable:
-        text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-        return DaemonUnavailable(
-            f"the daemon at {self.address.where} is not reachable ({text})",
-            code="daemon_unreachable",
-        )
-
     async def aclose(self) -> None:
-        import anyio
-
-        idle, self._idle = self._idle, []
-        for conn in idle:
-            await anyio.aclose_forcefully(conn.stream)
+        """Nothing is held between calls; kept for ``async with``."""
 
     async def __aenter__(self) -> AsyncClient:
         return self

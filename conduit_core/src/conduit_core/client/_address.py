@@ -83,8 +83,8 @@ def _from_config(
         return None
     # The config's own loader and paths (as the CLI resolves them): imported only here.
     from conduit_core.config import load_config
-    from conduit_core.daemon._paths import DaemonPaths
-    from conduit_core.http._token import read_token
+    from conduit_core.daemon import DaemonPaths
+    from conduit_core.http import read_token
 
     if not path.exists():
         raise _config_error(f"{path}: no such config file")

@@ -100,6 +100,7 @@ def test_sync_client_submits_waits_for_typed_data_and_raises_coded_errors(
     with pytest.raises(NotFound) as missing:
         client.get("no-such-work")
     assert missing.value.code == "not_found"
+    assert "no-such-work" in missing.value.message
     with pytest.raises(NotFound):
         client.wait("no-such-work", timeout=5)
 

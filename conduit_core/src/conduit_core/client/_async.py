@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import os
 from collections.abc import AsyncIterator, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from conduit_core.client._address import resolve
 from conduit_core.client._calls import Call, Calls, Poll, chunks, decode, merge_batches, outcome
@@ -137,14 +137,34 @@ class AsyncClient:
     async def get(self, work_id: str) -> WorkDetail:
         return await self._call(Calls.get(work_id))
 
+    @overload
+    async def wait(
+        self,
+        work_id: str,
+        *,
+        timeout: float | None = ...,  # noqa: ASYNC109
+        data_type: None = ...,
+        poll_max: float = ...,
+    ) -> Outcome[dict[str, Any]]: ...
+
+    @overload
+    async def wait(
+        self,
+        work_id: str,
+        *,
+        timeout: float | None = ...,  # noqa: ASYNC109
+        data_type: type[T],
+        poll_max: float = ...,
+    ) -> Outcome[T]: ...
+
     async def wait(
         self,
         work_id: str,
         *,
         timeout: float | None = 60.0,  # noqa: ASYNC109 - the twin of Client.wait's deadline
-        data_type: type[T] | None = None,
+        data_type: type[Any] | None = None,
         poll_max: float = 1.0,
-    ) -> Outcome[T]:
+    ) -> Outcome[Any]:
         import anyio
 
         poll = Poll(timeout, longest=poll_max)
@@ -154,18 +174,38 @@ class AsyncClient:
                 return outcome(detail, data_type)
             await anyio.sleep(poll.next_delay(f"work {work_id} is still {detail.work.status}"))
 
+    @overload
+    async def wait_many(
+        self,
+        work_ids: Iterable[str],
+        *,
+        timeout: float | None = ...,  # noqa: ASYNC109
+        data_type: None = ...,
+        poll_max: float = ...,
+    ) -> builtins.list[Outcome[dict[str, Any]]]: ...
+
+    @overload
+    async def wait_many(
+        self,
+        work_ids: Iterable[str],
+        *,
+        timeout: float | None = ...,  # noqa: ASYNC109
+        data_type: type[T],
+        poll_max: float = ...,
+    ) -> builtins.list[Outcome[T]]: ...
+
     async def wait_many(
         self,
         work_ids: Iterable[str],
         *,
         timeout: float | None = 60.0,  # noqa: ASYNC109 - the twin of Client.wait's deadline
-        data_type: type[T] | None = None,
+        data_type: type[Any] | None = None,
         poll_max: float = 1.0,
-    ) -> builtins.list[Outcome[T]]:
+    ) -> builtins.list[Outcome[Any]]:
         import anyio
 
         ids = builtins.list(work_ids)
-        done: dict[str, Outcome[T]] = {}
+        done: dict[str, Outcome[Any]] = {}
         poll = Poll(timeout, longest=poll_max)
         while True:
             for work_id in ids:

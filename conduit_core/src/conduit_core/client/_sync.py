@@ -8,7 +8,7 @@ import os
 import socket
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from conduit_core.client._address import Address, resolve
 from conduit_core.client._calls import Call, Calls, Poll, chunks, decode, merge_batches, outcome
@@ -146,14 +146,34 @@ class Client:
     def get(self, work_id: str) -> WorkDetail:
         return self._call(Calls.get(work_id))
 
+    @overload
+    def wait(
+        self,
+        work_id: str,
+        *,
+        timeout: float | None = ...,
+        data_type: None = ...,
+        poll_max: float = ...,
+    ) -> Outcome[dict[str, Any]]: ...
+
+    @overload
+    def wait(
+        self,
+        work_id: str,
+        *,
+        timeout: float | None = ...,
+        data_type: type[T],
+        poll_max: float = ...,
+    ) -> Outcome[T]: ...
+
     def wait(
         self,
         work_id: str,
         *,
         timeout: float | None = 60.0,
-        data_type: type[T] | None = None,
+        data_type: type[Any] | None = None,
         poll_max: float = 1.0,
-    ) -> Outcome[T]:
+    ) -> Outcome[Any]:
         """Poll (with backoff, at most ``poll_max`` s apart) until the Work is completed,
         failed or cancelled, or blocked until a person retries it; its :class:`Outcome`, with
         the result's data decoded into ``data_type``. :class:`WaitTimeout` at the deadline."""
@@ -164,17 +184,37 @@ class Client:
                 return outcome(detail, data_type)
             time.sleep(poll.next_delay(f"work {work_id} is still {detail.work.status}"))
 
+    @overload
+    def wait_many(
+        self,
+        work_ids: Iterable[str],
+        *,
+        timeout: float | None = ...,
+        data_type: None = ...,
+        poll_max: float = ...,
+    ) -> builtins.list[Outcome[dict[str, Any]]]: ...
+
+    @overload
+    def wait_many(
+        self,
+        work_ids: Iterable[str],
+        *,
+        timeout: float | None = ...,
+        data_type: type[T],
+        poll_max: float = ...,
+    ) -> builtins.list[Outcome[T]]: ...
+
     def wait_many(
         self,
         work_ids: Iterable[str],
         *,
         timeout: float | None = 60.0,
-        data_type: type[T] | None = None,
+        data_type: type[Any] | None = None,
         poll_max: float = 1.0,
-    ) -> builtins.list[Outcome[T]]:
+    ) -> builtins.list[Outcome[Any]]:
         """:meth:`wait` for each Work (one deadline for all); outcomes in the order given."""
         ids = builtins.list(work_ids)
-        done: dict[str, Outcome[T]] = {}
+        done: dict[str, Outcome[Any]] = {}
         poll = Poll(timeout, longest=poll_max)
         while True:
             for work_id in ids:

@@ -63,6 +63,9 @@ ALLOWED = {
 # The web console: an operators' surface over the HTTP API's service layer, never the daemon's or
 # the CLI's internals (the daemon mounts it, not the other way round).
 ALLOWED["console"] = ALLOWED["routines"] | {"routines", "http"}
+# The public Python client speaks HTTP only; config, daemon and http are imported lazily, to find
+# a daemon's address and token from its config file (tests/core/test_client_import.py).
+ALLOWED["client"] = {"errors", "config", "daemon", "http"}
 PLUGINS = [
     "conduit_executors_shell",
     "conduit_executors_container",

@@ -1,0 +1,275 @@
+"""The async client (anyio: asyncio or trio): a small pool of kept-alive HTTP/1.1 connections."""
+
+from __future__ import annotations
+
+import builtins
+import os
+from collections.abc import AsyncIterator, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from conduit_core.client._address import resolve
+from conduit_core.client._calls import Call, Calls, Poll, chunks, decode, merge_batches, outcome
+from conduit_core.client._errors import Conflict
+from conduit_core.client._sync import headers, unreachable
+from conduit_core.client._types import (
+    BatchResult,
+    InputAccepted,
+    Outcome,
+    Settled,
+    SubmitItem,
+    WorkDetail,
+    WorkPage,
+    WorkView,
+)
+
+if TYPE_CHECKING:
+    from anyio.abc import ByteStream
+
+__all__ = ["AsyncClient"]
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+_MAX_HEAD = 64 * 1024
+
+
+async def _exchange(stream: ByteStream, request: bytes) -> tuple[int, bytes]:
+    """Send one request (``Connection: close``) and read the whole answer."""
+    from anyio.streams.buffered import BufferedByteReceiveStream
+
+    await stream.send(request)
+    reader = BufferedByteReceiveStream(stream)
+
+    async def line() -> bytes:
+        return await reader.receive_until(b"\r\n", _MAX_HEAD)
+
+    status = int((await line()).split(b" ", 2)[1])
+    fields: dict[bytes, bytes] = {}
+    while head := await line():
+        name, _, value = head.partition(b":")
+        fields[name.strip().lower()] = value.strip()
+    if fields.get(b"transfer-encoding", b"").lower() == b"chunked":
+        body = bytearray()
+        while size := int((await line()).split(b";")[0], 16):
+            body += await reader.receive_exactly(size)
+            await reader.receive_exactly(2)
+        return status, bytes(body)
+    return status, await reader.receive_exactly(int(fields.get(b"content-length", b"0")))
+
+
+class AsyncClient:
+    """The async twin of :class:`~conduit_core.client.Client` (same arguments and methods,
+    awaited). Safe to share between tasks: each request has its own connection."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        token: str | None = None,
+        config: str | os.PathLike[str] | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.address, self._token = resolve(url, token, config)
+        self.timeout = timeout
+
+    # --- transport -----------------------------------------------------------------------------
+
+    def _request_bytes(self, call: Call[Any]) -> bytes:
+        a = self.address
+        host = "localhost" if a.unix_socket else f"{a.host}:{a.port}"
+        body = call.body or b""
+        head = [f"{call.method} {call.path} HTTP/1.1", f"Host: {host}",
+                f"Content-Length: {len(body)}"]  # fmt: skip
+        head += [f"{name}: {value}" for name, value in headers(self._token).items()]
+        return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+    async def _call(self, call: Call[R]) -> R:
+        import anyio
+
+        # A connection per request, as Client does (see there).
+        a = self.address
+        try:
+            with anyio.fail_after(self.timeout):
+                if a.unix_socket:
+                    stream: ByteStream = await anyio.connect_unix(a.unix_socket)
+                else:
+                    stream = await anyio.connect_tcp(a.host, a.port)
+                async with stream:
+                    status, raw = await _exchange(stream, self._request_bytes(call))
+        except (OSError, TimeoutError, anyio.BrokenResourceError, anyio.EndOfStream,
+                anyio.IncompleteRead, anyio.DelimiterNotFound, ValueError,
+                IndexError) as exc:  # fmt: skip
+            raise unreachable(a, exc) from exc
+        return decode(call, status, raw)
+
+    async def aclose(self) -> None:
+        """Nothing is held between calls; kept for ``async with``."""
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # --- the API (see Client for each method) -------------------------------------------------
+
+    async def submit(
+        self,
+        binding: str,
+        input: Any = None,
+        *,
+        scope: str | None = None,
+        kind: str = "task",
+        id: str | None = None,
+        exist_ok: bool = False,
+    ) -> WorkDetail:
+        item = SubmitItem(binding=binding, input=input, scope=scope, kind=kind, id=id)
+        try:
+            return await self._call(Calls.submit(item))
+        except Conflict as exc:
+            if not (exist_ok and id is not None and exc.code == "work_exists"):
+                raise
+            return await self.get(id)
+
+    async def submit_many(self, items: Iterable[SubmitItem]) -> BatchResult:
+        return merge_batches([await self._call(Calls.batch(chunk)) for chunk in chunks(items)])
+
+    async def get(self, work_id: str) -> WorkDetail:
+        return await self._call(Calls.get(work_id))
+
+    @overload
+    async def wait(
+        self,
+        work_id: str,
+        *,
+        timeout: float | None = ...,  # noqa: ASYNC109
+        data_type: None = ...,
+        poll_max: float = ...,
+    ) -> Outcome[dict[str, Any]]: ...
+
+    @overload
+    async def wait(
+        self,
+        work_id: str,
+        *,
+        timeout: float | None = ...,  # noqa: ASYNC109
+        data_type: type[T],
+        poll_max: float = ...,
+    ) -> Outcome[T]: ...
+
+    async def wait(
+        self,
+        work_id: str,
+        *,
+        timeout: float | None = 60.0,  # noqa: ASYNC109 - the twin of Client.wait's deadline
+        data_type: type[Any] | None = None,
+        poll_max: float = 1.0,
+    ) -> Outcome[Any]:
+        import anyio
+
+        poll = Poll(timeout, longest=poll_max)
+        while True:
+            detail = await self.get(work_id)
+            if detail.work.settled:
+                return outcome(detail, data_type)
+            await anyio.sleep(poll.next_delay(f"work {work_id} is still {detail.work.status}"))
+
+    @overload
+    async def wait_many(
+        self,
+        work_ids: Iterable[str],
+        *,
+        timeout: float | None = ...,  # noqa: ASYNC109
+        data_type: None = ...,
+        poll_max: float = ...,
+    ) -> builtins.list[Outcome[dict[str, Any]]]: ...
+
+    @overload
+    async def wait_many(
+        self,
+        work_ids: Iterable[str],
+        *,
+        timeout: float | None = ...,  # noqa: ASYNC109
+        data_type: type[T],
+        poll_max: float = ...,
+    ) -> builtins.list[Outcome[T]]: ...
+
+    async def wait_many(
+        self,
+        work_ids: Iterable[str],
+        *,
+        timeout: float | None = 60.0,  # noqa: ASYNC109 - the twin of Client.wait's deadline
+        data_type: type[Any] | None = None,
+        poll_max: float = 1.0,
+    ) -> builtins.list[Outcome[Any]]:
+        import anyio
+
+        ids = builtins.list(work_ids)
+        done: dict[str, Outcome[Any]] = {}
+        poll = Poll(timeout, longest=poll_max)
+        while True:
+            for work_id in ids:
+                if work_id not in done:
+                    detail = await self.get(work_id)
+                    if detail.work.settled:
+                        done[work_id] = outcome(detail, data_type)
+            left = len(ids) - len(done)
+            if not left:
+                return [done[work_id] for work_id in ids]
+            await anyio.sleep(poll.next_delay(f"{left} of {len(ids)} Works are not finished"))
+
+    async def cancel(self, work_id: str, reason: str = "") -> WorkDetail:
+        return await self._call(Calls.cancel(work_id, reason))
+
+    async def retry(self, work_id: str, reason: str = "") -> WorkDetail:
+        return await self._call(Calls.retry(work_id, reason))
+
+    async def approve(self, work_id: str, reason: str = "") -> Settled:
+        return await self._call(Calls.settle(work_id, "approve", reason))
+
+    async def refuse(self, work_id: str, reason: str = "") -> Settled:
+        return await self._call(Calls.settle(work_id, "refuse", reason))
+
+    async def list(
+        self,
+        *,
+        status: str | None = None,
+        scope: str | None = None,
+        binding: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> WorkPage:
+        return await self._call(Calls.list(status, scope, binding, limit, after))
+
+    async def iter_work(
+        self,
+        *,
+        status: str | None = None,
+        scope: str | None = None,
+        binding: str | None = None,
+        page_size: int = 500,
+    ) -> AsyncIterator[WorkView]:
+        after: str | None = None
+        while True:
+            page = await self.list(
+                status=status, scope=scope, binding=binding, limit=page_size, after=after
+            )
+            for item in page.items:
+                yield item
+            if page.next is None:
+                return
+            after = page.next
+
+    async def inputs(
+        self,
+        work_id: str,
+        payload: Any = None,
+        *,
+        type: str = "core.input",
+        correlation_key: str | None = None,
+        delivery_id: str | None = None,
+    ) -> InputAccepted:
+        return await self._call(Calls.input(work_id, payload, type, correlation_key, delivery_id))
+
+    async def health(self) -> dict[str, Any]:
+        return await self._call(Calls.health())

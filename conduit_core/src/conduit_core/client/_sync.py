@@ -1,0 +1,288 @@
+"""The blocking client: one kept-alive HTTP/1.1 connection (stdlib ``http.client``)."""
+
+from __future__ import annotations
+
+import builtins
+import http.client
+import os
+import socket
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar, overload
+
+from conduit_core.client._address import Address, resolve
+from conduit_core.client._calls import Call, Calls, Poll, chunks, decode, merge_batches, outcome
+from conduit_core.client._errors import Conflict, DaemonUnavailable
+from conduit_core.client._types import (
+    BatchResult,
+    InputAccepted,
+    Outcome,
+    Settled,
+    SubmitItem,
+    WorkDetail,
+    WorkPage,
+    WorkView,
+)
+
+__all__ = ["Client", "headers", "unreachable"]
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+def headers(token: str) -> dict[str, str]:
+    return {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json",
+        "Content-Type": "application/json",
+        "Connection": "close",
+    }
+
+
+def unreachable(address: Address, exc: BaseException) -> DaemonUnavailable:
+    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return DaemonUnavailable(
+        f"the daemon at {address.where} is not reachable ({text}); is `conduit daemon` running?",
+        code="daemon_unreachable",
+    )
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class Client:
+    """A blocking client of a running daemon's HTTP API.
+
+    ``Client()`` finds the daemon as documented in docs/python.md: ``url``/``token``
+    arguments, else ``CONDUIT_URL``/``CONDUIT_TOKEN``, else the config file ``config`` (or
+    ``CONDUIT_CONFIG``, else ./conduit.toml) and its token file. It holds no connection
+    between calls, so threads may share it.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        token: str | None = None,
+        config: str | os.PathLike[str] | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.address, self._token = resolve(url, token, config)
+        self.timeout = timeout
+
+    # --- transport -----------------------------------------------------------------------------
+
+    def _connect(self) -> http.client.HTTPConnection:
+        a: Address = self.address
+        if a.unix_socket:
+            return _UnixConnection(a.unix_socket, self.timeout)
+        return http.client.HTTPConnection(a.host, a.port, timeout=self.timeout)
+
+    def _call(self, call: Call[R]) -> R:
+        # A connection per request: one the daemon keeps alive answers ~40 ms late (see
+        # docs/python.md), while a new local connection costs well under a millisecond.
+        conn = self._connect()
+        try:
+            conn.request(call.method, call.path, body=call.body, headers=headers(self._token))
+            reply = conn.getresponse()
+            status, raw = reply.status, reply.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise unreachable(self.address, exc) from exc
+        finally:
+            conn.close()
+        return decode(call, status, raw)
+
+    def close(self) -> None:
+        """Nothing is held between calls; kept for ``with`` and symmetry with AsyncClient."""
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- the API -------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        binding: str,
+        input: Any = None,
+        *,
+        scope: str | None = None,
+        kind: str = "task",
+        id: str | None = None,
+        exist_ok: bool = False,
+    ) -> WorkDetail:
+        """Create Work for ``binding`` with ``input`` as its first input's payload.
+
+        With an ``id``, a resend is refused (:class:`Conflict`, ``work_exists``); with
+        ``exist_ok=True`` it returns the stored Work instead (an idempotent submit).
+        """
+        item = SubmitItem(binding=binding, input=input, scope=scope, kind=kind, id=id)
+        try:
+            return self._call(Calls.submit(item))
+        except Conflict as exc:
+            if not (exist_ok and id is not None and exc.code == "work_exists"):
+                raise
+            return self.get(id)
+
+    def submit_many(self, items: Iterable[SubmitItem]) -> BatchResult:
+        """Submit many (``POST /v1/work/batch``, 1,000 a request): each item is created or
+        refused on its own; the result lists them in the order given."""
+        return merge_batches([self._call(Calls.batch(chunk)) for chunk in chunks(items)])
+
+    def get(self, work_id: str) -> WorkDetail:
+        return self._call(Calls.get(work_id))
+
+    @overload
+    def wait(
+        self,
+        work_id: str,
+        *,
+        timeout: float | None = ...,
+        data_type: None = ...,
+        poll_max: float = ...,
+    ) -> Outcome[dict[str, Any]]: ...
+
+    @overload
+    def wait(
+        self,
+        work_id: str,
+        *,
+        timeout: float | None = ...,
+        data_type: type[T],
+        poll_max: float = ...,
+    ) -> Outcome[T]: ...
+
+    def wait(
+        self,
+        work_id: str,
+        *,
+        timeout: float | None = 60.0,
+        data_type: type[Any] | None = None,
+        poll_max: float = 1.0,
+    ) -> Outcome[Any]:
+        """Poll (with backoff, at most ``poll_max`` s apart) until the Work is completed,
+        failed or cancelled, or blocked until a person retries it; its :class:`Outcome`, with
+        the result's data decoded into ``data_type``. :class:`WaitTimeout` at the deadline."""
+        poll = Poll(timeout, longest=poll_max)
+        while True:
+            detail = self.get(work_id)
+            if detail.work.settled:
+                return outcome(detail, data_type)
+            time.sleep(poll.next_delay(f"work {work_id} is still {detail.work.status}"))
+
+    @overload
+    def wait_many(
+        self,
+        work_ids: Iterable[str],
+        *,
+        timeout: float | None = ...,
+        data_type: None = ...,
+        poll_max: float = ...,
+    ) -> builtins.list[Outcome[dict[str, Any]]]: ...
+
+    @overload
+    def wait_many(
+        self,
+        work_ids: Iterable[str],
+        *,
+        timeout: float | None = ...,
+        data_type: type[T],
+        poll_max: float = ...,
+    ) -> builtins.list[Outcome[T]]: ...
+
+    def wait_many(
+        self,
+        work_ids: Iterable[str],
+        *,
+        timeout: float | None = 60.0,
+        data_type: type[Any] | None = None,
+        poll_max: float = 1.0,
+    ) -> builtins.list[Outcome[Any]]:
+        """:meth:`wait` for each Work (one deadline for all); outcomes in the order given."""
+        ids = builtins.list(work_ids)
+        done: dict[str, Outcome[Any]] = {}
+        poll = Poll(timeout, longest=poll_max)
+        while True:
+            for work_id in ids:
+                if work_id not in done:
+                    detail = self.get(work_id)
+                    if detail.work.settled:
+                        done[work_id] = outcome(detail, data_type)
+            left = len(ids) - len(done)
+            if not left:
+                return [done[work_id] for work_id in ids]
+            time.sleep(poll.next_delay(f"{left} of {len(ids)} Works are not finished"))
+
+    def cancel(self, work_id: str, reason: str = "") -> WorkDetail:
+        return self._call(Calls.cancel(work_id, reason))
+
+    def retry(self, work_id: str, reason: str = "") -> WorkDetail:
+        return self._call(Calls.retry(work_id, reason))
+
+    def approve(self, work_id: str, reason: str = "") -> Settled:
+        """Approve the human gate's hold on the Work (see docs/budgets-and-gates.md)."""
+        return self._call(Calls.settle(work_id, "approve", reason))
+
+    def refuse(self, work_id: str, reason: str = "") -> Settled:
+        """Refuse the human gate's hold: the Work is cancelled."""
+        return self._call(Calls.settle(work_id, "refuse", reason))
+
+    def list(
+        self,
+        *,
+        status: str | None = None,
+        scope: str | None = None,
+        binding: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> WorkPage:
+        """One page of Work by id (``limit`` 1-500); pass ``page.next`` as ``after``."""
+        return self._call(Calls.list(status, scope, binding, limit, after))
+
+    def iter_work(
+        self,
+        *,
+        status: str | None = None,
+        scope: str | None = None,
+        binding: str | None = None,
+        page_size: int = 500,
+    ) -> Iterator[WorkView]:
+        """Every matching Work, page after page."""
+        after: str | None = None
+        while True:
+            page = self.list(
+                status=status, scope=scope, binding=binding, limit=page_size, after=after
+            )
+            yield from page.items
+            if page.next is None:
+                return
+            after = page.next
+
+    def inputs(
+        self,
+        work_id: str,
+        payload: Any = None,
+        *,
+        type: str = "core.input",
+        correlation_key: str | None = None,
+        delivery_id: str | None = None,
+    ) -> InputAccepted:
+        """Send an input to the Work; ``delivery_id`` makes a resend idempotent."""
+        return self._call(Calls.input(work_id, payload, type, correlation_key, delivery_id))
+
+    def health(self) -> dict[str, Any]:
+        return self._call(Calls.health())

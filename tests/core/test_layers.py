@@ -65,6 +65,7 @@ ALLOWED = {
 ALLOWED["console"] = ALLOWED["routines"] | {"routines", "http"}
 PLUGINS = [
     "conduit_executors_shell",
+    "conduit_executors_python",
     "conduit_executors_container",
     "conduit_gate_human",
     "examples/conduit-example-executor",

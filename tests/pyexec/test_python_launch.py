@@ -141,6 +141,7 @@ async def test_the_binding_interpreter_runs_the_function(tmp_path: Path) -> None
         ({"function": "no colon"}, "$.function"),
         ({"function": "m:f", "colour": 1}, "$.colour"),
         ({"function": "m:f", "stop_signal": "SIGNOPE"}, "$.stop_signal"),
+        ({"function": "m:f", "python": "/nonexistent/python3"}, "$.python"),
     ],
 )
 async def test_bad_config_is_permanent_invalid_config_naming_the_field(
@@ -153,3 +154,13 @@ async def test_bad_config_is_permanent_invalid_config_naming_the_field(
     assert caught.value.permanent
     assert f"at `{path}`" in caught.value.message
     assert callbacks.launch_intent is None  # nothing was recorded or started
+
+
+async def test_timeout_stops_the_function_and_fails_the_attempt(tmp_path: Path) -> None:
+    release = tmp_path / "never"
+    config = binding("once", timeout_seconds=0.5, stop_grace_seconds=0.5)
+    payload = {"side": str(tmp_path / "side"), "release": str(release)}
+    result, _ = await _run(tmp_path, config, payload)
+    assert result.outcome is OutcomeKind.FAILED
+    assert result.data["code"] == "timeout"
+    assert (tmp_path / "side").read_text().split() == ["work-1", "start"]  # stopped mid-function

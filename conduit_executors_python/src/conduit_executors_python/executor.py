@@ -9,6 +9,7 @@ into that shell job's config; the recovery metadata is the shell generation's ow
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,6 +47,14 @@ class PythonExecutor(Executor):
         return f"PythonExecutor(generation={self.generation})"
 
     async def run(self, ctx: ExecutionContext) -> Handle:
+        interpreter = decode_config(ctx.config).interpreter()
+        if shutil.which(interpreter) is None:
+            # Before the intent: nothing is recorded or started for a binding that cannot run.
+            raise OperationError(
+                "invalid_config",
+                f"python binding config: no executable interpreter {interpreter!r} - at `$.python`",
+                permanent=True,
+            )
         return await self._shell.run(_as_shell_job(ctx))
 
     async def recover(self, ctx: ExecutionContext) -> Handle:

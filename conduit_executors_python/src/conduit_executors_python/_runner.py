@@ -10,7 +10,6 @@ traceback goes to stderr. Only the standard library and msgspec are loaded here,
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import inspect
 import os
@@ -67,6 +66,8 @@ def _run(ref: str, batch: bytes) -> dict[str, Any]:
     try:
         value = function(**kwargs)
         if inspect.isawaitable(value):
+            import asyncio  # only for async functions: its import costs more than the rest
+
             value = asyncio.run(_awaited(value))
     except Exception as exc:
         traceback.print_exc()

@@ -87,6 +87,13 @@ async def test_exception_fails_with_type_and_message_and_traceback_in_stderr(
     assert 'raise ValueError(message)' in stderr
 
 
+async def test_a_huge_exception_message_is_clipped_in_the_result(tmp_path: Path) -> None:
+    result, _ = await _run(tmp_path, binding("fails"), {"message": "x" * 2_000_000})
+    assert result.outcome is OutcomeKind.FAILED
+    assert result.data["exception"]["message"].endswith("… (2000000 characters, see stderr)")
+    assert len(result.summary) < 5000
+
+
 async def test_permanent_and_retry_map_to_the_result(tmp_path: Path) -> None:
     gave_up, _ = await _run(tmp_path / "a", binding("gives_up"))
     assert gave_up.outcome is OutcomeKind.FAILED

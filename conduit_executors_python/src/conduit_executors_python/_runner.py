@@ -26,6 +26,9 @@ from conduit_executors_python._signals import Permanent, Retry
 
 __all__ = ["main"]
 
+#: How much of an exception's message the result carries (a result file is at most 1 MiB).
+_MAX_MESSAGE_CHARS = 4000
+
 
 class _Event(msgspec.Struct):
     """One line of the input batch; only the payload matters here, kept undecoded."""
@@ -129,7 +132,12 @@ def _arguments(
             f"(or null): {exc}",
             permanent=True,
         ) from exc
-    parameters = inspect.signature(function).parameters
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError) as exc:
+        raise _Refused(
+            "invalid_config", f"$.function: its signature cannot be read: {exc}", permanent=True
+        ) from exc
     named = {
         name: p for name, p in parameters.items()
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
@@ -189,7 +197,7 @@ def _raised(exc: Exception) -> dict[str, Any]:
     name = kind.__qualname__
     if kind.__module__ != "builtins":
         name = f"{kind.__module__}.{name}"
-    message = str(exc)
+    message = _clipped(str(exc))
     summary = f"{name}: {message}" if message else name
     data = {"code": "exception", "exception": {"type": name, "message": message}}
     result: dict[str, Any] = {"outcome": "failed", "summary": summary, "data": data}
@@ -202,6 +210,13 @@ def _raised(exc: Exception) -> dict[str, Any]:
             reset = int((time.time() + exc.after) * 1000)
             result["retry_hint"] = {"reset_at_ms": reset, "reason": summary}
     return result
+
+
+def _clipped(message: str) -> str:
+    """An exception's message as the summary carries it: the whole is in the traceback."""
+    if len(message) <= _MAX_MESSAGE_CHARS:
+        return message
+    return message[:_MAX_MESSAGE_CHARS] + f"… ({len(message)} characters, see stderr)"
 
 
 def _failed(code: str, message: str, *, permanent: bool) -> dict[str, Any]:

@@ -77,7 +77,7 @@ VPY="$VENV/bin/python"
 # then the test-only plugin distributions under tests/plugins/ and the example packages under
 # examples/ (whose own tests run the executor conformance suite).
 DIST_DIRS=()
-for d in conduit_core conduit_executors_shell conduit_executors_container conduit_gate_human; do
+for d in conduit_core conduit_executors_shell conduit_executors_python conduit_executors_container conduit_gate_human; do
   if [[ -f $ROOT/$d/pyproject.toml ]]; then
     DIST_DIRS+=("$ROOT/$d")
   else

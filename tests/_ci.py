@@ -31,7 +31,7 @@ SKIP_ALLOWED: list[tuple[str, str]] = [
     (
         r"[\w/.-]+\.py::test_program_killed_mid_run_is_recovered_not_rerun",
         "the executor conformance case that kills an out-of-process executor's program, run on an "
-        "in-process executor (shell, container, example): there is no program to kill",
+        "in-process executor (shell, python, container, example): there is no program to kill",
     ),
 ]
 

@@ -13,6 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 DISTRIBUTIONS = {
     "conduit_core": ("conduit_core", None),
     "conduit_executors_shell": ("conduit_executors_shell", "shell"),
+    "conduit_executors_python": ("conduit_executors_python", "python"),
     "conduit_executors_container": ("conduit_executors_container", "container"),
     "conduit_gate_human": ("conduit_gate_human", "human"),
 }

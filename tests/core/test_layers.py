@@ -68,6 +68,7 @@ ALLOWED["console"] = ALLOWED["routines"] | {"routines", "http"}
 ALLOWED["client"] = {"errors", "config", "daemon", "http"}
 PLUGINS = [
     "conduit_executors_shell",
+    "conduit_executors_python",
     "conduit_executors_container",
     "conduit_gate_human",
     "examples/conduit-example-executor",
@@ -113,6 +114,32 @@ def test_plugins_use_only_the_public_contract(plugin: str) -> None:
             assert name in ("conduit_core.extension", "conduit_core.errors"), (
                 f"{path.relative_to(REPO)} imports {name}: plugins use conduit_core.extension only"
             )
+
+
+def _plugin_module(plugin: str) -> str:
+    (package,) = [p.name for p in (REPO / plugin / "src").iterdir() if p.is_dir()]
+    return package
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_a_plugin_builds_on_another_only_through_its_top_level_package(plugin: str) -> None:
+    # conduit-executors-python reuses the shell executor: through the names the shell package
+    # exports, never its private modules (which may change in any release of it).
+    others = {_plugin_module(p) for p in PLUGINS} - {_plugin_module(plugin)}
+    for path in (REPO / plugin / "src").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            for name in names:
+                if name.split(".")[0] in others:
+                    assert "." not in name, (
+                        f"{path.relative_to(REPO)} imports {name}: another plugin is used through "
+                        "its top-level package only"
+                    )
 
 
 def _module_name(path: Path) -> str:

@@ -19,6 +19,7 @@ from ._fake_dist import executor_manifest, executor_source, write_plugin_dist
 
 BUNDLED = {
     "shell": "conduit-executors-shell",
+    "python": "conduit-executors-python",
     "container": "conduit-executors-container",
     "human": "conduit-gate-human",
 }

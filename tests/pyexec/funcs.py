@@ -1,0 +1,79 @@
+"""Functions the python executor's tests run; imported by the job's own interpreter (the tests put
+the repository on its ``PYTHONPATH`` through the binding's ``env``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import msgspec
+
+from conduit_executors_python import Permanent, Retry
+
+
+class Size(msgspec.Struct):
+    width: int
+    height: int
+
+
+class Area(msgspec.Struct):
+    size: Size
+    area: int
+    label: str
+
+
+def area(size: Size, label: str = "box") -> Area:
+    return Area(size=size, area=size.width * size.height, label=label)
+
+
+async def doubled(n: int) -> list[int]:
+    await asyncio.sleep(0)
+    return [n, n * 2]
+
+
+def nothing() -> None:
+    print("ran")
+
+
+def fails(message: str) -> int:
+    raise ValueError(message)
+
+
+def gives_up() -> int:
+    raise Permanent("the order is gone")
+
+
+def later(after: float) -> int:
+    raise Retry("busy", after=after)
+
+
+def environment(name: str) -> str | None:
+    return os.environ.get(name)
+
+
+def wrong_return() -> int:
+    return "not an int"  # type: ignore[return-value]
+
+
+def run_script() -> None:
+    """The conformance suite's job: its POSIX sh script (binding env ``PYEXEC_SCRIPT``)."""
+    status = subprocess.run(["/bin/sh", "-c", os.environ["PYEXEC_SCRIPT"]], check=False).returncode
+    if status != 0:
+        raise RuntimeError(f"the script exited with status {status}")
+
+
+def once(side: str, release: str) -> str:
+    """Record a start, wait for the test to release it (deadline 120 s), record the end."""
+    with open(side, "a") as out:
+        out.write(f"{os.environ['CONDUIT_WORK_ID']} start\n")
+    deadline = time.monotonic() + 120
+    while not Path(release).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{release} never appeared")
+        time.sleep(0.05)
+    with open(side, "a") as out:
+        out.write(f"{os.environ['CONDUIT_WORK_ID']} end\n")
+    return "done"

@@ -99,12 +99,18 @@ def test_layers_point_down_only(package: str) -> None:
         for name in _imports(path):
             parts = name.split(".")
             target = parts[1] if len(parts) > 1 else ""
-            if target in ("", package, "_version"):
+            # _version and _lazy (package exports loaded on first use) import no layer.
+            if target in ("", package, "_version", "_lazy"):
                 continue
             assert target in ALLOWED[package], f"{path.relative_to(REPO)} imports {name}"
             assert not any(p.startswith("_") for p in parts[2:]), (
                 f"{path.relative_to(REPO)} reaches into private module {name}"
             )
+
+
+def test_the_leaf_modules_import_no_layer() -> None:
+    for leaf in ("_version.py", "_lazy.py"):
+        assert _imports(CORE / leaf) == set(), leaf
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)

@@ -12,13 +12,11 @@ import hashlib
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import msgspec
 
 from conduit_core.errors import ConduitError, ConfigError, UnsupportedGenerationError
-from conduit_core.plugins import Plugins
-from conduit_core.remote import CallbackLimits, ProgramSettings, ProgramSpec
 from conduit_core.validation import (
     MAX_AMOUNT,
     MAX_SECONDS,
@@ -29,6 +27,10 @@ from conduit_core.validation import (
     check_timezone,
     decode_toml,
 )
+
+if TYPE_CHECKING:  # loading a config (every CLI command does) needs neither
+    from conduit_core.plugins import Plugins
+    from conduit_core.remote import ProgramSpec
 
 __all__ = [
     "Binding",
@@ -153,6 +155,8 @@ class ExecutorProgram(_Section, frozen=True, kw_only=True):
     def spec(self, source: str) -> ProgramSpec:
         """How to run it; a relative path in ``command[0]`` is relative to the folder of
         ``source`` (the config file), as ``settings.store`` is."""
+        from conduit_core.remote import CallbackLimits, ProgramSettings, ProgramSpec
+
         settings = ProgramSettings(
             handshake_timeout=self.handshake_timeout_seconds,
             request_timeout=self.request_timeout_seconds,

@@ -7,28 +7,22 @@ sharing it picks the change up on its next pass).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.text import Text
 
 from conduit_core.cli._context import config_option, json_option, open_api, print_json, run
-from conduit_core.cli._render import console
-from conduit_core.http import ApiClient
-from conduit_core.http._approvals import (
-    NeedsYouView,
-    SettledView,
-    SettleRequest,
-    approve,
-    list_needs_you,
-    refuse,
-    release,
-)
+
+if TYPE_CHECKING:
+    from conduit_core.http._approvals import NeedsYouView, SettledView
 
 __all__ = ["approve_command", "needs_you_command", "refuse_command", "release_command"]
 
 
 async def _settle(config_path: Path | None, action: str, work_id: str, reason: str) -> SettledView:
+    from conduit_core.http import ApiClient
+    from conduit_core.http._approvals import SettledView, SettleRequest, approve, refuse, release
+
     req = SettleRequest(reason=reason)
     async with open_api(config_path) as api:
         if isinstance(api, ApiClient):
@@ -45,6 +39,8 @@ def _quote(part: str) -> str:
 
 
 def _print(view: SettledView, as_json: bool) -> None:
+    from conduit_core.cli._render import console
+
     if as_json:
         print_json(view)
     else:
@@ -88,6 +84,10 @@ def needs_you_command(config_path: Path | None, as_json: bool) -> None:
     """Every held Work (budget and gate holds, held recoveries, unverified stops), why, and
     how to settle it."""
 
+    from conduit_core.cli._render import console
+    from conduit_core.http import ApiClient
+    from conduit_core.http._approvals import NeedsYouView, list_needs_you
+
     async def go() -> NeedsYouView:
         async with open_api(config_path) as api:
             if isinstance(api, ApiClient):
@@ -107,6 +107,10 @@ def needs_you_command(config_path: Path | None, as_json: bool) -> None:
 
 
 def _line(item: Any) -> None:
+    from rich.text import Text
+
+    from conduit_core.cli._render import console
+
     console().print(
         Text.assemble(
             (item.work_id, "bold"),

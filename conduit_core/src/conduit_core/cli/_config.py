@@ -7,10 +7,6 @@ from pathlib import Path
 
 import click
 
-from conduit_core.config import ROOT_SCOPE, check_against_plugins, load_config
-from conduit_core.daemon import DaemonPaths, check_routine_specs, check_tracing
-from conduit_core.plugins import Plugins
-
 
 @click.group("config")
 def config_group() -> None:
@@ -22,6 +18,10 @@ def config_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary when valid.")
 def check(file: Path, as_json: bool) -> None:
     """Validate FILE against the schema and the installed plugins (exit 0 when usable)."""
+    from conduit_core.config import ROOT_SCOPE, check_against_plugins, load_config
+    from conduit_core.daemon import check_routine_specs, check_tracing
+    from conduit_core.plugins import Plugins
+
     config = load_config(file)
     check_against_plugins(config, Plugins.load(programs=config.programs()))
     check_routine_specs(config)
@@ -55,6 +55,9 @@ def check(file: Path, as_json: bool) -> None:
 )
 def paths(file: Path, get: str | None) -> None:
     """Where the daemon for FILE keeps its state: data dir, store, token and pid file."""
+    from conduit_core.config import load_config
+    from conduit_core.daemon import DaemonPaths
+
     resolved = DaemonPaths.from_config(load_config(file))
     values = {
         "data_dir": str(resolved.data_dir),

@@ -12,38 +12,31 @@ import os
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import anyio
 import click
-import msgspec
 
-from conduit_core.config import Config, load_config
-from conduit_core.daemon import DaemonPaths, is_postgres, notify_sync
 from conduit_core.errors import ConduitError, ConfigError
-from conduit_core.http import (
-    ApiClient,
-    ApiService,
-    BatchSubmitRequest,
-    BatchSubmitResult,
-    CancelRequest,
-    CapacityView,
-    ConfirmStoppedRequest,
-    EventView,
-    Health,
-    InputRequest,
-    InterruptRequest,
-    RetryRequest,
-    SubmitRequest,
-    WorkDetail,
-    WorkPage,
-    read_token,
-)
-from conduit_core.model import WorkStatus
-from conduit_core.plugins import Plugins
-from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock
-from conduit_core.storage import open_store
-from conduit_core.validation import MAX_PAYLOAD_BYTES, decode_bounded
+
+if TYPE_CHECKING:  # the CLI imports the heavy layers in the commands that use them
+    from conduit_core.config import Config
+    from conduit_core.daemon import DaemonPaths
+    from conduit_core.http import (
+        BatchSubmitRequest,
+        BatchSubmitResult,
+        CancelRequest,
+        CapacityView,
+        ConfirmStoppedRequest,
+        EventView,
+        Health,
+        InputRequest,
+        InterruptRequest,
+        RetryRequest,
+        SubmitRequest,
+        WorkDetail,
+        WorkPage,
+    )
+    from conduit_core.model import WorkStatus
 
 __all__ = [
     "CONFIG_ENV",
@@ -101,6 +94,9 @@ def json_option(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def load(config_path: Path | None) -> tuple[Config, DaemonPaths]:
+    from conduit_core.config import load_config
+    from conduit_core.daemon import DaemonPaths
+
     path = config_path or Path(os.environ.get(CONFIG_ENV, "conduit.toml"))
     if not path.exists():
         how = "from --config" if config_path else (
@@ -131,10 +127,21 @@ async def open_api(config_path: Path | None) -> AsyncIterator[Api]:
     """The daemon's API when one runs for this config, else the store directly."""
     config, paths = load(config_path)
     if paths.running_pid() is not None:
+        from conduit_core.http._client import ApiClient
+        from conduit_core.http._token import read_token
+
         token = read_token(paths.token_file)
         unix = str(paths.unix_socket) if paths.unix_socket else None
         yield ApiClient(token, listen=paths.listen, unix_socket=unix)
         return
+    import anyio.to_thread
+
+    from conduit_core.daemon import is_postgres, notify_sync
+    from conduit_core.http import ApiService
+    from conduit_core.plugins import Plugins
+    from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock
+    from conduit_core.storage import open_store
+
     plugins = Plugins.load(programs=config.programs())
     async with await open_store(paths.store) as store:
         latest = await store.latest_config_generation()
@@ -154,16 +161,24 @@ async def open_api(config_path: Path | None) -> AsyncIterator[Api]:
 
 
 def run(func: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    import anyio
+
     return anyio.run(func)
 
 
 def print_json(value: Any) -> None:
+    import msgspec
+
     click.echo(msgspec.json.format(msgspec.json.encode(value), indent=2).decode())
 
 
 def parse_json_option(text: str | None, what: str) -> Any:
     if text is None:
         return None
+    import msgspec
+
+    from conduit_core.validation import MAX_PAYLOAD_BYTES, decode_bounded
+
     try:
         # click hands undecodable argv bytes over as lone surrogates.
         raw = text.encode("utf-8")

@@ -6,11 +6,9 @@ import os
 import signal
 from pathlib import Path
 
-import anyio
 import click
 
 from conduit_core.cli._context import CONFIG_ENV, config_option, load
-from conduit_core.daemon import Daemon, configure_logging, tune_garbage_collection
 from conduit_core.errors import ConduitError
 
 __all__ = ["daemon_command", "reload_command"]
@@ -37,6 +35,10 @@ def daemon_command(
 
     SIGHUP (or `conduit reload`) reloads the config: new attempts use it, live ones keep theirs.
     """
+    import anyio
+
+    from conduit_core.daemon import Daemon, configure_logging, tune_garbage_collection
+
     configure_logging("json" if log_format == "json" else "text", log_level)
     path = config_path or Path(os.environ.get(CONFIG_ENV, "conduit.toml"))
     tune_garbage_collection()  # this process is a scheduler host from here on

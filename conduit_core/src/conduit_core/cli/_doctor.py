@@ -5,22 +5,18 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import anyio
 import click
-from rich.text import Text
 
 from conduit_core.cli._context import config_option, json_option, load, print_json
-from conduit_core.cli._render import console
-from conduit_core.config import Config, check_against_plugins
-from conduit_core.daemon import DaemonPaths, check_local_filesystem
 from conduit_core.errors import ConduitError
-from conduit_core.extension import active_switches
-from conduit_core.model import HoldKind
-from conduit_core.plugins import Plugins
-from conduit_core.runtime import JOBS_POOL
-from conduit_core.storage import SCHEMA_VERSION, Store, open_store
+
+if TYPE_CHECKING:
+    from conduit_core.config import Config
+    from conduit_core.daemon import DaemonPaths
+    from conduit_core.plugins import Plugins
+    from conduit_core.storage import Store
 
 __all__ = ["doctor_command"]
 
@@ -41,6 +37,11 @@ class Check:
 @json_option
 def doctor_command(config_path: Path | None, as_json: bool) -> None:
     """Check the store, the plugins, pinned generations, capacity, holds and the Docker engine."""
+    import anyio
+    from rich.text import Text
+
+    from conduit_core.cli._render import console
+
     checks = anyio.run(_run_checks, config_path)
     if as_json:
         print_json([asdict(c) for c in checks])
@@ -59,6 +60,11 @@ def doctor_command(config_path: Path | None, as_json: bool) -> None:
 
 
 async def _run_checks(config_path: Path | None) -> list[Check]:
+    from conduit_core.config import check_against_plugins
+    from conduit_core.daemon import check_local_filesystem
+    from conduit_core.plugins import Plugins
+    from conduit_core.storage import SCHEMA_VERSION, open_store
+
     checks: list[Check] = []
     try:
         config, paths = load(config_path)
@@ -115,6 +121,8 @@ async def _run_checks(config_path: Path | None) -> list[Check]:
 
 def _switch_check() -> Check:
     """Test-only switches: none in production; where the test plugin provides them, say which."""
+    from conduit_core.extension import active_switches
+
     try:
         switches = active_switches()
     except ConduitError as exc:
@@ -131,6 +139,8 @@ def _switch_check() -> Check:
 
 
 async def _store_checks(store: Store, config: Config, plugins: Plugins) -> list[Check]:
+    from conduit_core.model import HoldKind
+
     checks: list[Check] = []
     pinned = {
         (ex.snapshot.executor, ex.snapshot.executor_generation)
@@ -163,6 +173,8 @@ async def _store_checks(store: Store, config: Config, plugins: Plugins) -> list[
 
 
 async def _capacity_checks(store: Store, config: Config, plugins: Plugins) -> list[Check]:
+    from conduit_core.runtime import JOBS_POOL
+
     pools = {info.name: info.pool for info in plugins.executors()}
     limits: dict[str, int] = {
         "global": config.settings.concurrency,
@@ -192,6 +204,8 @@ async def _capacity_checks(store: Store, config: Config, plugins: Plugins) -> li
 async def _daemon_program_checks(paths: DaemonPaths) -> list[Check]:
     """The running daemon's own executor programs, from its /v1/health: the restarts, failed
     starts and protocol errors its log reports (``doctor``'s fresh start cannot see them)."""
+    import anyio.to_thread
+
     from conduit_core.http import ApiClient, Health, read_token
 
     def ask() -> Health:
@@ -251,6 +265,8 @@ async def _program_checks(plugins: Plugins) -> list[Check]:
 
 
 async def _docker_check(config: Config) -> list[Check]:
+    import anyio.to_thread
+
     if not any(b.executor == "container" for b in config.bindings.values()):
         return []
 

@@ -21,7 +21,6 @@ from conduit_core.cli._plugins import plugins_group
 from conduit_core.cli._routines import routines_group
 from conduit_core.cli._work import capacity_command, work_group
 from conduit_core.errors import ConduitError
-from conduit_core.extension import refuse_unprovided_switches
 
 __all__ = ["cli", "main"]
 
@@ -46,6 +45,8 @@ class _ConduitGroup(click.Group):
 def cli(ctx: click.Context) -> None:
     """conduit: a durable execution scheduler."""
     if ctx.invoked_subcommand != "doctor":  # doctor reports a stray switch as a failed check
+        from conduit_core.extension import refuse_unprovided_switches
+
         refuse_unprovided_switches()
 
 

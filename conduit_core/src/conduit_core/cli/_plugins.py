@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 
 from conduit_core.cli._context import CONFIG_ENV, config_option, load
-from conduit_core.plugins import Plugins
 
 
 @click.group("plugins")
@@ -29,6 +28,8 @@ def _lists_config(config_path: Path | None) -> bool:
 def list_plugins(config_path: Path | None, as_json: bool) -> None:
     """List every executor (package, pool, generations, capabilities), the executor programs
     the config declares ([executors.NAME]) and every gate."""
+    from conduit_core.plugins import Plugins
+
     if _lists_config(config_path):
         config, _ = load(config_path)
         plugins = Plugins.load(programs=config.programs())

@@ -11,11 +11,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import anyio
 import click
 
+from conduit_core.cli._choices import MISFIRE_POLICIES, WORK_KINDS
 from conduit_core.cli._context import (
     config_option,
     json_option,
@@ -24,17 +24,10 @@ from conduit_core.cli._context import (
     print_json,
     run,
 )
-from conduit_core.daemon import is_postgres, notify_sync
-from conduit_core.model import MisfirePolicy, Routine, WorkKind, WorkTemplate
-from conduit_core.routines import (
-    ConduitRoutineSource,
-    RoutineRun,
-    ScheduleChange,
-    ScheduleCreate,
-    routine_record,
-)
-from conduit_core.runtime import SystemClock
-from conduit_core.storage import open_store
+
+if TYPE_CHECKING:
+    from conduit_core.model import Routine
+    from conduit_core.routines import ConduitRoutineSource, RoutineRun
 
 __all__ = ["routines_group"]
 
@@ -45,6 +38,13 @@ T = TypeVar("T")
 async def _source(
     config_path: Path | None, *, wake: bool = False
 ) -> AsyncIterator[ConduitRoutineSource]:
+    import anyio.to_thread
+
+    from conduit_core.daemon import is_postgres, notify_sync
+    from conduit_core.routines import ConduitRoutineSource
+    from conduit_core.runtime import SystemClock
+    from conduit_core.storage import open_store
+
     config, paths = load(config_path)
     async with await open_store(paths.store) as store:
         yield ConduitRoutineSource(
@@ -86,6 +86,8 @@ def _when(ms: int | None) -> str:
 
 
 def _line(routine: Routine) -> str:
+    from conduit_core.routines import routine_record
+
     record = routine_record(routine)
     error = f"  error: {routine.last_error}" if routine.last_error else ""
     origin = " (config)" if routine.from_config else ""
@@ -118,9 +120,9 @@ def routines_group() -> None:
 )
 @click.option("--scope", help="The Work's scope (default: the binding's).")
 @click.option("--timezone", default="UTC", show_default=True, help="IANA zone of the cron fields.")
-@click.option("--kind", type=click.Choice([k.value for k in WorkKind]), default="task")
+@click.option("--kind", type=click.Choice(WORK_KINDS), default="task")
 @click.option("--input", "input_json", help="The fire's input payload, as JSON.")
-@click.option("--misfire", type=click.Choice([m.value for m in MisfirePolicy]), default="coalesce")
+@click.option("--misfire", type=click.Choice(MISFIRE_POLICIES), default="coalesce")
 @click.option("--grace-seconds", type=float, default=60.0, show_default=True)
 @config_option
 @json_option
@@ -139,6 +141,9 @@ def add(
     as_json: bool,
 ) -> None:
     """Add Routine ROUTINE_ID (refused, and nothing stored, on any bad input)."""
+    from conduit_core.model import MisfirePolicy, WorkKind, WorkTemplate
+    from conduit_core.routines import ScheduleCreate
+
     request = ScheduleCreate(
         id=routine_id,
         spec=spec,
@@ -178,6 +183,8 @@ def _change_command(action: str, summary: str) -> None:
     @config_option
     @json_option
     def command(routine_id: str, config_path: Path | None, as_json: bool) -> None:
+        from conduit_core.routines import ScheduleChange
+
         change = ScheduleChange(action=action)  # type: ignore[arg-type]
         _show(_with_source(config_path, lambda s: s.update(routine_id, change), wake=True), as_json)
 

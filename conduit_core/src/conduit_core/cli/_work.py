@@ -6,11 +6,11 @@ import getpass
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import anyio
 import click
-from rich.live import Live
 
+from conduit_core.cli._choices import WORK_KINDS, WORK_STATUSES
 from conduit_core.cli._context import (
     config_option,
     json_option,
@@ -20,18 +20,10 @@ from conduit_core.cli._context import (
     print_json,
     run,
 )
-from conduit_core.cli._render import capacity_table, console, status_line, work_detail, work_table
 from conduit_core.errors import ConduitError
-from conduit_core.http import (
-    CancelRequest,
-    ConfirmStoppedRequest,
-    InputRequest,
-    InterruptRequest,
-    RetryRequest,
-    SubmitRequest,
-    WorkDetail,
-)
-from conduit_core.model import WorkKind, WorkStatus
+
+if TYPE_CHECKING:
+    from conduit_core.http import WorkDetail
 
 __all__ = ["capacity_command", "work_group"]
 
@@ -48,7 +40,7 @@ def work_group() -> None:
 @click.argument("binding", required=False)
 @click.option("--input", "input_json", help="The first input's payload, as JSON.")
 @click.option("--scope", help="Run in this scope (default: the binding's).")
-@click.option("--kind", type=click.Choice([k.value for k in WorkKind]), help="Default: task.")
+@click.option("--kind", type=click.Choice(WORK_KINDS), help="Default: task.")
 @click.option("--id", "work_id", help="The Work id (default: generated, time-ordered).")
 @click.option("--watch", "watch_after", is_flag=True, help="Then watch it until it ends.")
 @click.option(
@@ -87,6 +79,10 @@ def submit(
         return
     if binding is None:
         raise click.UsageError("give BINDING (or --from FILE.jsonl)")
+    from conduit_core.cli._render import console
+    from conduit_core.http import SubmitRequest
+    from conduit_core.model import WorkKind
+
     req = SubmitRequest(
         binding=binding,
         scope=scope,
@@ -112,7 +108,7 @@ def submit(
 
 
 @work_group.command("list")
-@click.option("--status", type=click.Choice([s.value for s in WorkStatus]))
+@click.option("--status", type=click.Choice(WORK_STATUSES))
 @click.option("--scope")
 @click.option("--binding")
 @click.option("--limit", type=click.IntRange(1, 500), default=100, show_default=True)
@@ -129,6 +125,8 @@ def list_work(
     as_json: bool,
 ) -> None:
     """List Work, oldest first (by id)."""
+    from conduit_core.cli._render import console, work_table
+    from conduit_core.model import WorkStatus
 
     async def go() -> object:
         async with open_api(config_path) as api:
@@ -159,6 +157,7 @@ def list_work(
 @json_option
 def show(work_id: str, config_path: Path | None, as_json: bool) -> None:
     """Work with its attempts, segments and launch phases, holds and what it waits for."""
+    from conduit_core.cli._render import console, work_detail
 
     async def go() -> WorkDetail:
         async with open_api(config_path) as api:
@@ -182,6 +181,12 @@ def watch(work_id: str, timeout: float | None, config_path: Path | None, as_json
 
 
 def _watch(work_id: str, config_path: Path | None, as_json: bool, *, timeout: float | None) -> None:
+    import anyio
+    from rich.live import Live
+
+    from conduit_core.cli._render import console, status_line, work_detail
+    from conduit_core.model import WorkStatus
+
     out = console()
     live_view = out.is_terminal and not as_json
     note = no_daemon_note(config_path)
@@ -232,6 +237,8 @@ def _watch(work_id: str, config_path: Path | None, as_json: bool, *, timeout: fl
 
 def _settled(detail: WorkDetail) -> bool:
     """Ended, or blocked until a person retries it (it will not move by itself)."""
+    from conduit_core.model import WorkStatus
+
     work = detail.work
     blocked = work.status is WorkStatus.READY and work.blocked_reason and not work.retry_pending
     return work.status.terminal or bool(blocked)
@@ -244,6 +251,7 @@ def _settled(detail: WorkDetail) -> bool:
 @json_option
 def cancel(work_id: str, reason: str, config_path: Path | None, as_json: bool) -> None:
     """Cancel Work; a running attempt is stopped (verified) before its slot is freed."""
+    from conduit_core.http import CancelRequest
 
     async def go() -> WorkDetail:
         async with open_api(config_path) as api:
@@ -259,6 +267,7 @@ def cancel(work_id: str, reason: str, config_path: Path | None, as_json: bool) -
 @json_option
 def retry(work_id: str, reason: str, config_path: Path | None, as_json: bool) -> None:
     """Manual retry: reset the failure budget and run again now."""
+    from conduit_core.http import RetryRequest
 
     async def go() -> WorkDetail:
         async with open_api(config_path) as api:
@@ -281,6 +290,8 @@ def confirm_stopped(
 
     Refused for any other epoch than the attempt's; recorded as core.execution.stop_confirmed.
     """
+    from conduit_core.http import ConfirmStoppedRequest
+
     req = ConfirmStoppedRequest(epoch=epoch, reason=reason, by=f"{getpass.getuser()} (cli)")
 
     async def go() -> WorkDetail:
@@ -306,6 +317,9 @@ def inject(
     as_json: bool,
 ) -> None:
     """Deliver input to the running attempt (queued for the next attempt if none runs)."""
+    from conduit_core.cli._render import console
+    from conduit_core.http import InputRequest
+
     req = InputRequest(payload=parse_json_option(payload_json, "--payload"), type=event_type)
 
     async def go() -> object:
@@ -328,6 +342,7 @@ def inject(
 @json_option
 def interrupt(work_id: str, reason: str, config_path: Path | None, as_json: bool) -> None:
     """Interrupt the running attempt (delivered by the daemon as a control)."""
+    from conduit_core.http import InterruptRequest
 
     async def go() -> WorkDetail:
         async with open_api(config_path) as api:
@@ -337,6 +352,8 @@ def interrupt(work_id: str, reason: str, config_path: Path | None, as_json: bool
 
 
 def _print_detail(detail: WorkDetail, as_json: bool, verb: str) -> None:
+    from conduit_core.cli._render import console, status_line
+
     if as_json:
         print_json(detail)
     else:
@@ -349,6 +366,7 @@ def _print_detail(detail: WorkDetail, as_json: bool, verb: str) -> None:
 @json_option
 def capacity_command(config_path: Path | None, as_json: bool) -> None:
     """Capacity per pool and scope: slots in use, limits, ready Work waiting."""
+    from conduit_core.cli._render import capacity_table, console
 
     async def go() -> object:
         async with open_api(config_path) as api:

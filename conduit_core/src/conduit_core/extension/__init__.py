@@ -3,87 +3,10 @@
 Nothing here imports the runtime or the storage layers.
 """
 
+from typing import TYPE_CHECKING
+
+from conduit_core._lazy import lazy_exports
 from conduit_core.errors import ConduitError, LeaseLostError, is_store_outage
-from conduit_core.extension._detached import DetachedJobs
-from conduit_core.extension._executor import (
-    MAX_LAUNCH_INTENT_BYTES,
-    MAX_RECOVERY_METADATA_BYTES,
-    AttemptCallbacks,
-    Capability,
-    ExecutionContext,
-    Executor,
-    Handle,
-    InputEvent,
-    LaunchPhaseName,
-    PhaseOutcome,
-    StopEvidence,
-    StopTarget,
-)
-from conduit_core.extension._gates import GateRequest, StartGate, StartHold
-from conduit_core.extension._hooks import (
-    PROJECT_NAME,
-    ExecutorRegistration,
-    GateRegistration,
-    HookSpecs,
-    hookimpl,
-    hookspec,
-)
-from conduit_core.extension._job_results import (
-    MAX_RESULT_FILE_BYTES,
-    WALL_TIME_UNIT,
-    job_result,
-    job_timeout_result,
-    read_result_file,
-)
-from conduit_core.extension._manifest import (
-    MANIFEST_FILENAME,
-    MANIFEST_SCHEMA_VERSION,
-    ExecutorManifest,
-    GateManifest,
-    Manifest,
-    decode_manifest,
-    load_manifest,
-    manifest_json_schema,
-)
-from conduit_core.extension._names import execution_dir_name
-from conduit_core.extension._results import (
-    RESERVED_UNITS,
-    TURN_STATUS_PATTERN,
-    UNIT_PATTERN,
-    Artifact,
-    CannotTellError,
-    LostSightError,
-    NotAcceptingError,
-    NotStartedError,
-    OperationError,
-    OutcomeKind,
-    ResourcesGoneError,
-    Result,
-    RetryHint,
-    Turn,
-    Usage,
-    WaitFor,
-    validate_result,
-)
-from conduit_core.extension._schedules import (
-    Domain,
-    Health,
-    Manageability,
-    ScheduleRecord,
-    ScheduleSource,
-    SourceRead,
-)
-from conduit_core.extension._switches import (
-    PROTECTIONS,
-    SWITCH_ENTRY_POINT_GROUP,
-    SWITCH_VARIABLES,
-    ActiveSwitches,
-    SwitchProvider,
-    active_switches,
-    fault_point,
-    protection_off,
-    refuse_unprovided_switches,
-)
 from conduit_core.validation import (
     MAX_DEPTH,
     MAX_SECONDS,
@@ -95,6 +18,162 @@ from conduit_core.validation import (
     check_depth,
     finite_number,
 )
+
+if TYPE_CHECKING:
+    from conduit_core.extension._detached import DetachedJobs
+    from conduit_core.extension._executor import (
+        MAX_LAUNCH_INTENT_BYTES,
+        MAX_RECOVERY_METADATA_BYTES,
+        AttemptCallbacks,
+        Capability,
+        ExecutionContext,
+        Executor,
+        Handle,
+        InputEvent,
+        LaunchPhaseName,
+        PhaseOutcome,
+        StopEvidence,
+        StopTarget,
+    )
+    from conduit_core.extension._gates import GateRequest, StartGate, StartHold
+    from conduit_core.extension._hooks import (
+        PROJECT_NAME,
+        ExecutorRegistration,
+        GateRegistration,
+        HookSpecs,
+        hookimpl,
+        hookspec,
+    )
+    from conduit_core.extension._job_results import (
+        MAX_RESULT_FILE_BYTES,
+        WALL_TIME_UNIT,
+        job_result,
+        job_timeout_result,
+        read_result_file,
+    )
+    from conduit_core.extension._manifest import (
+        MANIFEST_FILENAME,
+        MANIFEST_SCHEMA_VERSION,
+        ExecutorManifest,
+        GateManifest,
+        Manifest,
+        decode_manifest,
+        load_manifest,
+        manifest_json_schema,
+    )
+    from conduit_core.extension._names import execution_dir_name
+    from conduit_core.extension._results import (
+        RESERVED_UNITS,
+        TURN_STATUS_PATTERN,
+        UNIT_PATTERN,
+        Artifact,
+        CannotTellError,
+        LostSightError,
+        NotAcceptingError,
+        NotStartedError,
+        OperationError,
+        OutcomeKind,
+        ResourcesGoneError,
+        Result,
+        RetryHint,
+        Turn,
+        Usage,
+        WaitFor,
+        validate_result,
+    )
+    from conduit_core.extension._schedules import (
+        Domain,
+        Health,
+        Manageability,
+        ScheduleRecord,
+        ScheduleSource,
+        SourceRead,
+    )
+    from conduit_core.extension._switches import (
+        PROTECTIONS,
+        SWITCH_ENTRY_POINT_GROUP,
+        SWITCH_VARIABLES,
+        ActiveSwitches,
+        SwitchProvider,
+        active_switches,
+        fault_point,
+        protection_off,
+        refuse_unprovided_switches,
+    )
+else:  # each part loads on first use (the CLI's switch check needs only _switches)
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "DetachedJobs": "_detached",
+            "AttemptCallbacks": "_executor",
+            "Capability": "_executor",
+            "ExecutionContext": "_executor",
+            "Executor": "_executor",
+            "Handle": "_executor",
+            "InputEvent": "_executor",
+            "LaunchPhaseName": "_executor",
+            "MAX_LAUNCH_INTENT_BYTES": "_executor",
+            "MAX_RECOVERY_METADATA_BYTES": "_executor",
+            "PhaseOutcome": "_executor",
+            "StopEvidence": "_executor",
+            "StopTarget": "_executor",
+            "GateRequest": "_gates",
+            "StartGate": "_gates",
+            "StartHold": "_gates",
+            "ExecutorRegistration": "_hooks",
+            "GateRegistration": "_hooks",
+            "HookSpecs": "_hooks",
+            "PROJECT_NAME": "_hooks",
+            "hookimpl": "_hooks",
+            "hookspec": "_hooks",
+            "MAX_RESULT_FILE_BYTES": "_job_results",
+            "WALL_TIME_UNIT": "_job_results",
+            "job_result": "_job_results",
+            "job_timeout_result": "_job_results",
+            "read_result_file": "_job_results",
+            "ExecutorManifest": "_manifest",
+            "GateManifest": "_manifest",
+            "MANIFEST_FILENAME": "_manifest",
+            "MANIFEST_SCHEMA_VERSION": "_manifest",
+            "Manifest": "_manifest",
+            "decode_manifest": "_manifest",
+            "load_manifest": "_manifest",
+            "manifest_json_schema": "_manifest",
+            "execution_dir_name": "_names",
+            "Artifact": "_results",
+            "CannotTellError": "_results",
+            "LostSightError": "_results",
+            "NotAcceptingError": "_results",
+            "NotStartedError": "_results",
+            "OperationError": "_results",
+            "OutcomeKind": "_results",
+            "RESERVED_UNITS": "_results",
+            "ResourcesGoneError": "_results",
+            "Result": "_results",
+            "RetryHint": "_results",
+            "TURN_STATUS_PATTERN": "_results",
+            "Turn": "_results",
+            "UNIT_PATTERN": "_results",
+            "Usage": "_results",
+            "WaitFor": "_results",
+            "validate_result": "_results",
+            "Domain": "_schedules",
+            "Health": "_schedules",
+            "Manageability": "_schedules",
+            "ScheduleRecord": "_schedules",
+            "ScheduleSource": "_schedules",
+            "SourceRead": "_schedules",
+            "ActiveSwitches": "_switches",
+            "PROTECTIONS": "_switches",
+            "SWITCH_ENTRY_POINT_GROUP": "_switches",
+            "SWITCH_VARIABLES": "_switches",
+            "SwitchProvider": "_switches",
+            "active_switches": "_switches",
+            "fault_point": "_switches",
+            "protection_off": "_switches",
+            "refuse_unprovided_switches": "_switches",
+        },
+    )
 
 # Plugins import only this module; the validation helpers they need to check their own binding
 # configs are re-exported here so a plugin refuses values with the same codes as the core.

@@ -4,52 +4,111 @@
 ``create_app`` serves it over HTTP with a bearer token; ``ApiClient`` calls a running daemon.
 """
 
-from conduit_core.http._app import ROUTES, create_app, status_for
-from conduit_core.http._approvals import (
-    NeedsYouView,
-    SettledView,
-    SettleRequest,
-    approve,
-    list_needs_you,
-    refuse,
-    release,
-)
-from conduit_core.http._client import ApiClient, split_listen
-from conduit_core.http._guard import RequestGuard
-from conduit_core.http._metrics import (
-    METRICS_PATH,
-    MetricsEndpoint,
-    stored_state_metrics,
-    with_metrics,
-)
-from conduit_core.http._openapi import openapi_document
-from conduit_core.http._schemas import (
-    MAX_BATCH_ITEMS,
-    AttemptView,
-    BatchItemResult,
-    BatchSubmitRequest,
-    BatchSubmitResult,
-    CancelRequest,
-    CapacityView,
-    ConfirmStoppedRequest,
-    ErrorBody,
-    EventView,
-    Health,
-    InputRequest,
-    InputView,
-    InterruptRequest,
-    PoolCapacity,
-    ProgramView,
-    RetryRequest,
-    ScopeCapacity,
-    SubmitRequest,
-    Waiting,
-    WorkDetail,
-    WorkPage,
-    WorkView,
-)
-from conduit_core.http._service import GLOBAL_POOL, ApiService, HostHooks, NoHost, new_work_id
-from conduit_core.http._token import ensure_token, read_token
+from typing import TYPE_CHECKING
+
+from conduit_core._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from conduit_core.http._app import ROUTES, create_app, status_for
+    from conduit_core.http._approvals import (
+        NeedsYouView,
+        SettledView,
+        SettleRequest,
+        approve,
+        list_needs_you,
+        refuse,
+        release,
+    )
+    from conduit_core.http._client import ApiClient, split_listen
+    from conduit_core.http._guard import RequestGuard
+    from conduit_core.http._metrics import (
+        METRICS_PATH,
+        MetricsEndpoint,
+        stored_state_metrics,
+        with_metrics,
+    )
+    from conduit_core.http._openapi import openapi_document
+    from conduit_core.http._schemas import (
+        MAX_BATCH_ITEMS,
+        AttemptView,
+        BatchItemResult,
+        BatchSubmitRequest,
+        BatchSubmitResult,
+        CancelRequest,
+        CapacityView,
+        ConfirmStoppedRequest,
+        ErrorBody,
+        EventView,
+        Health,
+        InputRequest,
+        InputView,
+        InterruptRequest,
+        PoolCapacity,
+        ProgramView,
+        RetryRequest,
+        ScopeCapacity,
+        SubmitRequest,
+        Waiting,
+        WorkDetail,
+        WorkPage,
+        WorkView,
+    )
+    from conduit_core.http._service import GLOBAL_POOL, ApiService, HostHooks, NoHost, new_work_id
+    from conduit_core.http._token import ensure_token, read_token
+else:  # each part loads on first use: the CLI client needs no HTTP app
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "ROUTES": "_app",
+            "create_app": "_app",
+            "status_for": "_app",
+            "NeedsYouView": "_approvals",
+            "SettleRequest": "_approvals",
+            "SettledView": "_approvals",
+            "approve": "_approvals",
+            "list_needs_you": "_approvals",
+            "refuse": "_approvals",
+            "release": "_approvals",
+            "ApiClient": "_client",
+            "split_listen": "_client",
+            "RequestGuard": "_guard",
+            "METRICS_PATH": "_metrics",
+            "MetricsEndpoint": "_metrics",
+            "stored_state_metrics": "_metrics",
+            "with_metrics": "_metrics",
+            "openapi_document": "_openapi",
+            "AttemptView": "_schemas",
+            "BatchItemResult": "_schemas",
+            "BatchSubmitRequest": "_schemas",
+            "BatchSubmitResult": "_schemas",
+            "CancelRequest": "_schemas",
+            "CapacityView": "_schemas",
+            "ConfirmStoppedRequest": "_schemas",
+            "ErrorBody": "_schemas",
+            "EventView": "_schemas",
+            "Health": "_schemas",
+            "InputRequest": "_schemas",
+            "InputView": "_schemas",
+            "InterruptRequest": "_schemas",
+            "MAX_BATCH_ITEMS": "_schemas",
+            "PoolCapacity": "_schemas",
+            "ProgramView": "_schemas",
+            "RetryRequest": "_schemas",
+            "ScopeCapacity": "_schemas",
+            "SubmitRequest": "_schemas",
+            "Waiting": "_schemas",
+            "WorkDetail": "_schemas",
+            "WorkPage": "_schemas",
+            "WorkView": "_schemas",
+            "ApiService": "_service",
+            "GLOBAL_POOL": "_service",
+            "HostHooks": "_service",
+            "NoHost": "_service",
+            "new_work_id": "_service",
+            "ensure_token": "_token",
+            "read_token": "_token",
+        },
+    )
 
 __all__ = [
     "MAX_BATCH_ITEMS",

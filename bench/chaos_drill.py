@@ -18,8 +18,9 @@ mid-launch, then kills at once.
 A kill *landed mid-launch* when, read from the store after the victim is dead (so nothing more
 of it can be written), an unfinished attempt whose lease the victim held at the current epoch
 has ``invoke = called`` but no recovery metadata acknowledged in that segment
-(``recovery_persisted`` false): the executor was called and recorded its launch intent (the
-invoke mark is written with that first fenced write), but the launch did not finish. Then one
+(``recovery_persisted`` false): the executor was called and wrote something durable (the
+invoke mark goes with the launch's first fenced write: a launch phase or the launch intent),
+but the launch did not finish. Then one
 last round runs until every item has settled and every daemon is stopped with SIGTERM. The
 checker asserts, per item: completed, in exactly one attempt, with no failed attempt and no
 failure counted (a kill may cost a ``relaunched`` segment, nothing else), started exactly once,
@@ -212,8 +213,9 @@ async def cut_mid_launch(store: Store, pid: int) -> list[str]:
     """The unfinished attempts of the daemon ``pid`` caught mid-launch, as the store says now.
 
     Its lease at the attempt's current epoch, and that epoch's segment with ``invoke = called``
-    (written with the launch's first fenced write, the launch intent) but no recovery metadata
-    acknowledged. Read after ``pid`` is dead, it proves a kill cut a launch in the middle.
+    (written with the launch's first fenced write: a launch phase or the intent) but no
+    recovery metadata acknowledged. Read after ``pid`` is dead, it proves a kill cut a launch
+    in the middle.
     """
     cut = []
     for execution in await store.live_executions():

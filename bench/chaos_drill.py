@@ -303,6 +303,7 @@ class Drill:
         self.targeted = 0
         self.mid_launch: list[str] = []  # per kill that cut launches: "kill N: id@epoch, ..."
         self.cut_attempts = 0
+        self.progress = (0, time.monotonic())  # items completed, and since when
 
     async def submit(self) -> None:
         store = await open_store(self.store)
@@ -338,8 +339,9 @@ class Drill:
             await store.aclose()
 
     async def settled(self) -> bool:
-        """Every item's Work completed, or all the others held for ``HELD_GIVE_UP_SECONDS``
-        (a hold waits for a person; the checker reports it). One paged read, not one per item."""
+        """Every item's Work completed; or some held for ``HELD_GIVE_UP_SECONDS`` while no other
+        completed (a hold waits for a person and keeps its slot; the checker reports it). One
+        paged read, not one per item."""
         store = await open_store(self.store)
         try:
             completed, after = 0, None
@@ -350,13 +352,17 @@ class Drill:
                 after = page[-1].id
             if completed >= len(self.items):
                 return True
+            now = time.monotonic()
+            if completed != self.progress[0]:
+                self.progress = (completed, now)
+                return False
             now_ms = int(time.time() * 1000)
             held = [
                 e for e in await store.held_recoveries()
                 if e.work_id.startswith(self.prefix) and e.recovery_hold is not None
                 and now_ms - e.recovery_hold.since_ms > HELD_GIVE_UP_SECONDS * 1000
             ]  # fmt: skip
-            return completed + len(held) >= len(self.items)
+            return bool(held) and now - self.progress[1] > HELD_GIVE_UP_SECONDS
         finally:
             await store.aclose()
 

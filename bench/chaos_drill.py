@@ -1,19 +1,36 @@
-"""Chaos drill: a real daemon SIGKILLed at random moments while shell Work runs, then checked.
+"""Chaos drill: real daemons SIGKILLed at random moments while Work runs, then checked.
 
     .venv/bin/python bench/chaos_drill.py --store sqlite --items 150 --seconds 45
-    .venv/bin/python bench/chaos_drill.py --store postgres --items 10000 --kills 1000
+    .venv/bin/python bench/chaos_drill.py --executor container --items 40 --seconds 30
+    .venv/bin/python bench/chaos_drill.py --executor wire --store postgres --kills 500
+    .venv/bin/python bench/chaos_drill.py --store postgres --daemons 2 --seconds 45
 
-N shell items are submitted straight into a fresh store. Each item's job appends
+N items are submitted straight into a fresh store, bound to one executor kind (``--executor``:
+``shell``, ``container`` or ``wire``, see ``_drill_kinds.py``). Each item's job appends
 ``<item> <pid> <start>`` to ``starts.log`` as it begins and ``<item> <pid> <start> <end>`` to
-``side-effects.log`` as it ends. A daemon runs them and is SIGKILLed 0.2-2.5 s (uniform) after
-it starts serving, and restarted at once, for ``--seconds`` (or until ``--kills`` kills); then
-one last daemon runs until every item has settled and is stopped with SIGTERM. The checker then
-asserts, per item: completed, in exactly one attempt, with no failed attempt and no failure
-counted (a kill may cost a ``relaunched`` segment, nothing else), started exactly once, its side
-effect exactly once, never two runs of it at once; and no process carrying a launch marker of
-the drill is left. It prints one JSON line (kills, attempts, duplicates, burnt_retries, orphans,
-...) and exits 1 on any violation. ``--self-test`` feeds the checker a log with a duplicate to
-show it can fail.
+``side-effects.log`` as it ends. ``--daemons`` daemons (2 needs PostgreSQL: one store, each
+daemon its own data folder and port) run them; one of them, chosen at random, is SIGKILLed
+0.2-2.5 s (uniform) after it starts serving, and restarted at once, for ``--seconds`` (or until
+``--kills`` kills; past it until ``--min-kills``). A ``--targeted`` share of the kills instead
+waits (up to ``--target-wait`` seconds) until the store shows one of the victim's attempts
+mid-launch, then kills at once.
+
+A kill *landed mid-launch* when, read from the store after the victim is dead (so nothing more
+of it can be written), an unfinished attempt whose lease the victim held at the current epoch
+has ``invoke = called`` but no recovery metadata acknowledged in that segment
+(``recovery_persisted`` false): the executor was called and wrote something durable (the
+invoke mark goes with the launch's first fenced write: a launch phase or the launch intent),
+but the launch did not finish. Then one
+last round runs until every item has settled and every daemon is stopped with SIGTERM. The
+checker asserts, per item: completed, in exactly one attempt, with no failed attempt and no
+failure counted (a kill may cost a ``relaunched`` segment, nothing else), started exactly once,
+its side effect exactly once, never two runs of it at once; that no job process, wire program
+or container of the drill is left; and, when there were kills, that some landed mid-launch and
+that attempts were recovered and relaunched (segments flagged so in the store). It prints one
+JSON line (kills, kills_mid_launch, recovered_segments, relaunched_segments, duplicates,
+burnt_retries, orphans, ...) and exits 1 on any violation, keeping the drill's folder (logs,
+the daemons' logs) and printing each violating item's attempts. ``--self-test`` feeds the
+checker a log with a duplicate to show it can fail.
 """
 
 from __future__ import annotations
@@ -38,15 +55,17 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
-import psutil
 
-from conduit_core.model import Event, Execution, ExecutionStatus, Work, WorkStatus
+from conduit_core.model import Event, Execution, ExecutionStatus, Invoke, Work, WorkStatus
 from conduit_core.storage import Store, open_store
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _drill_kinds import KINDS, binding, leftovers, remove
 
 PG_URL = os.environ.get(
     "CONDUIT_TEST_PG_URL", "postgresql://root@/postgres?host=/var/run/postgresql"
 )
-CONFIG = """\
+SETTINGS = """\
 [settings]
 store = "{store}"
 data_dir = "{data}"
@@ -55,16 +74,8 @@ job_concurrency = {concurrency}
 lease_seconds = {lease}
 retry_delays_seconds = [0.5, 0.5, 0.5]
 http.listen = "127.0.0.1:{port}"
-
-[bindings.drill]
-executor = "shell"
-config = {{ command = '{command}', stop_grace_seconds = 2 }}
 """
-# Seconds since the epoch with nanoseconds (GNU date); the job's own pid is $$.
-JOB = (
-    's=$(date +%s.%N); echo "$CONDUIT_WORK_ID $$ $s" >> {root}/starts.log; sleep {job}; '
-    'echo "$CONDUIT_WORK_ID $$ $s $(date +%s.%N)" >> {root}/side-effects.log'
-)
+HELD_GIVE_UP_SECONDS = 15.0
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,7 @@ class AttemptFacts:
     failure_code: str | None
     relaunched_segments: int
     recovered_segments: int
+    hold: str | None = None  # the recovery hold's code while the attempt is held
 
     @classmethod
     def of(cls, execution: Execution) -> AttemptFacts:
@@ -83,6 +95,7 @@ class AttemptFacts:
             failure_code=execution.failure_code,
             relaunched_segments=sum(s.relaunched for s in execution.segments),
             recovered_segments=sum(s.recovered for s in execution.segments),
+            hold=execution.recovery_hold.code if execution.recovery_hold else None,
         )
 
 
@@ -107,8 +120,14 @@ def check(
     starts: list[str],
     side_effects: list[str],
     orphans: list[str],
+    *,
+    kills: int = 0,
+    kills_mid_launch: int = 0,
 ) -> Verdict:
-    """The drill's invariants over what the store and the logs say; pure, so it can be tested."""
+    """The drill's invariants over what the store and the logs say; pure, so it can be tested.
+
+    With kills, the drill must also have proved something about launches: some kill landed
+    mid-launch, and some attempt was recovered and some relaunched."""
     violations: list[str] = []
     start_count = Counter(line.split()[0] for line in starts if line.strip())
     intervals: dict[str, list[tuple[float, float]]] = {}
@@ -137,7 +156,7 @@ def check(
         # Each failed attempt spent a retry (failure_count resets once the Work completes).
         burnt += len(failed) + (1 if record.retry_pending else 0)
         if len(record.attempts) != 1 or failed:
-            codes = [(a.attempt, a.completed, a.failure_code) for a in record.attempts]
+            codes = [(a.attempt, a.completed, a.failure_code, a.hold) for a in record.attempts]
             violations.append(f"{item}: attempts {codes}, expected one completed attempt")
         if record.failure_count or record.retry_pending:
             violations.append(
@@ -152,7 +171,12 @@ def check(
             if start < end:
                 overlaps += 1
                 violations.append(f"{item}: two runs at once")
-    violations.extend(f"orphan process: {o}" for o in orphans)
+    violations.extend(f"left behind: {o}" for o in orphans)
+    if kills and not (kills_mid_launch and recovered and relaunched):
+        violations.append(
+            f"{kills} kills proved too little: {kills_mid_launch} landed mid-launch, "
+            f"{recovered} segments recovered, {relaunched} relaunched (each must be > 0)"
+        )
     summary = {
         "items": len(items),
         "attempts": attempts,
@@ -182,19 +206,88 @@ async def submit_items(store: Store, items: list[str], binding: str) -> None:
 
 def drill_processes(prefix: str) -> list[str]:
     """Live processes carrying a launch marker of this drill's items."""
-    found = []
-    for process in psutil.process_iter(["status"]):
-        if process.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        try:
-            environ = process.environ()
-        except psutil.Error:
-            continue
-        if "CONDUIT_LAUNCH_MARKER" in environ and environ.get("CONDUIT_WORK_ID", "").startswith(
-            prefix
+    return leftovers("shell", prefix)
+
+
+async def cut_mid_launch(store: Store, pid: int) -> list[str]:
+    """The unfinished attempts of the daemon ``pid`` caught mid-launch, as the store says now.
+
+    Its lease at the attempt's current epoch, and that epoch's segment with ``invoke = called``
+    (written with the launch's first fenced write: a launch phase or the intent) but no
+    recovery metadata acknowledged. Read after ``pid`` is dead, it proves a kill cut a launch
+    in the middle.
+    """
+    cut = []
+    for execution in await store.live_executions():
+        segment = execution.segments[-1] if execution.segments else None
+        if (
+            segment is None
+            or segment.epoch != execution.epoch
+            or segment.invoke is not Invoke.CALLED
+            or segment.recovery_persisted
         ):
-            found.append(f"pid {process.pid} {environ['CONDUIT_LAUNCH_MARKER']}")
-    return found
+            continue
+        lease = await store.get_lease(execution.id)
+        if lease is not None and lease.epoch == execution.epoch and f"/{pid}/" in lease.owner:
+            cut.append(f"{execution.id}@{execution.epoch}")
+    return cut
+
+
+class Daemon:
+    """One ``conduit daemon`` of the drill: its own config (data folder, port) on the store."""
+
+    def __init__(self, drill: Drill, index: int) -> None:
+        self.port = _free_port()
+        self.config = drill.root / f"conduit-{index}.toml"
+        self.config.write_text(
+            SETTINGS.format(
+                store=drill.store, data=drill.root / f"data-{index}",
+                concurrency=drill.args.concurrency, lease=drill.args.lease, port=self.port,
+            ) + drill.binding
+        )  # fmt: skip
+        self.log = (drill.root / f"daemon-{index}.log").open("ab")
+        self.cwd = drill.root
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "conduit_core.cli", "daemon", "--config", str(self.config),
+             "--rescan", "0.2"],
+            stdout=self.log, stderr=subprocess.STDOUT, cwd=self.cwd,
+        )  # fmt: skip
+
+    async def wait_listening(self, seconds: float = 60.0) -> None:
+        """Until its HTTP port accepts connections: it has opened its store by then."""
+        import socket
+
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and self.alive:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            await anyio.sleep(0.05)
+
+    def kill(self) -> bool:
+        """SIGKILL it and reap it; whether it was alive to be killed."""
+        assert self.process is not None
+        alive = self.process.poll() is None
+        if alive:
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+        return alive
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.kill()
 
 
 class Drill:
@@ -204,44 +297,13 @@ class Drill:
         self.store = store
         self.prefix = f"drill-{uuid.uuid4().hex[:8]}-"
         self.items = [f"{self.prefix}{n:05}" for n in range(args.items)]
-        self.config = root / "conduit.toml"
-        self.port = _free_port()
-        self.config.write_text(
-            CONFIG.format(
-                store=store, data=root / "data", concurrency=args.concurrency, lease=args.lease,
-                port=self.port,
-                command=JOB.format(root=root, job=args.job_seconds),
-            )
-        )  # fmt: skip
-        self.log = (root / "daemon.log").open("ab")
-        self.daemon: subprocess.Popen[bytes] | None = None
+        self.binding = binding(args.executor, root, args.job_seconds, self.prefix)
+        self.daemons = [Daemon(self, i) for i in range(args.daemons)]
         self.kills = 0
-
-    def start_daemon(self) -> None:
-        self.daemon = subprocess.Popen(
-            [sys.executable, "-m", "conduit_core.cli", "daemon", "--config", str(self.config),
-             "--rescan", "0.2"],
-            stdout=self.log, stderr=subprocess.STDOUT, cwd=self.root,
-        )  # fmt: skip
-
-    def wait_listening(self, seconds: float = 60.0) -> None:
-        """Until the daemon's HTTP port accepts connections: it has opened its store by then."""
-        import socket
-
-        assert self.daemon is not None
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and self.daemon.poll() is None:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.05)
-
-    def kill_daemon(self) -> None:
-        assert self.daemon is not None
-        if self.daemon.poll() is None:
-            self.daemon.send_signal(signal.SIGKILL)
-            self.kills += 1
-        self.daemon.wait()
+        self.targeted = 0
+        self.mid_launch: list[str] = []  # per kill that cut launches: "kill N: id@epoch, ..."
+        self.cut_attempts = 0
+        self.progress = (0, time.monotonic())  # items completed, and since when
 
     async def submit(self) -> None:
         store = await open_store(self.store)
@@ -266,8 +328,20 @@ class Drill:
         finally:
             await store.aclose()
 
+    async def trail(self, item: str) -> str:
+        """An item's attempts as the store has them (segments, phases, holds), for a report."""
+        import msgspec
+
+        store = await open_store(self.store)
+        try:
+            return msgspec.json.encode(await store.list_executions(item)).decode()
+        finally:
+            await store.aclose()
+
     async def settled(self) -> bool:
-        """Every item's Work completed (one cheap paged read, not one per item)."""
+        """Every item's Work completed; or some held for ``HELD_GIVE_UP_SECONDS`` while no other
+        completed (a hold waits for a person and keeps its slot; the checker reports it). One
+        paged read, not one per item."""
         store = await open_store(self.store)
         try:
             completed, after = 0, None
@@ -276,37 +350,75 @@ class Drill:
             ):
                 completed += sum(w.id.startswith(self.prefix) for w in page)
                 after = page[-1].id
-            return completed >= len(self.items)
+            if completed >= len(self.items):
+                return True
+            now = time.monotonic()
+            if completed != self.progress[0]:
+                self.progress = (completed, now)
+                return False
+            now_ms = int(time.time() * 1000)
+            held = [
+                e for e in await store.held_recoveries()
+                if e.work_id.startswith(self.prefix) and e.recovery_hold is not None
+                and now_ms - e.recovery_hold.since_ms > HELD_GIVE_UP_SECONDS * 1000
+            ]  # fmt: skip
+            return bool(held) and now - self.progress[1] > HELD_GIVE_UP_SECONDS
         finally:
             await store.aclose()
 
-    def chaos(self) -> None:
-        rng = random.Random(self.args.seed)
+    async def chaos(self, rng: random.Random) -> None:
         deadline = time.monotonic() + self.args.seconds
-        while time.monotonic() < deadline and (not self.args.kills or self.kills < self.args.kills):
-            self.start_daemon()
-            # The gap counts from the moment the daemon serves, so the kills land in its work
-            # (recovery, claims, launches) rather than in the interpreter's start-up.
-            self.wait_listening()
-            time.sleep(rng.uniform(self.args.min_gap, self.args.max_gap))
-            self.kill_daemon()
+        store = await open_store(self.store)
+        try:
+            for daemon in self.daemons:
+                daemon.start()
+            while (time.monotonic() < deadline or self.kills < self.args.min_kills) and (
+                not self.args.kills or self.kills < self.args.kills
+            ):
+                victim = rng.choice(self.daemons)
+                # The gap counts from the moment the daemon serves, so the kills land in its
+                # work (recovery, claims, launches) rather than in the interpreter's start-up.
+                await victim.wait_listening()
+                if rng.random() < self.args.targeted:
+                    self.targeted += 1
+                    await self.until_mid_launch(store, victim)
+                else:
+                    await anyio.sleep(rng.uniform(self.args.min_gap, self.args.max_gap))
+                assert victim.process is not None
+                pid = victim.process.pid
+                if victim.kill():
+                    self.kills += 1
+                    cut = await cut_mid_launch(store, pid)
+                    if cut:
+                        self.cut_attempts += len(cut)
+                        self.mid_launch.append(f"kill {self.kills}: {', '.join(cut)}")
+                victim.start()
+        finally:
+            await store.aclose()
+
+    async def until_mid_launch(self, store: Store, victim: Daemon) -> None:
+        """Until the store shows one of ``victim``'s attempts mid-launch (or a deadline)."""
+        assert victim.process is not None
+        deadline = time.monotonic() + self.args.target_wait
+        while time.monotonic() < deadline and victim.alive:
+            if await cut_mid_launch(store, victim.process.pid):
+                return
+            await anyio.sleep(0.005)
 
     async def finish(self) -> None:
-        self.start_daemon()
+        for daemon in self.daemons:
+            if not daemon.alive:
+                daemon.start()
         deadline = time.monotonic() + self.args.settle_seconds
         while not await self.settled():
             if time.monotonic() > deadline:
                 break
-            assert self.daemon is not None
-            if self.daemon.poll() is not None:
-                self.start_daemon()  # a last daemon that died on its own is restarted too
+            for daemon in self.daemons:
+                if not daemon.alive:
+                    daemon.start()  # a last daemon that died on its own is restarted too
             await anyio.sleep(0.5)
-        assert self.daemon is not None
-        self.daemon.send_signal(signal.SIGTERM)
-        try:
-            self.daemon.wait(60)
-        except subprocess.TimeoutExpired:
-            self.kill_daemon()
+        for daemon in self.daemons:
+            daemon.stop()
 
     def lines(self, name: str) -> list[str]:
         path = self.root / name
@@ -314,39 +426,54 @@ class Drill:
 
 
 async def run(args: argparse.Namespace) -> int:
-    with tempfile.TemporaryDirectory(prefix="conduit-drill-") as tmp:
-        root = Path(tmp)
-        fresh = (
-            contextlib.nullcontext(args.store_url)
-            if args.store_url
-            else scratch_store(args.store, root, "conduit_drill")
-        )
-        with fresh as store:
-            drill = Drill(args, root, store)
-            await drill.submit()
-            started = time.monotonic()
-            await anyio.to_thread.run_sync(drill.chaos)
-            chaos_seconds = time.monotonic() - started
-            started_in_chaos = len(drill.lines("starts.log"))
-            await drill.finish()
-            # Stop-confirmation of the last attempts may trail the daemon's exit by a moment.
-            orphans = drill_processes(drill.prefix)
-            verdict = check(
-                drill.items, await drill.records(), drill.lines("starts.log"),
-                drill.lines("side-effects.log"), orphans,
-            )  # fmt: skip
-            for orphan in orphans:
-                _kill(orphan)
-        summary = {
-            "store": args.store, "kills": drill.kills, **verdict.summary,
-            "chaos_seconds": round(chaos_seconds, 1), "started_during_kills": started_in_chaos,
-            "total_seconds": round(time.monotonic() - started, 1),
-            "violations": len(verdict.violations), "ok": not verdict.violations,
-        }  # fmt: skip
-        for violation in verdict.violations[:20]:
-            print(violation, file=sys.stderr)
-        print(json.dumps(summary), flush=True)
-        return 0 if not verdict.violations else 1
+    if args.daemons > 1 and args.store != "postgres":
+        print("--daemons above 1 needs --store postgres", file=sys.stderr)
+        return 2
+    seed = args.seed if args.seed is not None else random.randrange(1_000_000)
+    root = Path(tempfile.mkdtemp(prefix="conduit-drill-"))
+    fresh = (
+        contextlib.nullcontext(args.store_url)
+        if args.store_url
+        else scratch_store(args.store, root, "conduit_drill")
+    )
+    with fresh as store:
+        drill = Drill(args, root, store)
+        await drill.submit()
+        started = time.monotonic()
+        await drill.chaos(random.Random(seed))
+        chaos_seconds = time.monotonic() - started
+        started_in_chaos = len(drill.lines("starts.log"))
+        await drill.finish()
+        left = leftovers(args.executor, drill.prefix)
+        verdict = check(
+            drill.items, await drill.records(), drill.lines("starts.log"),
+            drill.lines("side-effects.log"), left, kills=drill.kills,
+            kills_mid_launch=len(drill.mid_launch),
+        )  # fmt: skip
+        for leftover in left:
+            remove(leftover)
+        bad = sorted({v.split(":")[0] for v in verdict.violations if v.startswith(drill.prefix)})
+        trails = [f"{item}: {await drill.trail(item)}" for item in bad[:5]]
+    summary = {
+        "executor": args.executor, "store": args.store, "daemons": args.daemons, "seed": seed,
+        "kills": drill.kills, "targeted_kills": drill.targeted,
+        "kills_mid_launch": len(drill.mid_launch), "attempts_cut_mid_launch": drill.cut_attempts,
+        **verdict.summary,
+        "chaos_seconds": round(chaos_seconds, 1), "started_during_kills": started_in_chaos,
+        "total_seconds": round(time.monotonic() - started, 1),
+        "violations": len(verdict.violations), "ok": not verdict.violations,
+    }  # fmt: skip
+    for line in [*verdict.violations[:20], *trails]:
+        print(line, file=sys.stderr)
+    if verdict.violations:
+        (root / "kills-mid-launch.txt").write_text("\n".join(drill.mid_launch) + "\n")
+        print(f"kept the drill's folder: {root}", file=sys.stderr)
+    else:
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps(summary), flush=True)
+    return 0 if not verdict.violations else 1
 
 
 def self_test() -> int:
@@ -372,11 +499,6 @@ def _free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def _kill(orphan: str) -> None:
-    with contextlib.suppress(ProcessLookupError, ValueError):
-        os.kill(int(orphan.split()[1]), signal.SIGKILL)
 
 
 @contextlib.contextmanager
@@ -411,15 +533,25 @@ def _drop_database(name: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--executor", choices=KINDS, default="shell")
     parser.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--daemons", type=int, default=1, help="on one store (2: PostgreSQL)")
     parser.add_argument(
         "--store-url", default=None, help="an empty store to use (default: a fresh one)"
     )
     parser.add_argument("--items", type=int, default=150)
     parser.add_argument("--seconds", type=float, default=45.0, help="how long the kills go on")
     parser.add_argument("--kills", type=int, default=0, help="stop the kills after this many")
+    parser.add_argument(
+        "--min-kills", type=int, default=0, help="go on past --seconds until this many kills"
+    )
     parser.add_argument("--min-gap", type=float, default=0.2)
     parser.add_argument("--max-gap", type=float, default=2.5)
+    parser.add_argument(
+        "--targeted", type=float, default=0.5,
+        help="share of the kills that wait for an attempt mid-launch, then kill at once",
+    )  # fmt: skip
+    parser.add_argument("--target-wait", type=float, default=3.0)
     parser.add_argument("--job-seconds", type=float, default=0.2)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--lease", type=float, default=2.0)

@@ -51,6 +51,10 @@ PROTECTIONS = {
     "capacity_check": "a claim never refuses for capacity (slots counted, never enforced)",
     "capacity_lock": "on PostgreSQL a claim does not lock the capacity rows it counts, so two "
     "claimers may both count the same free slot (SQLite has one writer by nature: no effect)",
+    "work_exclusion": "a claim of a named Work (claim_attempt) does not refuse it for being "
+    "running, held, without input or with an attempt still holding its slot; the store's "
+    "unique index conduit_execution_one_live still refuses a second live attempt, so a "
+    "negative control drops that index too (both stores)",
 }
 
 

@@ -412,6 +412,8 @@ def claim_refusal(
     """
     if work is None:
         return ClaimRefusal(work_id=work_id, code="not_found", message=f"unknown work {work_id!r}")
+    if unsafe("work_exclusion"):  # a race detector's negative control (see _unsafe)
+        return None if slots is None else slots.refusal(work_id, pool, work.scope)
     reason = ineligibility(work)
     if (
         reason is None

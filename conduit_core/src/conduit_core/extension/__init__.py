@@ -80,6 +80,7 @@ from conduit_core.extension._switches import (
     SwitchProvider,
     active_switches,
     fault_point,
+    fault_point_sync,
     protection_off,
     refuse_unprovided_switches,
 )
@@ -159,6 +160,7 @@ __all__ = [
     "SwitchProvider",
     "active_switches",
     "fault_point",
+    "fault_point_sync",
     "protection_off",
     "refuse_unprovided_switches",
     "Result",

@@ -6,7 +6,10 @@ pool (`[pools.racers]`, a wire executor program, `_held_pool_program.py`) and a 
 job appends "<id> start" when it begins and "<id> end" just before it ends, to one file shared by
 both daemons' jobs. Appends land in the order they happen, so walking the file counts exactly
 how many jobs were between their start and end at each moment, and a job is alive through that
-whole span (it lies inside its attempt's live window).
+whole span (it lies inside its attempt's live window). Each run submits its jobs in one batch
+to one daemon, which wakes the other, so both claim at once; once the limit is full and both
+are refused the rest, the jobs are released one at a time, and each end frees a slot both
+daemons claim for at once again.
 
 Negative controls run the same with one protection switched off (`CONDUIT_TEST_UNSAFE`,
 inherited by both daemons): `capacity_check` (no capacity refusal at all), and on PostgreSQL
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -90,18 +94,19 @@ def _start_pair(
 
 
 def _run_held_jobs(pair: tuple[Daemon, Daemon], limit: Limit, run: int = 0, jobs: int = 0) -> int:
-    """Submit held jobs to two daemons, half to each in one batch each (so both claim at
-    once); once no further job can start, release them all and wait for their Work to
-    complete. The most jobs of this run alive at once."""
-    first, second = pair
+    """Submit held jobs in one batch to one of two daemons (both claim them); once no further
+    job can start, release them one at a time (each end frees a slot both daemons claim for)
+    and wait for their Work to complete. The most jobs of this run alive at once."""
+    first = pair[0]
     jobs = jobs or limit.jobs
     ids = [f"r{run}-j{i:02d}" for i in range(jobs)]
-    for daemon, mine in ((first, ids[0::2]), (second, ids[1::2])):  # both claim at once
-        items = [SubmitRequest(binding=limit.binding, id=i, scope=limit.scope) for i in mine]
-        done = daemon.api().request(
-            "POST", "/v1/work/batch", BatchSubmitRequest(items=items), BatchSubmitResult
-        )
-        assert done.created == len(mine), done
+    # One batch: the daemon that takes it wakes the other (at once on PostgreSQL, at its next
+    # rescan on SQLite), so both claim from the same ready Work at about the same moment.
+    items = [SubmitRequest(binding=limit.binding, id=i, scope=limit.scope) for i in ids]
+    done = pair[run % 2].api().request(
+        "POST", "/v1/work/batch", BatchSubmitRequest(items=items), BatchSubmitResult
+    )
+    assert done.created == jobs, done
 
     def started() -> int:
         return sum(first.runs(work_id, "start") for work_id in ids)
@@ -115,8 +120,18 @@ def _run_held_jobs(pair: tuple[Daemon, Daemon], limit: Limit, run: int = 0, jobs
         )
 
     wait_for("the limit to fill and both daemons to be refused the rest", settled, 60)
-    for work_id in ids:
-        first.release(work_id)
+    # Then free one slot at a time: each end wakes both daemons, which claim at once for it.
+    released: set[str] = set()
+    while len(released) < jobs:
+        running = [i for i in ids if i not in released and first.runs(i, "start")]
+        if not running:
+            wait_for("a job to start", lambda: any(
+                i not in released and first.runs(i, "start") for i in ids), 60)  # fmt: skip
+            continue
+        job = running[0]
+        first.release(job)
+        released.add(job)
+        wait_for(f"{job} to end", partial(first.runs, job, "end"), 60)
     for work_id in ids:
         first.wait_status(work_id, "completed", timeout=60)
         assert first.runs(work_id, "start") == 1, f"{work_id} started twice"

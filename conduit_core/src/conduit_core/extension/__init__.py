@@ -97,6 +97,7 @@ if TYPE_CHECKING:
         SwitchProvider,
         active_switches,
         fault_point,
+        fault_point_sync,
         protection_off,
         refuse_unprovided_switches,
     )
@@ -170,6 +171,7 @@ else:  # each part loads on first use (the CLI's switch check needs only _switch
             "SwitchProvider": "_switches",
             "active_switches": "_switches",
             "fault_point": "_switches",
+            "fault_point_sync": "_switches",
             "protection_off": "_switches",
             "refuse_unprovided_switches": "_switches",
         },
@@ -240,6 +242,7 @@ __all__ = [
     "SwitchProvider",
     "active_switches",
     "fault_point",
+    "fault_point_sync",
     "protection_off",
     "refuse_unprovided_switches",
     "Result",

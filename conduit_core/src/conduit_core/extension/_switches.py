@@ -34,6 +34,7 @@ __all__ = [
     "SwitchProvider",
     "active_switches",
     "fault_point",
+    "fault_point_sync",
     "protection_off",
     "refuse_unprovided_switches",
 ]
@@ -43,7 +44,8 @@ SWITCH_ENTRY_POINT_GROUP = "conduit.test_switches"
 
 #: Every variable a switch provider reads. Set without a provider, any of them stops a conduit
 #: process from starting. ``CONDUIT_TEST_UNSAFE`` names protections (:data:`PROTECTIONS`) to
-#: switch off; ``CONDUIT_TEST_FAULT`` names fault points (``shell.after_spawn:kill``, …).
+#: switch off; ``CONDUIT_TEST_FAULT`` names fault points (``shell.after_spawn:kill``,
+#: ``store.capacity_counted:sleep=0.3``, …).
 SWITCH_VARIABLES = ("CONDUIT_TEST_UNSAFE", "CONDUIT_TEST_FAULT")
 
 #: The protections a provider may switch off, each for one race detector's negative control.
@@ -51,6 +53,10 @@ PROTECTIONS = {
     "capacity_check": "a claim never refuses for capacity (slots counted, never enforced)",
     "capacity_lock": "on PostgreSQL a claim does not lock the capacity rows it counts, so two "
     "claimers may both count the same free slot (SQLite has one writer by nature: no effect)",
+    "work_exclusion": "a claim of a named Work (claim_attempt) does not refuse it for being "
+    "running, held, without input or with an attempt still holding its slot; the store's "
+    "unique index conduit_execution_one_live still refuses a second live attempt, so a "
+    "negative control drops that index too (both stores)",
 }
 
 
@@ -68,6 +74,10 @@ class SwitchProvider(Protocol):
 
     async def fault_point(self, point: str) -> None:
         """Called at a named point of a launch; may kill the process or wait there."""
+        ...
+
+    def fault_point_sync(self, point: str) -> None:
+        """The same at a point in blocking code (a store transaction, in its worker thread)."""
         ...
 
 
@@ -149,3 +159,11 @@ async def fault_point(point: str) -> None:
     """A named point of a launch where a crash test may kill this process (inert by default)."""
     for impl in _installed()._impls:
         await impl.fault_point(point)
+
+
+def fault_point_sync(point: str) -> None:
+    """A named point in blocking code (``store.capacity_counted``: a claim transaction has
+    counted the slot holders and not yet committed) where a test may kill this process or wait,
+    to widen a race's window (inert by default)."""
+    for impl in _installed()._impls:
+        impl.fault_point_sync(point)

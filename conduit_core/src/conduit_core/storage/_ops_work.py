@@ -53,7 +53,7 @@ from conduit_core.storage._sql import (
     save_work_params,
     write_rows,
 )
-from conduit_core.storage._unsafe import unsafe
+from conduit_core.storage._unsafe import fault, unsafe
 
 # --- Work and input -------------------------------------------------------------------------
 
@@ -211,6 +211,7 @@ class Slots:
         self.by_scope: Counter[str] = Counter()
         self._cx = cx
         # A read transaction only estimates (admission's precheck); SQLite has one writer.
+        self._claiming = lock
         self._lock = lock and cx.locks_rows and not unsafe("capacity_lock")
         self._locked: set[str] = set()
         self._counted = False
@@ -256,6 +257,8 @@ class Slots:
             for pool, scope, count in rows():
                 self.take(pool, scope, int(count))
             self._counted = True
+            if self._claiming:  # a race detector may widen its window here (see _unsafe)
+                fault("store.capacity_counted")
 
         return take_in
 
@@ -412,6 +415,8 @@ def claim_refusal(
     """
     if work is None:
         return ClaimRefusal(work_id=work_id, code="not_found", message=f"unknown work {work_id!r}")
+    if unsafe("work_exclusion"):  # a race detector's negative control (see _unsafe)
+        return None if slots is None else slots.refusal(work_id, pool, work.scope)
     reason = ineligibility(work)
     if (
         reason is None

@@ -11,7 +11,6 @@ finish committed), so any overlap the records show happened in the store too.
 
 from __future__ import annotations
 
-import itertools
 import multiprocessing
 import random
 import time
@@ -30,7 +29,17 @@ from conduit_core.storage._contract import (
     Store,
 )
 
-__all__ = ["HeldWindow", "check_no_overlap", "max_overlap", "run_race"]
+__all__ = [
+    "LIMIT_KINDS",
+    "HeldWindow",
+    "check_no_overlap",
+    "drop_one_live_index",
+    "max_overlap",
+    "overlaps",
+    "race_limits",
+    "race_scope",
+    "run_race",
+]
 
 #: (work id, attempt number, held from ns, held until ns)
 HeldWindow = tuple[str, int, int, int]
@@ -38,10 +47,37 @@ _LEASE_MS = 60_000
 _BARRIER_S = 120.0
 
 
-def _snapshot() -> AttemptSnapshot:
+#: The limits a ``"ready"`` race can claim against (``race_limits``).
+LIMIT_KINDS = ("global", "pool", "scope")
+_POOL = "racepool"
+
+
+def race_limits(kind: str, limit: int) -> tuple[CapacityLimits, str | None]:
+    """The capacity a race claims against and the pool its attempts take a slot of.
+
+    ``"global"``: the global limit (attempts of no pool); ``"pool"``: a named pool of the
+    binding's executor; ``"scope"``: a limit on the scope ``team``, which the racers' Work
+    reach as an ancestor (their scopes are ``team/a`` and ``team/b``, ``race_scope``).
+    """
+    if kind == "global":
+        return CapacityLimits(global_limit=limit), None
+    if kind == "pool":
+        return CapacityLimits(pool_limits={_POOL: limit}, binding_pools={"b": _POOL}), _POOL
+    if kind == "scope":
+        parents = {"team/a": "team", "team/b": "team"}
+        return CapacityLimits(scope_limits={"team": limit}, scope_parents=parents), None
+    raise ValueError(f"unknown limit kind {kind!r}; known: {', '.join(LIMIT_KINDS)}")
+
+
+def race_scope(kind: str, n: int) -> str:
+    """The scope of a race's ``n``-th Work: under the limited scope for ``"scope"``."""
+    return ("team/a", "team/b")[n % 2] if kind == "scope" else "root"
+
+
+def _snapshot(pool: str | None = None) -> AttemptSnapshot:
     return AttemptSnapshot(
         config_generation=1, binding="b", executor="inproc", executor_generation=1,
-        timeout_seconds=3600, deadline_ms=2**62,
+        timeout_seconds=3600, deadline_ms=2**62, pool=pool,
     )  # fmt: skip
 
 
@@ -64,16 +100,17 @@ def _next_input(claim: Claim) -> Event:
 
 
 async def _claim(
-    handle: Store, mode: str, work_ids: list[str], rng: random.Random, limit: int | None
-) -> Claim | None:
-    capacity = None if limit is None else CapacityLimits(global_limit=limit)
+    handle: Store, mode: str, work_ids: list[str], rng: random.Random, limit: int | None,
+    kind: str,
+) -> Claim | None:  # fmt: skip
+    capacity, pool = (None, None) if limit is None else race_limits(kind, limit)
     if mode == "ready":  # what a daemon does: the next ready Work, capacity checked
         outcomes = await handle.claim_ready(
-            limit=1, snapshot_for=lambda w: _snapshot(), owner="racer", now_ms=_now_ms(),
+            limit=1, snapshot_for=lambda w: _snapshot(pool), owner="racer", now_ms=_now_ms(),
             lease_ms=_LEASE_MS, capacity=capacity,
         )  # fmt: skip
         return next((o for o in outcomes if isinstance(o, Claim)), None)
-    request = ClaimRequest(work_id=rng.choice(work_ids), snapshot=_snapshot())
+    request = ClaimRequest(work_id=rng.choice(work_ids), snapshot=_snapshot(pool))
     try:
         return await handle.claim_attempt(
             request, owner="racer", now_ms=_now_ms(), lease_ms=_LEASE_MS, capacity=capacity
@@ -84,7 +121,7 @@ async def _claim(
 
 def race_worker(
     url: str, mode: str, work_ids: list[str], rounds: int, limit: int | None,
-    barrier: Any, results: Any, seed: int,
+    barrier: Any, results: Any, seed: int, kind: str = "global",
 ) -> None:  # fmt: skip
     """One racer process: ``rounds`` rounds of claim, hold until all claimed, complete."""
     from conduit_core.storage._open import open_store
@@ -96,7 +133,7 @@ def race_worker(
         try:
             for _ in range(rounds):
                 await anyio.to_thread.run_sync(barrier.wait, _BARRIER_S)
-                claim = await _claim(handle, mode, work_ids, rng, limit)
+                claim = await _claim(handle, mode, work_ids, rng, limit, kind)
                 held_from = time.monotonic_ns()
                 # Hold the attempt until every racer of this round has claimed (or refused).
                 await anyio.to_thread.run_sync(barrier.wait, _BARRIER_S)
@@ -122,18 +159,19 @@ def race_worker(
 
 def run_race(
     url: str, work_ids: list[str], *, mode: str, processes: int, rounds: int,
-    limit: int | None = None,
+    limit: int | None = None, kind: str = "global",
 ) -> list[HeldWindow]:  # fmt: skip
     """Run ``race_worker`` in ``processes`` spawned processes; every window each one held.
 
     ``mode`` ``"ready"`` claims the next ready Work (``claim_ready``), ``"pick"`` a random one
-    of ``work_ids`` (``claim_attempt``); ``limit`` is a global capacity limit for the claims.
+    of ``work_ids`` (``claim_attempt``); ``limit`` is a capacity limit for the claims, of the
+    ``kind`` ``race_limits`` names (the Work should be made in ``race_scope(kind, n)``).
     """
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(processes), ctx.Queue()
     racers = [
         ctx.Process(
-            target=race_worker, args=(url, mode, work_ids, rounds, limit, barrier, results, n)
+            target=race_worker, args=(url, mode, work_ids, rounds, limit, barrier, results, n, kind)
         )
         for n in range(processes)
     ]
@@ -152,17 +190,30 @@ def run_race(
     return windows
 
 
-def check_no_overlap(windows: list[HeldWindow]) -> None:
-    """Per Work: attempt numbers unique, and no two attempts held at the same time."""
+def overlaps(windows: list[HeldWindow]) -> list[str]:
+    """Per Work: each duplicate attempt number, and each two attempts held at the same time."""
     by_work: dict[str, list[tuple[int, int, int]]] = {}
     for work_id, attempt, held_from, held_until in windows:
         by_work.setdefault(work_id, []).append((attempt, held_from, held_until))
+    found: list[str] = []
     for work_id, attempts in by_work.items():
         numbers = sorted(a for a, _, _ in attempts)
-        assert len(numbers) == len(set(numbers)), f"{work_id}: duplicate attempts {numbers}"
+        if len(numbers) != len(set(numbers)):
+            found.append(f"{work_id}: duplicate attempts {numbers}")
         attempts.sort(key=lambda a: a[1])
-        for (n1, _, until), (n2, since, _) in itertools.pairwise(attempts):
-            assert until < since, f"{work_id}: attempts {n1} and {n2} were live together"
+        latest: tuple[int, int] | None = None  # (attempt, held until) reaching furthest
+        for n, since, until in attempts:
+            if latest is not None and latest[1] >= since:
+                found.append(f"{work_id}: attempts {latest[0]} and {n} were live together")
+            if latest is None or until > latest[1]:
+                latest = (n, until)
+    return found
+
+
+def check_no_overlap(windows: list[HeldWindow]) -> None:
+    """Per Work: attempt numbers unique, and no two attempts held at the same time."""
+    found = overlaps(windows)
+    assert not found, "; ".join(found)
 
 
 def max_overlap(windows: list[HeldWindow]) -> int:
@@ -176,3 +227,16 @@ def max_overlap(windows: list[HeldWindow]) -> int:
         alive += step
         peak = max(peak, alive)
     return peak
+
+
+def drop_one_live_index(url: str) -> None:
+    """Drop the store's unique index ``conduit_execution_one_live``: the database's own
+    backstop for invariant 1, removed (with the claim's check, ``work_exclusion``) by the
+    per-Work exclusivity race's negative control only. Never on a store that matters."""
+    from conduit_core.storage._open import open_store_sync
+
+    store: Any = open_store_sync(url)
+    try:
+        store.transaction(lambda cx: cx.run("DROP INDEX IF EXISTS conduit_execution_one_live"))
+    finally:
+        store.close()

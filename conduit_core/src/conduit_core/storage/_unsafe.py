@@ -7,11 +7,17 @@ says "never" unless the test-only plugin is installed (see ``extension/_switches
 
 from __future__ import annotations
 
-from conduit_core.extension import protection_off
+from conduit_core.extension import fault_point_sync, protection_off
 
-__all__ = ["unsafe"]
+__all__ = ["fault", "unsafe"]
 
 
 def unsafe(protection: str) -> bool:
     """Whether a test switched ``protection`` off in this process."""
     return protection_off(protection)
+
+
+def fault(point: str) -> None:
+    """A store fault point (``store.capacity_counted``): a test may wait there to widen a race's
+    window, or kill the process; inert unless the test plugin is installed."""
+    fault_point_sync(point)

@@ -8,15 +8,17 @@ provider up; spawned racers and daemon subprocesses inherit the variables and re
   negative control (``conduit_core.extension.PROTECTIONS`` lists them).
 - ``CONDUIT_TEST_FAULT=<point>:<action>[,…]`` acts at a launch's fault points (the shell
   executor's ``shell.before_intent``, ``shell.after_intent``, ``shell.after_spawn``; the container
-  handle's ``container.after_record``, ``container.after_remove``): ``kill``
+  handle's ``container.after_record``, ``container.after_remove``) and the store's
+  ``store.capacity_counted`` (a claim counted the slot holders, not yet committed): ``kill``
   SIGKILLs this very process, as a crashing daemon; ``sleep=<seconds>`` widens the window for an
-  outside kill.
+  outside kill or a race.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Mapping
 
 import anyio
@@ -46,21 +48,33 @@ class EnvironmentSwitches:
     def protections_off(self) -> frozenset[str]:
         return frozenset(_items(self._env().get("CONDUIT_TEST_UNSAFE", "")))
 
-    async def fault_point(self, point: str) -> None:
+    def _actions(self, point: str) -> list[str]:
+        actions = []
         for item in _items(self._env().get("CONDUIT_TEST_FAULT", "")):
             name, _, action = item.partition(":")
             if name != point:
                 continue
-            if action == "kill":
-                os.kill(os.getpid(), signal.SIGKILL)
-            elif action.startswith("sleep="):
-                await anyio.sleep(float(action.removeprefix("sleep=")))
-            else:
+            if action != "kill" and not action.startswith("sleep="):
                 raise ConduitError(
                     f"CONDUIT_TEST_FAULT: unknown action {action!r} at {point!r} "
                     "(kill, sleep=<seconds>)",
                     code="test_switch_unknown",
                 )
+            actions.append(action)
+        return actions
 
+    async def fault_point(self, point: str) -> None:
+        for action in self._actions(point):
+            if action == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            else:
+                await anyio.sleep(float(action.removeprefix("sleep=")))
+
+    def fault_point_sync(self, point: str) -> None:
+        for action in self._actions(point):
+            if action == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            else:
+                time.sleep(float(action.removeprefix("sleep=")))
 
 PROVIDER = EnvironmentSwitches()

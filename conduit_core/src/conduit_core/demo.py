@@ -1,9 +1,10 @@
 """``python -m conduit_core.demo``: conduit working end to end, in under a minute.
 
-It writes a config in a temporary folder (a SQLite store, shell bindings), starts the daemon as
-a subprocess, submits shell Work through the HTTP API — jobs that succeed, one that fails once
-and is retried by policy — shows their progress, then prints ``conduit work list`` and stops the
-daemon with SIGTERM.
+It writes a config in a temporary folder (a SQLite store, shell bindings, and a Python function
+when ``conduit-executors-python`` is installed), starts the daemon as a subprocess, submits Work
+through the HTTP API — jobs that succeed, one that fails once and is retried by policy, a Python
+function with a typed result — shows their progress, then prints ``conduit work list`` and stops
+the daemon with SIGTERM.
 """
 
 from __future__ import annotations
@@ -53,7 +54,30 @@ config = {{ command = 'for i in 1 2 3; do echo "step $i"; sleep 1; done' }}
 executor = "shell"
 retry_delays_seconds = [1]
 config = {{ command = '{flaky}' }}
-{routines}"""
+{python}{routines}"""
+
+#: With ``conduit-executors-python``: a Python function as a job, its return value typed.
+PYTHON_BINDING = """
+[bindings.summarize]
+executor = "python"
+config = {{ function = "demo_functions:summarize", cwd = "{root}" }}
+"""
+PYTHON_MODULE = '''"""Written by the conduit demo: a function the python executor runs."""
+
+
+import msgspec
+
+
+class Summary(msgspec.Struct):
+    count: int
+    total: float
+
+
+def summarize(numbers: list[float]) -> Summary:
+    print(f"summing {len(numbers)} numbers")
+    return Summary(count=len(numbers), total=sum(numbers))
+'''
+PYTHON_SUBMISSION = ("summarize", {"numbers": [3, 1, 4, 1, 5, 9]})
 
 #: A Routine the daemon fires from the config: ``hello`` every five seconds (6-field cron,
 #: seconds first).
@@ -139,7 +163,13 @@ def run_demo(folder: Path, out: Console) -> int:
         return 1
     config = folder / "conduit.toml"
     flaky = FLAKY.format(root=folder)
-    config.write_text(CONFIG.format(port=_free_port(), flaky=flaky, routines=ROUTINES))
+    python = ""
+    if "python" in {info.name for info in Plugins.load().executors()}:
+        (folder / "demo_functions.py").write_text(PYTHON_MODULE)
+        python = PYTHON_BINDING.format(root=folder)
+    config.write_text(
+        CONFIG.format(port=_free_port(), flaky=flaky, python=python, routines=ROUTINES)
+    )
     log = folder / "daemon.log"
     out.print(f"[bold]1.[/] config written to {escape(str(config))}")
     out.print("[bold]2.[/] starting the daemon: conduit daemon --config conduit.toml")
@@ -175,7 +205,10 @@ def _drive(
         f"{escape(str(token_file))})"
     )
     ids = []
-    for binding, payload in SUBMISSIONS:
+    submissions: list[tuple[str, dict[str, Any] | None]] = list(SUBMISSIONS)
+    if "summarize" in config.read_text():
+        submissions.append(PYTHON_SUBMISSION)
+    for binding, payload in submissions:
         req = SubmitRequest(binding=binding, input=payload)
         ids.append(api.request("POST", "/v1/work", req, WorkDetail).work.id)
         out.print(f"   submitted {escape(ids[-1])} ({binding})")
@@ -204,6 +237,10 @@ def _drive(
         out.print(f"[red]{escape(late)}")
         return 1
     out.print("[bold]4.[/] all Work finished; the flaky job failed once and was retried.")
+    for d in details:
+        if d.work.binding == "summarize" and d.attempts and d.attempts[-1].result is not None:
+            data = d.attempts[-1].result.data.get("return")
+            out.print(f"   the Python function summarize returned {escape(repr(data))}")
     fired = _wait_routine_fire(api)
     if fired is None:
         out.print(f"[red]the Routine did not fire in time; daemon log: {escape(str(log))}")

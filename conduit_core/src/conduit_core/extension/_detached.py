@@ -4,16 +4,20 @@ An executor whose jobs must outlive it (a daemon restart, or an out-of-process e
 restart) starts each job detached, with a per-launch marker in every process's environment and a
 directory where the job's exit status appears atomically. Recovery then needs nothing but the
 launch intent: a marked process is a running job, a status file a finished one, neither a job
-that never started. Linux only (``/proc``).
+that never started — unless a launch still holds the directory's launch lock (``launching``):
+then an earlier launch, stalled between its last fenced write and its spawn (a paused host, a
+program the daemon lost but that still runs), may yet start the job, and recovery cannot tell
+(``launch_in_progress``). Linux only (``/proc``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import anyio
@@ -49,10 +53,40 @@ class DetachedJobs:
                 found.append(int(proc.name))
         return found
 
+    @contextlib.asynccontextmanager
+    async def launching(self, directory: Path) -> AsyncIterator[None]:
+        """Hold ``directory``'s launch lock around the last fenced write before the start (the
+        launch intent) and the start itself, so a recovery's look sees either the job or a
+        launch still under way (``launch_in_progress``), never a gap a late spawn falls into."""
+        path = _lock_path(directory)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            await anyio.to_thread.run_sync(fcntl.flock, fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    @staticmethod
+    def launch_in_progress(directory: Path) -> bool:
+        """Whether a launch (in any process) holds ``directory``'s launch lock now."""
+        try:
+            fd = os.open(_lock_path(directory), os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
     async def start(
         self, directory: Path, command: str, marker: str, env: Mapping[str, str]
     ) -> None:
-        """Start ``command`` (sh) detached in ``directory``; call after recording the intent."""
+        """Start ``command`` (sh) detached in ``directory``; call after recording the intent,
+        inside ``launching(directory)``."""
         full = {**env, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), self.marker_env: marker}
         argv = ["sh", "-c", _START, _WRAPPER, str(directory), command]
 
@@ -94,3 +128,7 @@ class DetachedJobs:
         return StopEvidence(
             verified=False, detail=f"marked processes survived SIGKILL for {within:g} s"
         )
+
+
+def _lock_path(directory: Path) -> Path:
+    return directory.with_name(f"{directory.name}.launch.lock")

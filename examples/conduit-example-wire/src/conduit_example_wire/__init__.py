@@ -51,14 +51,19 @@ class WireExample(ext.Executor):
             raise ext.OperationError("invalid_config", str(exc), permanent=True) from exc
         marker = f"{key(ctx.execution_id)}/{ctx.epoch}"
         launch = {"dir": str(Path(ctx.state_dir or "/tmp", "wire", marker)), "marker": marker}
-        await ctx.record_launch_intent(launch)  # durable before anything starts
         env = {**ctx.env, "CONDUIT_WORK_ID": ctx.work_id}
-        await JOBS.start(Path(launch["dir"]), config.command, marker, env)
+        # The intent's fenced write and the start under one lock a recovery's look can see.
+        async with JOBS.launching(Path(launch["dir"])):
+            await ctx.record_launch_intent(launch)  # durable before anything starts
+            await JOBS.start(Path(launch["dir"]), config.command, marker, env)
         await ctx.persist_recovery(launch)
         return Job(launch)
 
     async def recover(self, ctx: ext.ExecutionContext) -> ext.Handle:
         launch = ctx.recovery or ctx.launch_intent
+        if launch is not None and JOBS.launch_in_progress(Path(launch["dir"])):
+            # An earlier launch may still start it: cannot tell yet (held, asked again).
+            raise ext.OperationError("launch_in_progress", "a launch still holds the lock")
         if launch is None or not JOBS.exists(Path(launch["dir"]), launch["marker"]):
             if ctx.recovery is None:  # only an intent: nothing carries its marker, never started
                 raise ext.NotStartedError("no process carries the launch marker")

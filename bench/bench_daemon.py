@@ -131,6 +131,21 @@ class FreshDatabase:
             return None
         return both, cold
 
+    def churn_by_table(self) -> dict[str, int]:
+        """``churn``'s row versions made dead so far per table, all and not heap-only."""
+        import psycopg
+
+        try:
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                rows = conn.execute(
+                    "SELECT relname, n_tup_upd + n_tup_del, n_tup_upd - n_tup_hot_upd + n_tup_del "
+                    "FROM pg_stat_user_tables WHERE n_tup_upd + n_tup_del > 0 ORDER BY 2 DESC"
+                ).fetchall()
+        except psycopg.Error:
+            return {}
+        return {f"{name}{suffix}": int(n) for name, made, cold in rows
+                for suffix, n in (("", made), (" not hot", cold))}  # fmt: skip
+
     def drop(self) -> None:
         import psycopg
 
@@ -403,8 +418,11 @@ def measure(system: Any, rate: float, args: argparse.Namespace) -> dict[str, Any
         time.sleep(1.5)  # backends report their counts at most once a second
         made = system.db.churn()
         if made is not None:
+            by_table = system.db.churn_by_table()
             churn = {"dead_made_per_job": round(made[0] / finished_end, 2),
-                     "non_hot_dead_per_job": round(made[1] / finished_end, 2)}  # fmt: skip
+                     "non_hot_dead_per_job": round(made[1] / finished_end, 2),
+                     "dead_per_job_by_table": {name: round(n / finished_end, 2)
+                                               for name, n in by_table.items()}}  # fmt: skip
     return {
         "peer": system.name.split("-")[0], "store": getattr(system, "kind", "postgres"),
         "mode": args.mode, "offered_per_s": None if args.mode == "backlog" else rate,

@@ -115,8 +115,14 @@ _V6 = (
     "CREATE INDEX conduit_work_ready_binding ON conduit_work (binding, scope) WHERE claimable = 1",
 )
 
+# Room on each page of the attempt table for an updated row version: an attempt's writes that
+# change no indexed column (its launch intent, its recovery metadata) become heap-only (HOT)
+# updates, whose old versions are pruned in place, not left for autovacuum and the indexes.
+# Applies to pages written from now on (SQLite has no such setting).
+_V7 = (PerBackend(None, "ALTER TABLE conduit_execution SET (fillfactor = 70)"),)
+
 #: Ordered forward migrations; ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.
-MIGRATIONS: tuple[tuple[str | PerBackend, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+MIGRATIONS: tuple[tuple[str | PerBackend, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 #: Every table a conduit store owns (the meta table is created before any migration).

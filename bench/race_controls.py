@@ -13,8 +13,9 @@ With ``--daemons``, instead: tests/daemon/test_capacity_daemons.py's race betwee
 daemons on PostgreSQL (held jobs, half submitted to each in one batch; a violation is more jobs
 alive at once than the limit, read from the jobs' own start/end lines), per limit (``jobs``,
 ``pool``, ``scope``), with every protection on and with ``capacity_lock`` off, each claim's window
-widened in both (``CONDUIT_TEST_FAULT=store.capacity_counted:sleep=0.3``); one daemon pair per
-configuration, ``--runs`` runs on it.
+widened in both (``CONDUIT_TEST_FAULT=store.capacity_counted:sleep=0.3``), no start gate asked
+(each claim one transaction, as the test runs them); one daemon pair per configuration,
+``--runs`` runs on it.
 
 With every protection on the count must be 0; with one switched off (``CONDUIT_TEST_UNSAFE``,
 see conduit_core/extension/_switches.py) the target is at least 19 of 20. The switch works only

@@ -11,13 +11,20 @@ to one daemon, which wakes the other, so both claim at once; once the limit is f
 are refused the rest, the jobs are released one at a time, and each end frees a slot both
 daemons claim for at once again.
 
+The daemons ask no start gate (``CONDUIT_TEST_PLUGIN_GATES=selected``: the test plugin's gates
+then select no Work, as on a store without gates), so a claim is one transaction that counts,
+claims and commits. With a gate to ask, a claim takes two (``admit_ready`` returns the Work to ask
+about; ``admit_attempts`` counts again and claims once the gates answered), and one daemon's
+second transaction often commits before the other's counts: the lock control then saw the limit
+exceeded in only 7 to 17 runs of 20. The positive test runs the gated claim too (``jobs``).
+
 Negative controls run the same with one protection switched off (`CONDUIT_TEST_UNSAFE`,
 inherited by both daemons): `capacity_check` (no capacity refusal at all), and on PostgreSQL
 `capacity_lock` alone (the claims still count, but no longer wait for each other's count);
 for the latter each claim waits a moment between its count and its commit
 (`CONDUIT_TEST_FAULT=store.capacity_counted:sleep=…`), so the two daemons' claims overlap as
 they could in production, only more often. Each control must see the limit exceeded in 2 of 3
-runs at least; the lock control between daemons in 1 of 3 (it detects in ~18 of 20 runs only).
+runs at least; the lock control between daemons in 1 of 3 (it detects in 19 of 20 runs).
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ PROGRAM = Path(__file__).with_name("_held_pool_program.py")
 K, N = 2, 3  # a negative control passes when it saw the limit exceeded in K of N runs
 #: Each claim waits between its count and its commit: the window the capacity lock closes.
 WIDENED = {"CONDUIT_TEST_FAULT": "store.capacity_counted:sleep=0.3"}
+#: The daemons' claims are one transaction each: no start gate is asked (see above).
+UNGATED = {"CONDUIT_TEST_PLUGIN_GATES": "selected"}
 
 
 @dataclass(frozen=True)
@@ -86,8 +95,14 @@ def _waiting(daemon: Daemon, limit: Limit) -> int:
 
 
 def _start_pair(
-    root: Path, store: str, daemons: list[Daemon], env: dict[str, str] | None = None
+    root: Path,
+    store: str,
+    daemons: list[Daemon],
+    env: dict[str, str] | None = None,
+    *,
+    gated: bool = False,
 ) -> tuple[Daemon, Daemon]:
+    env = {**(env or {}), **({} if gated else UNGATED)}
     for name in ("d1", "d2"):
         daemons.append(Daemon(root, store, name=name, extra=_pool_config(root)))
     return daemons[-2].start(rescan=0.2, env=env), daemons[-1].start(rescan=0.2, env=env)
@@ -139,14 +154,18 @@ def _run_held_jobs(pair: tuple[Daemon, Daemon], limit: Limit, run: int = 0, jobs
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", list(LIMITS))
+@pytest.mark.parametrize(
+    ("kind", "gated"), [*((kind, False) for kind in LIMITS), ("jobs", True)],
+    ids=[*LIMITS, "jobs-gated"],
+)  # fmt: skip
 def test_two_daemons_never_run_more_jobs_than_a_limit(
-    tmp_path: Path, store: str, daemons: list[Daemon], kind: str
+    tmp_path: Path, store: str, daemons: list[Daemon], kind: str, gated: bool
 ) -> None:
     """With every protection on; on PostgreSQL even with each claim's window widened as in the
-    lock's own negative control (SQLite has one writer: nothing to widen)."""
+    lock's own negative control (SQLite has one writer: nothing to widen). ``gated``: each
+    claim asks the start gates, in two transactions."""
     limit, env = LIMITS[kind], WIDENED if "://" in store else None
-    peak = _run_held_jobs(_start_pair(tmp_path, store, daemons, env), limit)
+    peak = _run_held_jobs(_start_pair(tmp_path, store, daemons, env, gated=gated), limit)
     assert peak <= limit.limit, f"{peak} jobs alive at once, the {kind} limit is {limit.limit}"
     assert peak == limit.limit, f"the limit was never full (peak {peak}): the test proved nothing"
 
@@ -182,9 +201,9 @@ def test_negative_control_without_the_capacity_lock_two_daemons_exceed_the_limit
     tmp_path: Path, postgres_url: str, daemons: list[Daemon], kind: str
 ) -> None:
     """On PostgreSQL (SQLite has one writer by nature: nothing to lock)."""
-    # This control sees the violation in ~18 of 20 runs (bench/race_controls.py --daemons), not
-    # the 19 the others reach (undiagnosed: see tests/README.md): 1 of 3 keeps CI's false alarm
-    # near 1 in 1,000 while a lock that protected nothing would still be caught.
+    # This control sees the violation in 19 of 20 runs (bench/race_controls.py --daemons), the
+    # others in 20: 1 of 3 keeps CI's false alarm near 1 in 10,000 per kind while a lock that
+    # protected nothing would still be caught.
     env = {"CONDUIT_TEST_UNSAFE": "capacity_lock", **WIDENED}
     peaks = _k_of_n(_start_pair(tmp_path, postgres_url, daemons, env), LIMITS[kind], k=1)
     seen = sum(p > LIMITS[kind].limit for p in peaks)

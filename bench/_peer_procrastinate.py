@@ -25,11 +25,12 @@ import procrastinate
 from _load import Producer, StartLog, append_line
 
 PG_SOCKET = os.environ.get("BENCH_PG_HOST", "/var/run/postgresql")
+PG_PORT = os.environ.get("BENCH_PG_PORT", "5432")
 PG_USER = os.environ.get("BENCH_PG_USER", "root")
 
 
 def make_app(db: str) -> procrastinate.App:
-    conninfo = f"host={PG_SOCKET} user={PG_USER} dbname={db}"
+    conninfo = f"host={PG_SOCKET} port={PG_PORT} user={PG_USER} dbname={db}"
     return procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=conninfo))
 
 

@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_daemon.py --rate 100 300 --workers 8          # steady, ~2 min
     .venv/bin/python bench/bench_daemon.py --mode backlog --seconds 30
     .venv/bin/python bench/bench_daemon.py --mode kill --kill-every 10 --seconds 60
-    .venv/bin/python bench/bench_daemon.py --store postgres --mode pg-down --pg-down
+    .venv/bin/python bench/bench_daemon.py --store postgres --mode pg-down
     .venv/bin/python bench/bench_daemon.py --find-max --rate 100
 
 Each system runs in turn, fresh, in the same invocation: ``conduit daemon`` as a subprocess (a
@@ -23,8 +23,10 @@ result one JSON line (stdout), as the peers' harness prints; then the ratios to 
 
 Modes: ``steady`` (the offered rate), ``backlog`` (keep ~``--depth`` jobs queued: the drain rate
 under a standing backlog), ``kill`` (SIGKILL the daemon every ``--kill-every`` s and restart it at
-once; conduit only), ``pg-down`` (PostgreSQL stopped for 10 s a third of the way in with
-``pg_ctlcluster``, needs ``--pg-down``: it stops the server for everyone on the machine). After
+once; conduit only), ``pg-down`` (PostgreSQL crash-stopped for 10 s a third of the way in, then
+started again: each system's database is on a private server of its own, started for the run by
+``tests/faults/_pgserver.py`` with fsync off, so nothing else on the machine loses its server;
+its figures are for recovery, not comparable with the shared cluster's). After
 the producer stops, the run waits for the queue to drain and counts jobs lost (stored, never
 finished) and run twice (two starts of one id).
 """
@@ -54,7 +56,6 @@ PG_ADMIN = os.environ.get(
     "CONDUIT_BENCH_PG_URL", "postgresql://root@/postgres?host=/var/run/postgresql"
 )
 HERE = Path(__file__).resolve().parent
-PG_CLUSTER = ("15", "main")
 #: Seconds without a job finishing, after the producer stopped, that count what is left as lost.
 STALL_S = 10.0
 
@@ -89,17 +90,28 @@ def wait_until(what: str, check: Any, timeout: float) -> None:
 
 
 class FreshDatabase:
-    """A PostgreSQL database for one run, dropped afterwards."""
+    """A PostgreSQL database for one run, dropped afterwards; ``private``: on a server of its
+    own (a pg-down run stops it), destroyed afterwards."""
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, *, private: bool = False) -> None:
         import psycopg
 
         self.name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+        self.server: Any = None
+        if private:
+            sys.path.insert(0, str(HERE.parent / "tests" / "faults"))
+            from _pgserver import PrivateServer  # type: ignore[import-not-found]
+
+            self.server = PrivateServer()
+            self.server.init()
+            self.url = self.server.create_database(self.name)
+            self._conn: Any = None
+            return
         with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
             admin.execute(f'CREATE DATABASE "{self.name}"')
         base, _, query = PG_ADMIN.partition("?")
         self.url = base.rsplit("/", 1)[0] + f"/{self.name}" + (f"?{query}" if query else "")
-        self._conn: Any = None
+        self._conn = None
 
     def scalar(self, sql: str) -> int:
         import psycopg
@@ -151,6 +163,9 @@ class FreshDatabase:
 
         if self._conn is not None:
             self._conn.close()
+        if self.server is not None:
+            self.server.destroy()
+            return
         with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
 
@@ -162,7 +177,8 @@ class ConduitSystem:
         self.kind = store
         self.root = root
         self.start_log = str(root / "starts.log")
-        self.db = FreshDatabase("conduit_bench") if store == "postgres" else None
+        private = args.mode == "pg-down"
+        self.db = FreshDatabase("conduit_bench", private=private) if store == "postgres" else None
         self.sqlite_path = root / "conduit.db"
         self.port = free_port()
         self.config = root / "conduit.toml"
@@ -280,7 +296,7 @@ class ProcrastinateSystem:
         self.python = args.peer_python
         self.start_log = str(root / "starts.log")
         self.counters_file = root / "counters.json"
-        self.db = FreshDatabase("proc_bench")
+        self.db = FreshDatabase("proc_bench", private=args.mode == "pg-down")
         self.args = args
         self.procs: list[subprocess.Popen[bytes]] = []
         self._side([*self._base("schema")], wait=True)
@@ -290,8 +306,14 @@ class ProcrastinateSystem:
                 "--start-log", self.start_log]  # fmt: skip
 
     def _side(self, command: list[str], *, wait: bool = False) -> None:
+        env = dict(os.environ)
+        if self.db.server is not None:  # a private server: its socket folder and port
+            env |= {"BENCH_PG_HOST": str(self.db.server.socket_dir),
+                    "BENCH_PG_PORT": self.db.server.url().rsplit("port=", 1)[1]}  # fmt: skip
         with (self.root / "procrastinate.log").open("ab") as log:
-            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=HERE)
+            proc = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, cwd=HERE, env=env
+            )
         if wait:
             if proc.wait(60) != 0:
                 raise SystemExit(f"{command[2]} failed: see {self.root / 'procrastinate.log'}")
@@ -465,10 +487,9 @@ def disrupt(system: Any, args: argparse.Namespace, t_begin: float) -> threading.
         def outage() -> None:
             time.sleep(args.seconds / 3)
             print(f"  {system.name}: PostgreSQL stopped for 10 s", file=sys.stderr, flush=True)
-            pg_ctl = ["pg_ctlcluster", "--skip-systemctl-redirect", *PG_CLUSTER]
-            subprocess.run([*pg_ctl, "stop"], check=True)
+            system.db.server.stop()
             time.sleep(10)
-            subprocess.run([*pg_ctl, "start"], check=True)
+            system.db.server.start()
             print(f"  {system.name}: PostgreSQL started", file=sys.stderr, flush=True)
 
         thread = threading.Thread(target=outage, daemon=True)
@@ -565,14 +586,11 @@ def main() -> None:
                         default="steady")  # fmt: skip
     parser.add_argument("--depth", type=int, default=1000, help="backlog mode's queue depth")
     parser.add_argument("--kill-every", type=float, default=10.0)
-    parser.add_argument("--pg-down", action="store_true", help="allow the pg-down mode")
     parser.add_argument("--find-max", action="store_true")
     parser.add_argument("--peer-python", default=os.environ.get("BENCH_PEER_PYTHON"),
                         help="python of a venv with the peers' requirements")  # fmt: skip
     parser.add_argument("--windows-json", action="store_true", help="windows in the JSON too")
     args = parser.parse_args()
-    if args.mode == "pg-down" and not args.pg_down:
-        parser.error("--mode pg-down stops PostgreSQL for everyone on this machine: add --pg-down")
     if args.mode == "pg-down":
         args.store = [s for s in args.store if s == "postgres"]
     if not args.peer_python:

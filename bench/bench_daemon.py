@@ -461,7 +461,19 @@ def measure(system: Any, rate: float, args: argparse.Namespace) -> dict[str, Any
         "submitted": submitted, "unfinished_after_drain": unfinished,
         "lost": unfinished if stalled or not unfinished else None,
         "ran_twice": starts.twice(), "windows": windows,
+        **({"resumed_after_s": resumed_after(system)} if args.mode == "pg-down" else {}),
     }  # fmt: skip
+
+
+def resumed_after(system: Any) -> float | None:
+    """Seconds from the server accepting connections again to the first job started after."""
+    restored = getattr(system, "restored_at", None)
+    if restored is None:
+        return None
+    with open(system.start_log) as log:
+        later = [float(parts[2]) for line in log if len(parts := line.split()) == 3
+                 and float(parts[2]) >= restored]  # fmt: skip
+    return round(min(later) - restored, 2) if later else None
 
 
 def _round(value: float | None) -> float | None:
@@ -489,7 +501,8 @@ def disrupt(system: Any, args: argparse.Namespace, t_begin: float) -> threading.
             print(f"  {system.name}: PostgreSQL stopped for 10 s", file=sys.stderr, flush=True)
             system.db.server.stop()
             time.sleep(10)
-            system.db.server.start()
+            system.db.server.start()  # returns once the server accepts connections
+            system.restored_at = time.time()
             print(f"  {system.name}: PostgreSQL started", file=sys.stderr, flush=True)
 
         thread = threading.Thread(target=outage, daemon=True)

@@ -365,6 +365,10 @@ class PostgresStore(SqlStore):
         tries = 0
         while True:
             pool = self._pool
+            if self._unreachable and tries == 0 and self._renewed_when_back(pool):
+                # The server answers again: a fresh pool connects at once, where waiting on the
+                # old one would cost its 1 s timeout first (its own reconnect backoff is longer).
+                pool = self._pool
             try:
                 with pool.connection(timeout=1.0 if self._unreachable else self._wait_s) as conn:
                     result = run(conn)

@@ -77,3 +77,41 @@ def once(side: str, release: str) -> str:
     with open(side, "a") as out:
         out.write(f"{os.environ['CONDUIT_WORK_ID']} end\n")
     return "done"
+
+
+def pid() -> int:
+    """Warm mode: the worker's pid (the same for every attempt a worker runs)."""
+    return os.getpid()
+
+
+def warm_once(side: str, release: str, tag: str) -> int:
+    """Warm mode: record ``tag start <pid>``, wait for the test to release it (deadline 120 s),
+    record ``tag end``. Warm functions share a process: no per-attempt ``CONDUIT_*`` here."""
+    with open(side, "a") as out:
+        out.write(f"{tag} start {os.getpid()}\n")
+    deadline = time.monotonic() + 120
+    while not Path(release).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{release} never appeared")
+        time.sleep(0.02)
+    with open(side, "a") as out:
+        out.write(f"{tag} end\n")
+    return os.getpid()
+
+
+def blocks(side: str, seconds: float) -> None:
+    """Record a start, then block in one C call (no Python code runs until it returns)."""
+    with open(side, "a") as out:
+        out.write(f"start {os.getpid()}\n")
+    time.sleep(seconds)
+    with open(side, "a") as out:
+        out.write("end\n")
+
+
+async def naps(side: str, seconds: float) -> None:
+    """Record a start, then await a long sleep (cancellable), then record the end."""
+    with open(side, "a") as out:
+        out.write(f"start {os.getpid()}\n")
+    await asyncio.sleep(seconds)
+    with open(side, "a") as out:
+        out.write("end\n")

@@ -63,8 +63,7 @@ def main(argv: list[str]) -> int:
 
 
 def _run(ref: str, batch: bytes) -> dict[str, Any]:
-    function = _load(ref)
-    hints = _hints(function)
+    function, hints = _load_typed(ref)
     kwargs = _arguments(function, hints, _latest_payload(batch))
     try:
         value = function(**kwargs)
@@ -75,6 +74,21 @@ def _run(ref: str, batch: bytes) -> dict[str, Any]:
     except Exception as exc:
         traceback.print_exc()
         return _raised(exc)
+    return _returned(value, hints)
+
+
+# The steps the warm worker (_warm.py) shares with this cold runner, so both decode, call and
+# encode alike: _load_typed, _latest_payload + _arguments, then _returned / _raised / _failed.
+
+
+def _load_typed(ref: str) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """The callable and its resolved annotations (raises ``_Refused``)."""
+    function = _load(ref)
+    return function, _hints(function)
+
+
+def _returned(value: Any, hints: dict[str, Any]) -> dict[str, Any]:
+    """The result of a call that returned ``value`` (raises ``_Refused`` for a bad value)."""
     data = {"return": _encoded(value, hints)}
     return {"outcome": "completed", "summary": "returned", "data": data}
 

@@ -36,6 +36,7 @@ import conduit_core.extension as ext
 from conduit_core.extension import wire
 from conduit_executors_python import _runner
 from conduit_executors_python._config import PythonConfig, decode_config
+from conduit_executors_python._proc import process_start
 
 __all__ = ["StopCall", "main"]
 
@@ -106,6 +107,9 @@ class WarmWorker(ext.Executor):
 
     async def run(self, ctx: ext.ExecutionContext) -> ext.Handle:
         config = decode_config(ctx.config)
+        # The contract's durable mark that the attempt runs, before anything starts: which
+        # worker runs it (what a stop after a daemon restart checks is gone).
+        await ctx.persist_recovery({"mode": "warm", "worker": _identity()})
         call = _Call(ctx.execution_id, ctx.epoch, config.stop_grace_seconds)
         call.task = asyncio.get_running_loop().create_task(self._attempt(ctx, config, call))
         self._calls[ctx.execution_id] = call
@@ -157,7 +161,7 @@ class WarmWorker(ext.Executor):
     async def _call(self, ctx: ext.ExecutionContext, ref: str, call: _Call) -> dict[str, Any]:
         try:
             function, hints = self._load(ref)
-            batch = b"\n".join(msgspec.json.encode(event) for event in ctx.inputs[-1:])
+            batch = b"\n".join(msgspec.json.encode(event) for event in ctx.inputs)
             kwargs = _runner._arguments(function, hints, _runner._latest_payload(batch))
         except _runner._Refused as exc:
             print(f"{exc.code}: {exc.message}", file=sys.stderr, flush=True)
@@ -225,6 +229,11 @@ async def _in_thread(call: _Call, function: Callable[..., Any], kwargs: dict[str
                 )
                 os._exit(EXIT_UNSTOPPABLE)
         raise
+
+
+def _identity() -> dict[str, int]:
+    """This worker's pid and its start time in clock ticks since boot (a reused pid differs)."""
+    return {"pid": os.getpid(), "started": process_start(os.getpid()) or 0}
 
 
 def _limit(config: PythonConfig, deadline_ms: int | None, now: float) -> float | None:

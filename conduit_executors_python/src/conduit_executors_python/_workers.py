@@ -11,13 +11,16 @@ with the daemon that started it, so an attempt this daemon did not launch cannot
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from conduit_core.extension import (
     ExecutionContext,
     Handle,
     LostSightError,
+    OperationError,
     ResourcesGoneError,
     Result,
     StopEvidence,
@@ -25,6 +28,7 @@ from conduit_core.extension import (
     wire,
 )
 from conduit_executors_python._config import WARM_MODULE, PythonConfig
+from conduit_executors_python._proc import end_worker
 
 __all__ = ["WarmWorkers"]
 
@@ -61,9 +65,15 @@ class WarmWorkers:
     async def recover(self, ctx: ExecutionContext) -> Handle:
         key = self._running.get(ctx.execution_id)
         if key is None:
+            # Not launched by this daemon, or its worker died under it. A worker left by a
+            # daemon that just died may not have read its end-of-file yet: end it first, so the
+            # retry never overlaps the function.
+            try:
+                found = await _end_worker(ctx.recovery)
+            except TimeoutError as exc:
+                raise OperationError("stop_unverified", str(exc)) from exc
             raise ResourcesGoneError(
-                "warm mode: the worker that ran this attempt is gone (a worker ends with its "
-                "daemon, or it died) and the function with it; it may have run partly, so the "
+                f"warm mode: {found}, and the function with it; it may have run partly, so the "
                 "attempt failed and its retry policy applies"
             )
         handle = await self._worker(key).executor(ctx.generation).recover(ctx)
@@ -72,17 +82,23 @@ class WarmWorkers:
     async def stop(self, target: StopTarget, generation: int) -> StopEvidence:
         key = self._running.get(target.execution_id)
         if key is None:
-            return StopEvidence(
-                verified=True,
-                detail="warm mode: no worker of this daemon runs the attempt (a worker ends "
-                "with the daemon that started it)",
-            )
+            try:
+                found = await _end_worker(target.recovery)
+            except TimeoutError as exc:
+                return StopEvidence(verified=False, detail=str(exc))
+            return StopEvidence(verified=True, detail=f"warm mode: {found}")
         return await self._worker(key).executor(generation).stop(target)
 
     async def close(self) -> None:
         workers, self._workers = list(self._workers.values()), {}
         for worker in workers:
             await worker.close()
+
+
+async def _end_worker(recovery: Mapping[str, Any] | None) -> str:
+    """End the worker the attempt's recovery metadata names, if that process still runs."""
+    worker = None if recovery is None else recovery.get("worker")
+    return await asyncio.to_thread(end_worker, worker)
 
 
 def _key(config: PythonConfig, run_env: Mapping[str, str]) -> _Key:

@@ -1,7 +1,6 @@
 """Out-of-process executors: the daemon's side of the wire protocol (docs/wire-protocol.md)."""
 
 from conduit_core.extension.wire import set_program_factory
-
 from conduit_core.remote._program import (
     PROGRAM_ENV,
     CallbackLimits,

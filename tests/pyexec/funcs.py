@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -113,3 +114,12 @@ async def naps(side: str, seconds: float) -> None:
     Path(side).write_text(f"start {os.getpid()}\n")  # noqa: ASYNC240 (a test's tiny file)
     await asyncio.sleep(seconds)
     Path(side).write_text(f"start {os.getpid()}\nend\n")  # noqa: ASYNC240
+
+
+def positional(n: int, /) -> int:
+    """Config check: a positional-only parameter cannot be given by name."""
+    return n
+
+
+def undecodable(lock: threading.Lock) -> None:
+    """Config check: msgspec cannot decode a lock from JSON."""

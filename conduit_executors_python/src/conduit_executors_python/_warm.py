@@ -22,12 +22,13 @@ import asyncio
 import ctypes
 import inspect
 import os
+import queue
 import sys
 import threading
 import time
 import traceback
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -42,6 +43,10 @@ __all__ = ["StopCall", "main"]
 
 #: How many finished attempts a worker remembers (a recover in the same daemon finds them).
 _KEEP_FINISHED = 10_000
+#: How many decoded binding configs a worker keeps.
+_KEEP_CONFIGS = 256
+#: How long ``run`` waits for the call to end before it answers ``launched`` without a result.
+_INLINE_SECONDS = 0.005
 #: The worker's exit status when a stop could not end a function in time.
 EXIT_UNSTOPPABLE = 70
 
@@ -59,6 +64,8 @@ class _Call:
         self.epoch = epoch
         self.grace = grace
         self.thread: int | None = None  # the ident of a sync function's thread while it runs
+        self.lock = threading.Lock()  # orders a stop's raise against the thread's end
+        self.sync = False  # a sync function: stopped in its thread, never by cancelling the task
         self.stopping = False
         self.task: asyncio.Task[ext.Result] | None = None
 
@@ -67,8 +74,8 @@ class _Call:
         if task is None or task.done():
             return ext.StopEvidence(verified=True, detail=f"ended (warm worker pid {os.getpid()})")
         self.stopping = True
-        if self.thread is not None:
-            _raise_in_thread(self.thread)
+        if self.sync:
+            _raise_in_thread(self)  # or, not begun yet, it sees ``stopping`` and never begins
         else:
             task.cancel()
         done, _ = await asyncio.wait({task}, timeout=self.grace)
@@ -85,8 +92,16 @@ class _Call:
         os._exit(EXIT_UNSTOPPABLE)
 
 
-def _raise_in_thread(ident: int) -> None:
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(StopCall))
+def _raise_in_thread(call: _Call) -> None:
+    """Raise ``StopCall`` in the call's thread, if its function still runs there."""
+    with call.lock:
+        if call.thread is not None:
+            set_async = ctypes.pythonapi.PyThreadState_SetAsyncExc
+            set_async(ctypes.c_ulong(call.thread), ctypes.py_object(StopCall))
+
+
+def _clear_in_thread(ident: int) -> None:
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
 
 
 class _Handle(ext.Handle):
@@ -94,8 +109,15 @@ class _Handle(ext.Handle):
         self._call = call
 
     async def wait(self) -> ext.Result:
-        assert self._call.task is not None
-        return await asyncio.shield(self._call.task)
+        task = self._call.task
+        assert task is not None
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not (task.cancelled() and self._call.stopping):
+                raise  # this wait itself was cancelled (the core stopped observing)
+            # Stopped before the attempt's task took its first step: nothing ran.
+            return _as_result(_stopped(), time.time())
 
 
 class WarmWorker(ext.Executor):
@@ -104,9 +126,10 @@ class WarmWorker(ext.Executor):
     def __init__(self) -> None:
         self._calls: OrderedDict[str, _Call] = OrderedDict()
         self._loaded: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {}
+        self._configs: dict[bytes, PythonConfig] = {}
 
     async def run(self, ctx: ext.ExecutionContext) -> ext.Handle:
-        config = decode_config(ctx.config)
+        config = self._config(ctx.config)
         # The contract's durable mark that the attempt runs, before anything starts: which
         # worker runs it (what a stop after a daemon restart checks is gone).
         await ctx.persist_recovery({"mode": "warm", "worker": _identity()})
@@ -118,6 +141,10 @@ class WarmWorker(ext.Executor):
             if oldest.task is not None and not oldest.task.done():
                 break
             self._calls.popitem(last=False)
+        # A quick function's result then travels inline in ``launched`` (the SDK sends it when
+        # the handle's wait is done at once): two frames fewer per attempt. A longer one is
+        # answered ``launched`` a few ms later, and its ``wait`` follows.
+        await asyncio.wait({call.task}, timeout=_INLINE_SECONDS)
         return _Handle(call)
 
     async def recover(self, ctx: ext.ExecutionContext) -> ext.Handle:
@@ -155,7 +182,7 @@ class WarmWorker(ext.Executor):
         except (asyncio.CancelledError, StopCall):
             if not call.stopping:
                 raise
-            result = _runner._failed("stopped", "the attempt was stopped", permanent=False)
+            result = _stopped()
         return _as_result(result, started)
 
     async def _call(self, ctx: ext.ExecutionContext, ref: str, call: _Call) -> dict[str, Any]:
@@ -170,6 +197,7 @@ class WarmWorker(ext.Executor):
             if inspect.iscoroutinefunction(function):
                 value = await function(**kwargs)
             else:
+                call.sync = True
                 value = await _in_thread(call, function, kwargs)
                 if inspect.isawaitable(value):
                     value = await value
@@ -179,6 +207,16 @@ class WarmWorker(ext.Executor):
         except Exception as exc:
             traceback.print_exc()
             return _runner._raised(exc)
+
+    def _config(self, raw: Mapping[str, Any]) -> PythonConfig:
+        """The binding config, decoded once per distinct config."""
+        key = msgspec.json.encode(raw)
+        config = self._configs.get(key)
+        if config is None:
+            if len(self._configs) >= _KEEP_CONFIGS:
+                self._configs.clear()
+            config = self._configs[key] = decode_config(raw)
+        return config
 
     def _load(self, ref: str) -> tuple[Callable[..., Any], dict[str, Any]]:
         """Imported once per worker: what makes it warm. A failed import is tried again."""
@@ -201,24 +239,35 @@ async def _in_thread(call: _Call, function: Callable[..., Any], kwargs: dict[str
             done.set_exception(error)
 
     def body() -> None:
-        call.thread = threading.get_ident()
+        ident = threading.get_ident()
+        value: Any = None
+        error: BaseException | None = None
         try:
-            value, error = function(**kwargs), None
+            with call.lock:
+                call.thread = ident
+            if call.stopping:  # stopped before it began: never call it
+                raise StopCall
+            value = function(**kwargs)
         except BaseException as exc:  # StopCall included: handed to the loop as it is
-            value, error = None, exc
-        finally:
-            call.thread = None
+            error = exc
+        while True:  # a StopCall raised as the call ended may still be pending: clear it
+            try:
+                with call.lock:  # after this, no stop raises in this thread any more
+                    call.thread = None
+                _clear_in_thread(ident)
+                break
+            except StopCall:
+                continue
         loop.call_soon_threadsafe(settle, value, error)
 
-    threading.Thread(target=body, name=f"conduit-{call.execution_id}", daemon=True).start()
+    _THREADS.submit(body)
     try:
         return await asyncio.shield(done)
     except asyncio.CancelledError:
         # A timeout (wait_for cancels this await): end the thread's call as a stop does.
-        if call.thread is not None:
+        if not done.done():
             call.stopping = True
-            thread = call.thread
-            _raise_in_thread(thread)
+            _raise_in_thread(call)
             finished, _ = await asyncio.wait({done}, timeout=call.grace)
             if not finished:
                 print(
@@ -231,9 +280,42 @@ async def _in_thread(call: _Call, function: Callable[..., Any], kwargs: dict[str
         raise
 
 
+def _stopped() -> dict[str, Any]:
+    return _runner._failed("stopped", "the attempt was stopped", permanent=False)
+
+
 def _identity() -> dict[str, int]:
     """This worker's pid and its start time in clock ticks since boot (a reused pid differs)."""
     return {"pid": os.getpid(), "started": process_start(os.getpid()) or 0}
+
+
+class _Threads:
+    """Threads kept for sync calls (starting one costs more than a short call): a call takes an
+    idle one or starts a new one, so every running call has a thread of its own."""
+
+    def __init__(self, keep: int = 64) -> None:
+        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+        self._keep = keep
+        self._lock = threading.Lock()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            jobs = self._idle.pop() if self._idle else None
+        if jobs is None:
+            jobs = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(jobs,), daemon=True).start()
+        jobs.put(job)
+
+    def _serve(self, jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
+        while True:
+            jobs.get()()  # a job catches everything itself (and clears a pending StopCall)
+            with self._lock:
+                if len(self._idle) >= self._keep:
+                    return
+                self._idle.append(jobs)
+
+
+_THREADS = _Threads()
 
 
 def _limit(config: PythonConfig, deadline_ms: int | None, now: float) -> float | None:

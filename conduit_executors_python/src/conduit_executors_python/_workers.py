@@ -52,6 +52,10 @@ class WarmWorkers:
             )
         return self._workers[key]
 
+    def running(self, config: PythonConfig, run_env: Mapping[str, str]) -> bool:
+        """Whether a worker for this setup was started already."""
+        return _key(config, run_env) in self._workers
+
     async def run(self, ctx: ExecutionContext, config: PythonConfig) -> Handle:
         key = _key(config, ctx.env)
         self._running[ctx.execution_id] = key

@@ -50,6 +50,8 @@ class PythonExecutor(Executor):
 
     async def run(self, ctx: ExecutionContext) -> Handle:
         config = decode_config(ctx.config)
+        if config.mode == "warm" and self._warm.running(config, ctx.env):
+            return await self._warm.run(ctx, config)  # its interpreter was found when it started
         interpreter = config.interpreter()
         if shutil.which(interpreter) is None:
             # Before the intent: nothing is recorded or started for a binding that cannot run.

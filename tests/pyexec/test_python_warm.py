@@ -166,3 +166,29 @@ async def test_a_killed_worker_loses_its_attempt_to_resources_gone(
         await handle.wait()
     with pytest.raises(ResourcesGoneError):
         await executor.recover(ctx)
+
+
+async def test_a_recover_while_its_worker_lives_adopts_the_running_call(
+    executor: PythonExecutor, tmp_path: Path
+) -> None:
+    # A lease that moved while this daemon lives: the call still runs in its worker, so the
+    # recovery at the next epoch adopts it (acknowledged by its metadata), never reruns it.
+    side, release = tmp_path / "side", tmp_path / "release"
+    payload = {"side": str(side), "release": str(release), "tag": "t"}
+    inputs = [InputEvent(id="e", type="submitted", payload=payload)]
+    ctx, _ = make_context(tmp_path, warm("warm_once"), generation=1, inputs=inputs)
+    await executor.run(ctx)
+    wait_for("the function to start", lambda: side.exists())
+    (tmp_path / "2").mkdir()
+    again, callbacks = make_context(
+        tmp_path / "2", warm("warm_once"), generation=1, inputs=inputs,
+        execution_id=ctx.execution_id, epoch=2,
+    )  # fmt: skip
+    adopted = await executor.recover(again)
+    recorded = callbacks.recorded()
+    assert recorded is not None
+    assert recorded["worker"]["pid"] == int(side.read_text().split()[2])
+    release.touch()
+    result = await adopted.wait()
+    assert result.data["return"] == recorded["worker"]["pid"]
+    assert side.read_text().split().count("start") == 1

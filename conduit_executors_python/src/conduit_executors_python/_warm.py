@@ -154,6 +154,9 @@ class WarmWorker(ext.Executor):
                 f"warm worker {os.getpid()} never ran this attempt: the worker that ran it is "
                 "gone, and the function with it (it may have run partly)"
             )
+        # Adopted at the new epoch (a lease moved while this daemon lived): acknowledged by the
+        # same metadata, as every recover must.
+        await ctx.persist_recovery({"mode": "warm", "worker": _identity()})
         return _Handle(call)
 
     async def stop(self, target: ext.StopTarget) -> ext.StopEvidence:

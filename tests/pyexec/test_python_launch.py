@@ -171,3 +171,18 @@ async def test_timeout_stops_the_function_and_fails_the_attempt(tmp_path: Path) 
     assert result.outcome is OutcomeKind.FAILED
     assert result.data["code"] == "timeout"
     assert (tmp_path / "side").read_text().split() == ["work-1", "start"]  # stopped mid-function
+
+
+async def test_a_retry_attempt_decodes_the_input_it_retries_not_the_retry_event(
+    tmp_path: Path,
+) -> None:
+    # A retry attempt's batch is the retried input, then the core's retry event (its payload is
+    # the retry's bookkeeping): the function gets the retried input, in both modes.
+    inputs = [
+        InputEvent(id="ev-1", type="submitted", payload={"n": 4}),
+        InputEvent(id="ev-2", type="core.retry", payload={"attempt": 2, "trigger": ["ev-1"]}),
+    ]
+    ctx, _ = make_context(tmp_path, binding("doubled"), generation=1, inputs=inputs)
+    result = await (await PythonExecutor().run(ctx)).wait()
+    assert result.outcome is OutcomeKind.COMPLETED, result.summary
+    assert result.data["return"] == [4, 8]

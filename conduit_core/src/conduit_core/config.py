@@ -45,6 +45,7 @@ __all__ = [
     "Settings",
     "TracingSettings",
     "check_against_plugins",
+    "check_bindings_deeply",
     "load_config",
     "parse_config",
     "plugin_configs",
@@ -405,6 +406,23 @@ def check_against_plugins(config: Config, plugins: Plugins) -> None:
                 raise ConfigError(
                     f"{config.source}: {field}.generation: {err}", code=err.code
                 ) from err
+
+
+def check_bindings_deeply(config: Config, plugins: Plugins) -> None:
+    """``conduit config check`` only, after :func:`check_against_plugins`: each binding through
+    its executor's deeper check (which may start processes), with the executor's own code."""
+    installed = {info.name: info for info in plugins.executors()}
+    for name, binding in config.bindings.items():
+        info = installed[binding.executor]
+        try:
+            plugins.check_binding_deeply(
+                binding.executor, binding.generation or info.generation, binding.config
+            )
+        except ConduitError as exc:
+            raise ConfigError(
+                f"{config.source}: {_path('$.bindings', name)}.config: {exc.message}",
+                code=exc.code,
+            ) from exc
 
 
 def _path(prefix: str, key: str) -> str:

@@ -115,6 +115,7 @@ class Plugins:
         self._loaded = tuple(loaded)
         self._executors: dict[tuple[str, int], Executor] = {}
         self._config_checks: dict[tuple[str, int], Callable[[Mapping[str, Any]], object]] = {}
+        self._binding_checks: dict[tuple[str, int], Callable[[Mapping[str, Any]], object]] = {}
         self._infos: dict[str, ExecutorInfo] = {}
         self._gates: dict[str, GateRegistration] = {}
         self._gate_infos: dict[str, GateInfo] = {}
@@ -239,6 +240,8 @@ class Plugins:
             self._executors[(reg.name, reg.generation)] = reg.executor
             if reg.check_config is not None:
                 self._config_checks[(reg.name, reg.generation)] = reg.check_config
+            if reg.check_binding is not None:
+                self._binding_checks[(reg.name, reg.generation)] = reg.check_binding
         self._register_gates(plugin, gates, where)
 
     def _remote_registrations(
@@ -415,6 +418,26 @@ class Plugins:
         except Exception as exc:
             raise ConduitError(
                 f"executor {name!r} generation {generation} refused the binding config: "
+                f"{type(exc).__name__}: {exc}",
+                code="invalid_config",
+            ) from exc
+
+    def check_binding_deeply(self, name: str, generation: int, config: Mapping[str, Any]) -> None:
+        """The executor generation's deeper binding check (``conduit config check`` only).
+
+        Raises the executor's ``ConduitError`` with its own code; any other error of the check
+        is reported as ``invalid_config``, never as a crash.
+        """
+        check = self._binding_checks.get((name, generation))
+        if check is None:
+            return
+        try:
+            check(config)
+        except ConduitError:
+            raise
+        except Exception as exc:
+            raise ConduitError(
+                f"executor {name!r} generation {generation} could not check the binding: "
                 f"{type(exc).__name__}: {exc}",
                 code="invalid_config",
             ) from exc

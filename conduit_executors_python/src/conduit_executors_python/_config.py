@@ -5,17 +5,19 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from conduit_core.extension import OperationError
 from conduit_executors_shell import decode_config as decode_shell_config
 
-__all__ = ["RUNNER_MODULE", "PythonConfig", "decode_config", "shell_config"]
+__all__ = ["RUNNER_MODULE", "WARM_MODULE", "PythonConfig", "decode_config", "shell_config"]
 
 #: The module each attempt's interpreter runs: ``<python> -m RUNNER_MODULE <function>``.
 RUNNER_MODULE = "conduit_executors_python._runner"
+#: The warm worker program: ``<python> -m WARM_MODULE`` (the wire protocol on its stdin/stdout).
+WARM_MODULE = "conduit_executors_python._warm"
 
 #: ``package.module:callable`` (the callable may be ``Class.method``).
 _FUNCTION = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"
@@ -31,6 +33,9 @@ class PythonConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """One python binding: the callable, the interpreter that runs it, and the job's limits."""
 
     function: FunctionRef
+    #: ``cold``: a detached interpreter per attempt (adopted after a daemon crash); ``warm``: a
+    #: supervised worker keeps the interpreter and imports loaded (at-least-once, see README).
+    mode: Literal["cold", "warm"] = "cold"
     python: NonEmpty | None = None
     cwd: str | None = None
     env: dict[str, str] = {}

@@ -30,9 +30,15 @@ __all__ = ["main"]
 _MAX_MESSAGE_CHARS = 4000
 
 
+#: The core's retry events: a retry attempt's batch holds the input it retries, then one of these
+#: (whose payload, the retry's bookkeeping, is not the function's input).
+_RETRY_TYPES = frozenset({"core.retry", "core.manual.retry"})
+
+
 class _Event(msgspec.Struct):
     """One line of the input batch; only the payload matters here, kept undecoded."""
 
+    type: str = ""
     payload: msgspec.Raw = msgspec.Raw(b"null")
 
 
@@ -63,8 +69,7 @@ def main(argv: list[str]) -> int:
 
 
 def _run(ref: str, batch: bytes) -> dict[str, Any]:
-    function = _load(ref)
-    hints = _hints(function)
+    function, hints = _load_typed(ref)
     kwargs = _arguments(function, hints, _latest_payload(batch))
     try:
         value = function(**kwargs)
@@ -75,6 +80,21 @@ def _run(ref: str, batch: bytes) -> dict[str, Any]:
     except Exception as exc:
         traceback.print_exc()
         return _raised(exc)
+    return _returned(value, hints)
+
+
+# The steps the warm worker (_warm.py) shares with this cold runner, so both decode, call and
+# encode alike: _load_typed, _latest_payload + _arguments, then _returned / _raised / _failed.
+
+
+def _load_typed(ref: str) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """The callable and its resolved annotations (raises ``_Refused``)."""
+    function = _load(ref)
+    return function, _hints(function)
+
+
+def _returned(value: Any, hints: dict[str, Any]) -> dict[str, Any]:
+    """The result of a call that returned ``value`` (raises ``_Refused`` for a bad value)."""
     data = {"return": _encoded(value, hints)}
     return {"outcome": "completed", "summary": "returned", "data": data}
 
@@ -110,13 +130,13 @@ def _hints(function: Callable[..., Any]) -> dict[str, Any]:
 
 def _latest_payload(batch: bytes) -> msgspec.Raw:
     lines = [line for line in batch.splitlines() if line.strip()]
-    if not lines:
-        return msgspec.Raw(b"null")
     try:
-        return msgspec.json.decode(lines[-1], type=_Event).payload
+        events = [msgspec.json.decode(line, type=_Event) for line in lines]
     except msgspec.DecodeError as exc:  # the daemon wrote it: not the caller's input
         message = f"the input batch is unreadable: {exc}"
         raise _Refused("invalid_input", message, permanent=False) from exc
+    inputs = [event for event in events if event.type not in _RETRY_TYPES]
+    return inputs[-1].payload if inputs else msgspec.Raw(b"null")
 
 
 def _arguments(

@@ -24,7 +24,8 @@ from conduit_core.extension import (
     StopEvidence,
     StopTarget,
 )
-from conduit_executors_python._config import decode_config, shell_config
+from conduit_executors_python._config import PythonConfig, decode_config, shell_config
+from conduit_executors_python._workers import WarmWorkers
 from conduit_executors_shell import ShellExecutor
 
 __all__ = ["CURRENT_GENERATION", "EXECUTOR_NAME", "SHELL_GENERATION", "PythonExecutor"]
@@ -42,12 +43,16 @@ class PythonExecutor(Executor):
     def __init__(self, generation: int = CURRENT_GENERATION) -> None:
         self.generation = generation
         self._shell = ShellExecutor(SHELL_GENERATION[generation])
+        self._warm = WarmWorkers()
 
     def __repr__(self) -> str:
         return f"PythonExecutor(generation={self.generation})"
 
     async def run(self, ctx: ExecutionContext) -> Handle:
-        interpreter = decode_config(ctx.config).interpreter()
+        config = decode_config(ctx.config)
+        if config.mode == "warm" and self._warm.running(config, ctx.env):
+            return await self._warm.run(ctx, config)  # its interpreter was found when it started
+        interpreter = config.interpreter()
         if shutil.which(interpreter) is None:
             # Before the intent: nothing is recorded or started for a binding that cannot run.
             raise OperationError(
@@ -55,16 +60,24 @@ class PythonExecutor(Executor):
                 f"python binding config: no executable interpreter {interpreter!r} - at `$.python`",
                 permanent=True,
             )
+        if config.mode == "warm":
+            return await self._warm.run(ctx, config)
         return await self._shell.run(_as_shell_job(ctx))
 
     async def recover(self, ctx: ExecutionContext) -> Handle:
+        if decode_config(ctx.config).mode == "warm":
+            return await self._warm.recover(ctx)
         return await self._shell.recover(_as_shell_job(ctx))
 
     async def stop(self, target: StopTarget) -> StopEvidence:
+        decoded: PythonConfig | None
         try:
-            config = shell_config(decode_config(target.config))
+            decoded = decode_config(target.config)
         except OperationError:
-            config = {}  # A stop must still work for a binding that has since become invalid.
+            decoded = None  # A stop must still work for a binding that has since become invalid.
+        if decoded is not None and decoded.mode == "warm":
+            return await self._warm.stop(target, self.generation)
+        config = {} if decoded is None else shell_config(decoded)
         return await self._shell.stop(msgspec.structs.replace(target, config=config))
 
     async def interrupt(self, target: StopTarget) -> StopEvidence:

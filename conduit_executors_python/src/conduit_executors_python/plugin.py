@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from conduit_core.extension import ExecutorRegistration, hookimpl
+from conduit_executors_python._check import check_binding
 from conduit_executors_python._config import decode_config
 from conduit_executors_python.executor import EXECUTOR_NAME, SHELL_GENERATION, PythonExecutor
 
@@ -18,6 +19,7 @@ def conduit_executors() -> list[ExecutorRegistration]:
             generation=generation,
             executor=PythonExecutor(generation),
             check_config=decode_config,
+            check_binding=check_binding,
         )
         for generation in sorted(SHELL_GENERATION, reverse=True)
     ]

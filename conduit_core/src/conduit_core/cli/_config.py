@@ -18,12 +18,19 @@ def config_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary when valid.")
 def check(file: Path, as_json: bool) -> None:
     """Validate FILE against the schema and the installed plugins (exit 0 when usable)."""
-    from conduit_core.config import ROOT_SCOPE, check_against_plugins, load_config
+    from conduit_core.config import (
+        ROOT_SCOPE,
+        check_against_plugins,
+        check_bindings_deeply,
+        load_config,
+    )
     from conduit_core.daemon import check_routine_specs, check_tracing
     from conduit_core.plugins import Plugins
 
     config = load_config(file)
-    check_against_plugins(config, Plugins.load(programs=config.programs()))
+    plugins = Plugins.load(programs=config.programs())
+    check_against_plugins(config, plugins)
+    check_bindings_deeply(config, plugins)  # may start processes: here only, never at start
     check_routine_specs(config)
     check_tracing(config.settings.tracing)
     summary = {

@@ -47,6 +47,12 @@ class ExecutorRegistration:
     #: lets ``conduit config check``, daemon start and reload refuse a bad binding config before
     #: any attempt runs. ``None``: the config is first read when an attempt starts.
     check_config: Callable[[Mapping[str, Any]], object] | None = None
+    #: Optional: a deeper check of a binding's ``config`` that may start processes or take
+    #: seconds (the python executor imports the function in the binding's interpreter). Run by
+    #: ``conduit config check`` only, after ``check_config`` passed — never at daemon start or
+    #: reload, which must not run user code. Raise ``OperationError`` with a stable code of your
+    #: own; conduit reports it with that code, naming the file and the binding.
+    check_binding: Callable[[Mapping[str, Any]], object] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

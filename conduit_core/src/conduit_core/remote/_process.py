@@ -69,12 +69,14 @@ class ProgramProcess:
         self._pidfd: int | None = None
 
     @classmethod
-    async def start(cls, command: Sequence[str], env: Mapping[str, str]) -> ProgramProcess:
+    async def start(
+        cls, command: Sequence[str], env: Mapping[str, str], cwd: str | None = None
+    ) -> ProgramProcess:
         """Start ``command`` in a new session with stdin and stdout as pipes (raises OSError).
 
         The fork and exec run on the loop's thread, as asyncio's own subprocesses do: it is
         quick, and the pidfd must be opened before anything else could reap the pid."""
-        process = cls(_spawn(command, env), asyncio.get_running_loop())
+        process = cls(_spawn(command, env, cwd), asyncio.get_running_loop())
         process._watch()
         try:
             await process._connect()
@@ -156,8 +158,10 @@ class ProgramProcess:
             self.popen.wait(timeout)
 
 
-def _spawn(command: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+def _spawn(
+    command: Sequence[str], env: Mapping[str, str], cwd: str | None
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(env),
+        list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(env), cwd=cwd,
         start_new_session=True,
     )  # fmt: skip

@@ -161,10 +161,12 @@ class ProgramConnection:
         on_protocol_error: Callable[[str], None],
         limits: CallbackLimits | None = None,
         on_gone: Callable[[ProgramGone], None] | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
     ) -> ProgramConnection:
-        env = {**os.environ, PROGRAM_ENV: name}
+        env = {**os.environ, **(env or {}), PROGRAM_ENV: name}
         try:
-            process = await ProgramProcess.start(command, env)
+            process = await ProgramProcess.start(command, env, cwd)
         except OSError as exc:
             raise ProgramGone(f"executor {name!r}: cannot start {command[0]!r}: {exc}") from exc
         conn = cls(name, process, on_protocol_error, limits, on_gone)

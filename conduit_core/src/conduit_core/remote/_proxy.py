@@ -16,7 +16,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -96,9 +96,14 @@ class ProgramSupervisor:
         expected: ExecutorManifest | None,
         settings: ProgramSettings,
         clock: Callable[[], float] = time.monotonic,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
     ) -> None:
         self.name = name
         self.command = tuple(command)
+        #: Added over the daemon's environment, and the working directory, of every start.
+        self.env = dict(env or {})
+        self.cwd = cwd
         self.expected = expected
         self.settings = settings
         self._clock = clock
@@ -186,7 +191,7 @@ class ProgramSupervisor:
                 fresh = await ProgramConnection.start(
                     self.name, self.command, handshake_timeout=self.settings.handshake_timeout,
                     on_protocol_error=self._protocol_error, limits=self.settings.callbacks,
-                    on_gone=self._gone,
+                    on_gone=self._gone, env=self.env, cwd=self.cwd,
                 )  # fmt: skip
                 assert fresh.manifest is not None
                 check_same_executor(self.name, self.expected, fresh.manifest)

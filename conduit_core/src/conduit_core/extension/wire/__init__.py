@@ -49,9 +49,17 @@ from conduit_core.extension.wire._messages import (
     WireManifest,
     wire_json_schema,
 )
+from conduit_core.extension.wire._programs import (
+    SupervisedProgram,
+    set_program_factory,
+    supervised_program,
+)
 from conduit_core.extension.wire._sdk import manifest_for, serve
 
 __all__ = [
+    "SupervisedProgram",
+    "set_program_factory",
+    "supervised_program",
     "CORE_MESSAGES",
     "EXECUTOR_MESSAGES",
     "HEADER",

@@ -166,6 +166,27 @@ class ContainerExecutor(Executor):
     async def interrupt(self, target: StopTarget) -> StopEvidence:
         return await self.stop(target)
 
+    async def output_tail(self, target: StopTarget, stream: str, max_bytes: int) -> bytes | None:
+        """The engine's log of the attempt's container while it exists, else the tail captured
+        into the result directory when it ended."""
+        if stream not in ("stdout", "stderr"):
+            return None
+        name = container_name(target.execution_id, target.epoch)
+        try:
+            live = await self.engine.call_abandonable(containers.log_tail, name, stream, max_bytes)
+        except OperationError:
+            live = None
+        if live is not None:
+            return live
+        if target.recovery is None:
+            return None
+        try:
+            record = decode_record(target.recovery)
+        except OperationError:
+            return None
+        return await anyio.to_thread.run_sync(_file_tail, Path(record.result_dir) / stream,
+                                              max_bytes)  # fmt: skip
+
     async def reconcile(
         self, live_executions: frozenset[str] = frozenset()
     ) -> list[LabelledContainer]:
@@ -273,3 +294,11 @@ def _deadline(
 
 def _past(deadline_ms: int | None) -> bool:
     return deadline_ms is not None and time.time() * 1000 >= deadline_ms
+
+
+def _file_tail(path: Path, max_bytes: int) -> bytes | None:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return data[-max_bytes:] if max_bytes else b""

@@ -53,7 +53,12 @@ from conduit_executors_shell._processes import (
     wait_for_wrapper_exit,
 )
 from conduit_executors_shell._results import job_result, late_start_result, timeout_result
-from conduit_executors_shell._workspace import Workspace, create_workspace, workspace_path
+from conduit_executors_shell._workspace import (
+    Workspace,
+    create_workspace,
+    read_tail,
+    workspace_path,
+)
 from conduit_executors_shell._wrapper_checks import WrapperChecks
 
 __all__ = ["CURRENT_GENERATION", "EXECUTOR_NAME", "ShellExecutor", "ShellHandle"]
@@ -174,6 +179,22 @@ class ShellExecutor(Executor):
             raise NotAcceptingError("the job has not been launched yet")
         record = self._format.decode(target.recovery)
         await anyio.to_thread.run_sync(_append_input, record, json_lines(inputs))
+
+    async def output_tail(self, target: StopTarget, stream: str, max_bytes: int) -> bytes | None:
+        """The tail of the job's ``stdout``/``stderr`` file in its workspace (the recorded one, or
+        the one its launch intent names before the metadata is recorded)."""
+        if stream not in ("stdout", "stderr"):
+            return None
+        if target.recovery is not None:
+            try:
+                folder: Path | None = Path(self._format.decode(target.recovery).workspace)
+            except OperationError:
+                folder = None
+        else:
+            folder = _intent_workspace(target.launch_intent)
+        if folder is None:
+            return None
+        return await anyio.to_thread.run_sync(read_tail, folder / stream, max_bytes)
 
     def _handle(self, config: ShellConfig, record: JobRecord, ctx: ExecutionContext) -> Handle:
         async def stop() -> StopEvidence:

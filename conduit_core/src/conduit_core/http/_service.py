@@ -235,13 +235,19 @@ class ApiService:
         return msgspec.structs.replace(view, available=True, text=text, bytes=len(data))
 
     async def _record(self, work: Work, kind: str, reason: str) -> None:
-        """An audit record addressed to the Work (its history, never its input)."""
+        """An audit record addressed to the Work (its history, never its input), written after
+        the action it records: the action is done either way, so a failed write is logged, not
+        answered as the action's failure."""
         now = self._now()
         key = f"{kind}/{work.id}/{work.last_attempt}/{now}/{secrets.token_hex(4)}"
-        await self.store.accept_event(Event(
-            id=key, delivery_id=key, type=kind, payload={"work": work.id, "reason": reason},
-            work_id=work.id, scope=work.scope, pending=False, accepted_at_ms=now,
-        ))  # fmt: skip
+        try:
+            await self.store.accept_event(Event(
+                id=key, delivery_id=key, type=kind, payload={"work": work.id, "reason": reason},
+                work_id=work.id, scope=work.scope, pending=False, accepted_at_ms=now,
+            ))  # fmt: skip
+        except ConduitError as exc:
+            log.warning("history record %s of work=%s not written: [%s] %s reason=%r",
+                        kind, work.id, exc.code, exc.message, reason)  # fmt: skip
 
     async def _waiting(self, work: Work, holds: list[Any]) -> Waiting | None:
         if work.status is WorkStatus.HELD and holds:

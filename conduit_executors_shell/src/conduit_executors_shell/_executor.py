@@ -194,7 +194,8 @@ class ShellExecutor(Executor):
             folder = _intent_workspace(target.launch_intent)
         if folder is None:
             return None
-        return await anyio.to_thread.run_sync(read_tail, folder / stream, max_bytes)
+        return await anyio.to_thread.run_sync(_tail_inside, folder / stream, target.state_dir,
+                                              max_bytes)  # fmt: skip
 
     def _handle(self, config: ShellConfig, record: JobRecord, ctx: ExecutionContext) -> Handle:
         async def stop() -> StopEvidence:
@@ -221,6 +222,20 @@ class ShellExecutor(Executor):
             grace_seconds=config.stop_grace_seconds if config else 10.0,
             reap=self._children.reap_all,
         )
+
+
+def _tail_inside(path: Path, state_dir: str | None, max_bytes: int) -> bytes | None:
+    """``read_tail`` of a workspace file, only inside the executor's state directory (a record
+    naming another place is never a way to read any file)."""
+    if state_dir is not None:
+        try:
+            real = path.resolve(strict=True)
+        except (OSError, RuntimeError):
+            return None
+        if not real.is_relative_to(Path(state_dir).resolve()):
+            return None
+        path = real
+    return read_tail(path, max_bytes)
 
 
 def _intent_workspace(intent: Mapping[str, Any] | None) -> Path | None:

@@ -45,6 +45,10 @@ config = {{ function = "tests.pyexec.funcs:run_script", env = {{ PYTHONPATH = "{
 executor = "container"
 config = {{ image = "{image}", command = 'echo box-line; echo box-err >&2; sleep 300' }}
 
+[bindings.boxdone]
+executor = "container"
+config = {{ image = "{image}", command = 'echo box-done' }}
+
 [scopes.capped]
 
 [bindings.capped]
@@ -243,6 +247,17 @@ def test_live_output_of_a_container_job(d: Daemon) -> None:
     assert "box-err" in output(d, job, query="?stream=stderr").text
     d.cli("work", "cancel", job)
     d.wait_status(job, "cancelled")
+    # Once its stop is verified the container is removed, and with it the engine's log: a
+    # cancelled container's output is not kept (only an ended one's captured tail is).
+    wait_for("the container's stop", lambda: d.show(job).attempts[-1].exclusion_confirmed)
+    gone = output(d, job)
+    assert not gone.available
+    assert gone.note == "executor 'container' keeps no stdout for this attempt"
+    # One that ended by itself: its tail captured into the result directory is read.
+    done = d.submit("boxdone")
+    d.wait_status(done, "completed", timeout=60)
+    wait_for("its stop", lambda: d.show(done).attempts[-1].exclusion_confirmed)
+    assert output(d, done).text == "box-done\n"
 
 
 # --- the daemon says where the console is --------------------------------------------------

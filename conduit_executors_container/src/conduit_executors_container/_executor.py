@@ -185,7 +185,7 @@ class ContainerExecutor(Executor):
         except OperationError:
             return None
         return await anyio.to_thread.run_sync(_file_tail, Path(record.result_dir) / stream,
-                                              max_bytes)  # fmt: skip
+                                              target.state_dir, max_bytes)  # fmt: skip
 
     async def reconcile(
         self, live_executions: frozenset[str] = frozenset()
@@ -296,9 +296,13 @@ def _past(deadline_ms: int | None) -> bool:
     return deadline_ms is not None and time.time() * 1000 >= deadline_ms
 
 
-def _file_tail(path: Path, max_bytes: int) -> bytes | None:
+def _file_tail(path: Path, state_dir: str | None, max_bytes: int) -> bytes | None:
+    """The tail captured into the result directory, only inside the executor's state dir."""
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+        real = path.resolve(strict=True)
+        if state_dir is not None and not real.is_relative_to(Path(state_dir).resolve()):
+            return None
+        data = real.read_bytes()
+    except (OSError, RuntimeError):
         return None
     return data[-max_bytes:] if max_bytes else b""

@@ -519,6 +519,9 @@ def test_browser_skip_link_dark_mode_and_390_px(walk: Walk, d: Daemon) -> None:
                 assert box[2] > 0, (path, selector, box)
                 assert box[0] >= 0, (path, selector, box)
                 assert box[1] <= width, (path, selector, box)
+        driver.get(f"{walk.base}/ui/login")  # the login form too (it shows with a session)
+        walk.until(lambda: walk.css("#token"))
+        assert driver.execute_script("return document.documentElement.scrollWidth") <= width
     finally:
         driver.set_window_size(1300, 900)
     d.cli("work", "cancel", held)

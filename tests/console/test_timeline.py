@@ -399,6 +399,15 @@ def test_browser_timeline_and_live_output(walk: Walk, d: Daemon) -> None:
     # The output grows on the open page: nobody reloads.
     walk.until(lambda: walk.text("#live-stdout") not in ("", first))
     assert "err-" in walk.text("#live-stderr")
+    # Once it overflows its box, the live output shows its end after each refresh.
+    walk.until(lambda: walk.driver.execute_script(
+        "const p = document.getElementById('live-stdout');"
+        "return p.scrollHeight > p.clientHeight + 50"))  # fmt: skip
+    polls = walk.count_polls(f"/ui/work/{job}/live")
+    walk.until(lambda: polls() >= 1)
+    assert walk.driver.execute_script(
+        "const p = document.getElementById('live-stdout');"
+        "return p.scrollTop + p.clientHeight >= p.scrollHeight - 4")  # fmt: skip
     walk.css("#do-cancel")[0].click()
     walk.until(lambda: walk.text("#work-status") == "cancelled")
     assert walk.css("#live-stdout") == []

@@ -37,4 +37,22 @@
       if (found) { found.focus({ preventScroll: true }); }
     });
   });
+
+  // A running job's live output shows its end: kept at the bottom across refreshes, unless the
+  // reader scrolled up (then the same offset is kept).
+  var scrolled = {};
+  function follow() {
+    document.querySelectorAll("pre.live").forEach(function (pre) {
+      var was = scrolled[pre.id];
+      pre.scrollTop = was === undefined ? pre.scrollHeight : was;
+    });
+    scrolled = {};
+  }
+  document.addEventListener("htmx:beforeSwap", function () {
+    document.querySelectorAll("pre.live").forEach(function (pre) {
+      if (pre.scrollTop + pre.clientHeight < pre.scrollHeight - 4) { scrolled[pre.id] = pre.scrollTop; }
+    });
+  });
+  document.addEventListener("htmx:afterSwap", follow);
+  document.addEventListener("DOMContentLoaded", follow);
 })();

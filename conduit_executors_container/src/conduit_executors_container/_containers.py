@@ -24,6 +24,7 @@ from conduit_executors_container._outcome import read_outcome
 
 __all__ = [
     "capture_logs",
+    "log_tail",
     "create_container",
     "discard",
     "execution_containers",
@@ -222,6 +223,24 @@ def capture_logs(
             cut.append(stream)
         (result_dir / stream).write_bytes(kept)
     return cut
+
+
+def log_tail(client: docker.APIClient, container: str, stream: str, limit: int) -> bytes | None:
+    """The last ``limit`` bytes of a container's ``stream`` so far; ``None`` when it is gone."""
+    try:
+        # ``follow`` defaults to ``stream``: a running container's log would never end.
+        chunks = client.logs(
+            container, stdout=stream == "stdout", stderr=stream == "stderr", stream=True,
+            follow=False,
+        )  # fmt: skip
+        tail = bytearray()
+        for chunk in chunks:
+            tail += chunk
+            if len(tail) > 2 * limit + 65536:
+                del tail[: len(tail) - limit]
+    except docker.errors.NotFound:
+        return None
+    return bytes(tail[len(tail) - limit :]) if limit else b""
 
 
 def halt(client: docker.APIClient, container_id: str, grace_seconds: int | None) -> None:

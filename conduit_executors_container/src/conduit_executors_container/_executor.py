@@ -166,6 +166,27 @@ class ContainerExecutor(Executor):
     async def interrupt(self, target: StopTarget) -> StopEvidence:
         return await self.stop(target)
 
+    async def output_tail(self, target: StopTarget, stream: str, max_bytes: int) -> bytes | None:
+        """The engine's log of the attempt's container while it exists, else the tail captured
+        into the result directory when it ended."""
+        if stream not in ("stdout", "stderr"):
+            return None
+        name = container_name(target.execution_id, target.epoch)
+        try:
+            live = await self.engine.call_abandonable(containers.log_tail, name, stream, max_bytes)
+        except OperationError:
+            live = None
+        if live is not None:
+            return live
+        if target.recovery is None:
+            return None
+        try:
+            record = decode_record(target.recovery)
+        except OperationError:
+            return None
+        return await anyio.to_thread.run_sync(_file_tail, Path(record.result_dir) / stream,
+                                              target.state_dir, max_bytes)  # fmt: skip
+
     async def reconcile(
         self, live_executions: frozenset[str] = frozenset()
     ) -> list[LabelledContainer]:
@@ -273,3 +294,15 @@ def _deadline(
 
 def _past(deadline_ms: int | None) -> bool:
     return deadline_ms is not None and time.time() * 1000 >= deadline_ms
+
+
+def _file_tail(path: Path, state_dir: str | None, max_bytes: int) -> bytes | None:
+    """The tail captured into the result directory, only inside the executor's state dir."""
+    try:
+        real = path.resolve(strict=True)
+        if state_dir is not None and not real.is_relative_to(Path(state_dir).resolve()):
+            return None
+        data = real.read_bytes()
+    except (OSError, RuntimeError):
+        return None
+    return data[-max_bytes:] if max_bytes else b""

@@ -83,6 +83,10 @@ class PythonExecutor(Executor):
     async def interrupt(self, target: StopTarget) -> StopEvidence:
         return await self.stop(target)
 
+    async def output_tail(self, target: StopTarget, stream: str, max_bytes: int) -> bytes | None:
+        # The job's workspace is the shell generation's: its record names it.
+        return await self._shell.output_tail(target, stream, max_bytes)
+
 
 def _as_shell_job(ctx: ExecutionContext) -> ExecutionContext:
     """The same attempt, with the shell job config; its fenced writes go through ``ctx``."""

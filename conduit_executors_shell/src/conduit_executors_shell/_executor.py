@@ -53,7 +53,12 @@ from conduit_executors_shell._processes import (
     wait_for_wrapper_exit,
 )
 from conduit_executors_shell._results import job_result, late_start_result, timeout_result
-from conduit_executors_shell._workspace import Workspace, create_workspace, workspace_path
+from conduit_executors_shell._workspace import (
+    Workspace,
+    create_workspace,
+    read_tail,
+    workspace_path,
+)
 from conduit_executors_shell._wrapper_checks import WrapperChecks
 
 __all__ = ["CURRENT_GENERATION", "EXECUTOR_NAME", "ShellExecutor", "ShellHandle"]
@@ -175,6 +180,23 @@ class ShellExecutor(Executor):
         record = self._format.decode(target.recovery)
         await anyio.to_thread.run_sync(_append_input, record, json_lines(inputs))
 
+    async def output_tail(self, target: StopTarget, stream: str, max_bytes: int) -> bytes | None:
+        """The tail of the job's ``stdout``/``stderr`` file in its workspace (the recorded one, or
+        the one its launch intent names before the metadata is recorded)."""
+        if stream not in ("stdout", "stderr"):
+            return None
+        if target.recovery is not None:
+            try:
+                folder: Path | None = Path(self._format.decode(target.recovery).workspace)
+            except OperationError:
+                folder = None
+        else:
+            folder = _intent_workspace(target.launch_intent)
+        if folder is None:
+            return None
+        return await anyio.to_thread.run_sync(_tail_inside, folder / stream, target.state_dir,
+                                              max_bytes)  # fmt: skip
+
     def _handle(self, config: ShellConfig, record: JobRecord, ctx: ExecutionContext) -> Handle:
         async def stop() -> StopEvidence:
             return await self._stop_job(record, ctx.execution_id, config)
@@ -200,6 +222,20 @@ class ShellExecutor(Executor):
             grace_seconds=config.stop_grace_seconds if config else 10.0,
             reap=self._children.reap_all,
         )
+
+
+def _tail_inside(path: Path, state_dir: str | None, max_bytes: int) -> bytes | None:
+    """``read_tail`` of a workspace file, only inside the executor's state directory (a record
+    naming another place is never a way to read any file)."""
+    if state_dir is not None:
+        try:
+            real = path.resolve(strict=True)
+        except (OSError, RuntimeError):
+            return None
+        if not real.is_relative_to(Path(state_dir).resolve()):
+            return None
+        path = real
+    return read_tail(path, max_bytes)
 
 
 def _intent_workspace(intent: Mapping[str, Any] | None) -> Path | None:

@@ -33,6 +33,7 @@ __all__ = [
     "EXIT_STATUS_PREFIX",
     "Workspace",
     "create_workspace",
+    "read_tail",
     "workspace_path",
     "workspace_root",
 ]
@@ -143,3 +144,15 @@ def _keep_tail(path: Path, limit: int) -> bool:
     partial.write_bytes(tail)
     partial.replace(path)
     return True
+
+
+def read_tail(path: Path, max_bytes: int) -> bytes | None:
+    """The last ``max_bytes`` bytes of ``path`` (``None`` when it does not exist)."""
+    try:
+        with path.open("rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            if size > max_bytes:
+                file.seek(size - max_bytes)
+            return file.read(max_bytes)
+    except FileNotFoundError:
+        return None

@@ -23,7 +23,7 @@ from conduit_core.cli._context import (
 from conduit_core.errors import ConduitError
 
 if TYPE_CHECKING:
-    from conduit_core.http import WorkDetail
+    from conduit_core.http import HistoryPage, WorkDetail
 
 __all__ = ["capacity_command", "work_group"]
 
@@ -168,6 +168,36 @@ def show(work_id: str, config_path: Path | None, as_json: bool) -> None:
         print_json(detail)
     else:
         console().print(work_detail(detail))
+
+
+@work_group.command("history")
+@click.argument("work_id")
+@click.option("--newest", is_flag=True, help="Newest first (default: oldest first).")
+@click.option("--limit", type=click.IntRange(1, 500), default=100, show_default=True)
+@click.option("--after", help="The previous page's `next`.")
+@config_option
+@json_option
+def history(
+    work_id: str, newest: bool, limit: int, after: str | None, config_path: Path | None,
+    as_json: bool,
+) -> None:  # fmt: skip
+    """What happened to the Work: inputs, holds, gate decisions, attempts, controls (who, when)."""
+    async def go() -> HistoryPage:
+        async with open_api(config_path) as api:
+            return await api.history(work_id, limit=limit, after=after, newest=newest)
+
+    page = run(go)
+    if as_json:
+        print_json(page)
+        return
+    for e in page.items:
+        at = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.at_ms / 1000))
+        line = f"{at}Z  {e.kind:<16} {e.summary}"
+        if e.reason:
+            line += f" — reason: {e.reason}"
+        click.echo(f"{line}  [by {e.actor or '—'}]")
+    if page.next:
+        click.echo(f"more: --after {page.next}")
 
 
 @work_group.command("watch")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conduit_core.console._app import create_console
@@ -56,7 +57,28 @@ def with_console(
         path: str = scope.get("path", "")
         if scope["type"] == "http" and (path == PREFIX or path.startswith(PREFIX + "/")):
             await console(scope, receive, send)
+        elif scope["type"] == "http" and path == "/" and _browser(scope):
+            await _to_console(send)
         else:
             await api(scope, receive, send)
 
     return dispatch
+
+
+def _browser(scope: Scope) -> bool:
+    """A browser opening the root: a ``GET`` that accepts HTML (an API client asks for JSON, or
+    for anything, and keeps getting the API's JSON answer)."""
+    if scope.get("method") not in ("GET", "HEAD"):
+        return False
+    accept = Headers(scope=scope).get("accept", "")
+    return "text/html" in accept
+
+
+async def _to_console(send: Send) -> None:
+    await send({
+        "type": "http.response.start",
+        "status": 303,
+        "headers": [(b"location", PREFIX.encode() + b"/"), (b"content-length", b"0"),
+                    (b"cache-control", b"no-store")],
+    })  # fmt: skip
+    await send({"type": "http.response.body", "body": b""})

@@ -34,6 +34,7 @@ log = logging.getLogger("conduit.console")
 #: The static files the console serves, with their media types (nothing else is served).
 _STATIC = {
     "htmx.min.js": "text/javascript",
+    "console.js": "text/javascript",
     "console.css": "text/css",
     "favicon.svg": "image/svg+xml",
 }
@@ -198,6 +199,8 @@ def create_console(
         get("/ui/work/{id}", pages.work_detail),
         get("/ui/work/{id}/live", pages.work_live),
         get("/ui/work/{id}/artifacts/{attempt:int}/{name}", pages.artifact),
+        get("/ui/work/{id}/history", pages.work_history),
+        get("/ui/work/{id}/attempts/{attempt:int}/output/{stream}", pages.output),
         post("/ui/work/{id}/{action}", actions.work_action),
         get("/ui/routines", pages.routines),
         get("/ui/routines/{id}", pages.routine),

@@ -19,7 +19,7 @@ from starlette.responses import Response
 from conduit_core.console._render import page
 from conduit_core.console._session import Session
 from conduit_core.errors import ConduitError, NotFoundError
-from conduit_core.http import ApiService, WorkPage, list_needs_you
+from conduit_core.http import OUTPUT_STREAMS, ApiService, WorkPage, check_stream, list_needs_you
 from conduit_core.http.describe import (
     attempt_outcome,
     latest_artifacts,
@@ -36,6 +36,10 @@ __all__ = ["MAX_ARTIFACT_BYTES", "NEEDS_SHOWN", "ConsolePages", "Schedules", "ro
 Schedules = Callable[[], ScheduleMultiplexer]
 #: The tail of a job's output a page shows (the file on disk has all of it).
 MAX_ARTIFACT_BYTES = 256 * 1024
+#: The tail of a running attempt's stdout and stderr the Work page shows (refreshed every 2 s).
+LIVE_TAIL_BYTES = 16 * 1024
+#: History entries the Work page shows (newest first); its history page pages through all.
+HISTORY_SHOWN = 30
 _PAGE_SIZES = (25, 50, 100, 200)
 #: Held items the Needs-you page lists (it is polled; `conduit needs-you` lists them all).
 NEEDS_SHOWN = 100
@@ -142,17 +146,43 @@ class ConsolePages:
         return self._fragment("_work_rows.html", session, filters=filters, page=page_view,
                               **_queries(filters, page_view))  # fmt: skip
 
+    async def _work_context(self, work_id: str) -> dict[str, Any]:
+        """Everything the Work page's live part shows: it is re-rendered whole every 2 s, so its
+        actions, inputs, live output and history follow the Work's state."""
+        svc = self.service
+        detail = await svc.show(work_id)
+        live = [
+            await svc.output(work_id, a.attempt, stream, LIVE_TAIL_BYTES)
+            for a in detail.attempts if a.status.live
+            for stream in OUTPUT_STREAMS
+        ]  # fmt: skip
+        return {
+            "detail": detail, "inputs": await svc.inputs(work_id),
+            "outputs": latest_artifacts(detail), "live_output": live,
+            "live_tail_kib": LIVE_TAIL_BYTES // 1024,
+            "history": await svc.history(work_id, limit=HISTORY_SHOWN, newest=True),
+        }  # fmt: skip
+
     async def work_detail(self, request: Request, session: Session) -> Response:
-        work_id: str = request.path_params["id"]
-        detail = await self.service.show(work_id)
-        inputs = await self.service.inputs(work_id)
-        return self._page("work_detail.html", session, "work", detail=detail, inputs=inputs,
-                          outputs=latest_artifacts(detail))  # fmt: skip
+        context = await self._work_context(request.path_params["id"])
+        return self._page("work_detail.html", session, "work", **context)
 
     async def work_live(self, request: Request, session: Session) -> Response:
-        detail = await self.service.show(request.path_params["id"])
-        return self._fragment("_work_live.html", session, detail=detail,
-                              outputs=latest_artifacts(detail))  # fmt: skip
+        context = await self._work_context(request.path_params["id"])
+        return self._fragment("_work_live.html", session, **context)
+
+    async def work_history(self, request: Request, session: Session) -> Response:
+        after = request.query_params.get("after") or None
+        history = await self.service.history(request.path_params["id"], limit=200, after=after)
+        return self._page("work_history.html", session, "work", history=history)
+
+    async def output(self, request: Request, session: Session) -> Response:
+        """An attempt's stdout/stderr as its executor keeps it (a cancelled attempt's too)."""
+        stream = check_stream(request.path_params["stream"])
+        tail = await self.service.output(request.path_params["id"], request.path_params["attempt"],
+                                         stream, MAX_ARTIFACT_BYTES)  # fmt: skip
+        return self._page("output.html", session, "work", tail=tail,
+                          max_kib=MAX_ARTIFACT_BYTES // 1024)  # fmt: skip
 
     async def artifact(self, request: Request, session: Session) -> Response:
         """A job's output file, only if an attempt's result names it and it lies in the daemon's
@@ -200,7 +230,9 @@ class ConsolePages:
     async def routines(self, request: Request, session: Session) -> Response:
         merged = await self.schedules().read()
         records = [r for r in merged.records if r.domain == "conduit"]
-        return self._page("routines.html", session, "routines", records=records)
+        bindings = sorted(self.service.config.bindings)
+        return self._page("routines.html", session, "routines", records=records,
+                          example_binding=bindings[0] if bindings else "BINDING")  # fmt: skip
 
     async def routine(self, request: Request, session: Session) -> Response:
         routine_id: str = request.path_params["id"]

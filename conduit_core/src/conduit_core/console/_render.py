@@ -10,6 +10,7 @@ Policy allows scripts and styles from the console's own static files only: no in
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -72,6 +73,23 @@ def _duration(start: int | None, end: int | None) -> str:
     return f"{(end - start) / 1000:.1f} s"
 
 
+#: A budget window in a hold's key or reason: ``day:1796169600000``, ``window from 1796… ms``.
+_WINDOW_KEY = re.compile(r"\b(life|day|week):(\d{10,15})\b")
+_WINDOW_FROM = re.compile(r"\bwindow from (\d{10,15}) ms\b")
+
+
+def _day(ms: str) -> str:
+    return when(int(ms)).removesuffix(" 00:00:00 UTC").replace(" UTC", "Z")
+
+
+def humanize(text: str | None) -> str:
+    """Raw epoch milliseconds in budget hold keys and reasons as dates (``day:2026-12-03``)."""
+    if not text:
+        return ""
+    text = _WINDOW_KEY.sub(lambda m: f"{m.group(1)} of {_day(m.group(2))}", text)
+    return _WINDOW_FROM.sub(lambda m: f"window from {when(int(m.group(1)))}", text)
+
+
 _ENV = Environment(
     loader=PackageLoader("conduit_core.console", "templates"),
     autoescape=True,
@@ -79,7 +97,7 @@ _ENV = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-_ENV.filters.update(when=when, pretty=_pretty, seg=_segment, duration=_duration)
+_ENV.filters.update(when=when, pretty=_pretty, seg=_segment, duration=_duration, human=humanize)
 
 
 def page(name: str, *, status: int = 200, **context: Any) -> Response:

@@ -292,6 +292,8 @@ class Daemon:
                 self.owner, store.url, host.scheduler.options.config_generation, ",".join(where),
                 extra={"owner": self.owner},
             )  # fmt: skip
+            log.info("console: %s (log in with the token in %s)",
+                     console_url(sockets[0]), paths.token_file)  # fmt: skip
             await host_done.wait()
             for server in self._servers:
                 server.should_exit = True
@@ -356,3 +358,13 @@ class Daemon:
 def _unlink(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
+
+
+def console_url(sock: socket.socket) -> str:
+    """The web console's address on the TCP listener (``localhost`` for a wildcard address)."""
+    host, port = sock.getsockname()[:2]
+    if host in ("0.0.0.0", "::"):
+        host = "localhost"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}/ui/"

@@ -285,3 +285,10 @@ class Executor(ABC):
     async def interrupt(self, target: StopTarget) -> StopEvidence:
         """Interrupt the running attempt; by default the same path as ``stop``."""
         return await self.stop(target)
+
+    async def output_tail(self, target: StopTarget, stream: str, max_bytes: int) -> bytes | None:
+        """The last ``max_bytes`` bytes the attempt wrote so far to ``stream`` (``stdout`` or
+        ``stderr``), running or ended; ``None`` when this executor keeps no such output (the
+        default). Read only: it must never change or stop the job, and it may be called at any
+        time by any daemon (the console's live output polls it)."""
+        return None

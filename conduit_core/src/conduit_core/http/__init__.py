@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     )
     from conduit_core.http._client import ApiClient, split_listen
     from conduit_core.http._guard import RequestGuard
+    from conduit_core.http._history import HistoryEntry, HistoryPage
     from conduit_core.http._metrics import (
         METRICS_PATH,
         MetricsEndpoint,
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
         with_metrics,
     )
     from conduit_core.http._openapi import openapi_document
+    from conduit_core.http._output import OUTPUT_STREAMS, OutputTail, check_stream
     from conduit_core.http._schemas import (
         MAX_BATCH_ITEMS,
         AttemptView,
@@ -72,6 +74,11 @@ else:  # each part loads on first use: the CLI client needs no HTTP app
             "ApiClient": "_client",
             "split_listen": "_client",
             "RequestGuard": "_guard",
+            "HistoryEntry": "_history",
+            "HistoryPage": "_history",
+            "OutputTail": "_output",
+            "check_stream": "_output",
+            "OUTPUT_STREAMS": "_output",
             "METRICS_PATH": "_metrics",
             "MetricsEndpoint": "_metrics",
             "stored_state_metrics": "_metrics",
@@ -126,6 +133,8 @@ __all__ = [
     "EventView",
     "GLOBAL_POOL",
     "Health",
+    "HistoryEntry",
+    "HistoryPage",
     "HostHooks",
     "InputRequest",
     "InputView",
@@ -133,6 +142,8 @@ __all__ = [
     "MetricsEndpoint",
     "NeedsYouView",
     "NoHost",
+    "OUTPUT_STREAMS",
+    "OutputTail",
     "PoolCapacity",
     "ProgramView",
     "ROUTES",
@@ -147,6 +158,7 @@ __all__ = [
     "WorkPage",
     "WorkView",
     "approve",
+    "check_stream",
     "create_app",
     "ensure_token",
     "list_needs_you",

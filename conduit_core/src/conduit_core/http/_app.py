@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from starlette.applications import Starlette
@@ -21,6 +21,8 @@ from starlette.routing import Match, Route
 from conduit_core.errors import STORE_OUTAGE_CODES, ConduitError, LeaseLostError, StoreError
 from conduit_core.http._approvals import APPROVAL_HANDLERS, APPROVAL_ROUTES
 from conduit_core.http._guard import RequestGuard, bearer_check
+from conduit_core.http._history import HistoryPage
+from conduit_core.http._output import OutputTail, check_stream, check_tail
 from conduit_core.http._schemas import (
     BatchSubmitRequest,
     BatchSubmitResult,
@@ -97,8 +99,9 @@ class ApiRoute:
     response: Any
     status: int = 200
     body: type[msgspec.Struct] | None = None
-    #: ``(name, type, description)``; an ``int`` parameter named ``limit`` is a page size.
-    query: tuple[tuple[str, type[Any], str], ...] = ()
+    #: ``(name, type, description)``; an ``int`` parameter named ``limit`` is a page size, a
+    #: ``Literal`` of strings an enum.
+    query: tuple[tuple[str, Any, str], ...] = ()
     #: Further success statuses with the same body (``PATCH /v1/schedules/{id}`` runs with 202).
     also: tuple[int, ...] = ()
 
@@ -155,6 +158,27 @@ ROUTES: tuple[ApiRoute, ...] = (
         WorkDetail,
         200,
         ConfirmStoppedRequest,
+    ),
+    ApiRoute(
+        "GET",
+        "/v1/work/{id}/history",
+        "What happened to the Work: inputs, holds, gate decisions, attempts, controls, who, when",
+        HistoryPage,
+        query=(
+            ("order", Literal["oldest", "newest"], "`oldest` (default) or `newest` first"),
+            ("limit", int, "page size (1-500, default 100)"),
+            ("after", str, "the previous page's `next`"),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/v1/work/{id}/attempts/{attempt}/output",
+        "The tail of an attempt's stdout or stderr (running or ended), as its executor keeps it",
+        OutputTail,
+        query=(
+            ("stream", Literal["stdout", "stderr"], "`stdout` (default) or `stderr`"),
+            ("tail", int, "bytes from the end (1-1048576, default 65536)"),
+        ),
     ),
     ApiRoute("GET", "/v1/capacity", "Capacity per pool and scope", CapacityView),
     ApiRoute("GET", "/v1/health", "Daemon and store health", Health),
@@ -256,6 +280,35 @@ async def _show(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
     return await svc.show(request.path_params["id"])
 
 
+def _only(request: Request, *names: str) -> None:
+    unknown = sorted(set(request.query_params) - set(names))
+    if unknown:
+        raise ConduitError(f"unknown query parameter {unknown[0]!r}", code="invalid_query")
+
+
+async def _history(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
+    params = request.query_params
+    _only(request, "order", "limit", "after")
+    order = params.get("order", "oldest")
+    if order not in ("oldest", "newest"):
+        raise ConduitError(f"query parameter 'order': {order!r} is not oldest or newest",
+                           code="invalid_query")  # fmt: skip
+    limit = page_limit(params["limit"]) if "limit" in params else 100
+    return await svc.history(request.path_params["id"], limit=limit, after=params.get("after"),
+                             newest=order == "newest")  # fmt: skip
+
+
+async def _output(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
+    params = request.query_params
+    _only(request, "stream", "tail")
+    raw = request.path_params["attempt"]
+    if not raw.isdigit():
+        raise ConduitError(f"attempt {raw!r} is not an attempt number", code="invalid_query")
+    stream = check_stream(params.get("stream", "stdout"))
+    return await svc.output(request.path_params["id"], int(raw), stream,
+                            check_tail(params.get("tail")))  # fmt: skip
+
+
 async def _input(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
     return await svc.send_input(request.path_params["id"], body)
 
@@ -299,6 +352,8 @@ _HANDLERS: dict[tuple[str, str], Handler] = {
     ("POST", "/v1/work/{id}/retry"): _retry,
     ("POST", "/v1/work/{id}/interrupt"): _interrupt,
     ("POST", "/v1/work/{id}/confirm-stopped"): _confirm_stopped,
+    ("GET", "/v1/work/{id}/history"): _history,
+    ("GET", "/v1/work/{id}/attempts/{attempt}/output"): _output,
     ("GET", "/v1/capacity"): _capacity,
     ("GET", "/v1/health"): _health,
     **APPROVAL_HANDLERS,

@@ -13,6 +13,8 @@ from urllib.parse import urlencode
 import msgspec
 
 from conduit_core.errors import ConduitError
+from conduit_core.http._history import HistoryPage
+from conduit_core.http._output import OutputTail
 from conduit_core.http._schemas import (
     BatchSubmitRequest,
     BatchSubmitResult,
@@ -163,6 +165,20 @@ class ApiClient:
 
     async def interrupt(self, work_id: str, req: InterruptRequest) -> WorkDetail:
         return self.request("POST", f"/v1/work/{_quote(work_id)}/interrupt", req, WorkDetail)
+
+    async def history(
+        self, work_id: str, *, limit: int = 100, after: str | None = None, newest: bool = False
+    ) -> HistoryPage:
+        query: dict[str, Any] = {"limit": limit, "order": "newest" if newest else "oldest"}
+        if after is not None:
+            query["after"] = after
+        path = f"/v1/work/{_quote(work_id)}/history?{urlencode(query)}"
+        return self.request("GET", path, None, HistoryPage)
+
+    async def output(self, work_id: str, attempt: int, stream: str, tail: int) -> OutputTail:
+        query = urlencode({"stream": stream, "tail": tail})
+        path = f"/v1/work/{_quote(work_id)}/attempts/{attempt}/output?{query}"
+        return self.request("GET", path, None, OutputTail)
 
     async def capacity(self) -> CapacityView:
         return self.request("GET", "/v1/capacity", None, CapacityView)

@@ -7,7 +7,7 @@ this document, so the two cannot drift apart).
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 import msgspec
 
@@ -86,6 +86,9 @@ def openapi_document() -> dict[str, Any]:
                 else {"type": "string", "minLength": 1}
             )
             params.append({"name": "id", "in": "path", "required": True, "schema": id_schema})
+        if "{attempt}" in route.path:
+            params.append({"name": "attempt", "in": "path", "required": True,
+                           "schema": {"type": "integer", "minimum": 1}})  # fmt: skip
         for name, kind, text in route.query:
             params.append(
                 {"name": name, "in": "query", "required": False, "description": text,
@@ -140,6 +143,12 @@ def _query_schema(name: str, kind: Any, by_type: dict[str, Any]) -> dict[str, An
 
     if kind is str:
         return {"type": "string"}
+    if get_origin(kind) is Literal:
+        return {"type": "string", "enum": list(get_args(kind))}
+    if kind is int and name == "tail":
+        from conduit_core.http._output import MAX_TAIL
+
+        return {"type": "integer", "minimum": 1, "maximum": MAX_TAIL}
     if kind is int and name == "limit":
         low, high = PAGE_LIMIT
         return {"type": "integer", "minimum": low, "maximum": high}

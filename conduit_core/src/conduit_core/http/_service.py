@@ -17,8 +17,10 @@ import msgspec
 
 from conduit_core._version import __version__
 from conduit_core.config import Config
-from conduit_core.errors import ConduitError
+from conduit_core.errors import ConduitError, NotFoundError
+from conduit_core.http._history import CANCELLED, INTERRUPTED, HistoryPage, build_history, page_of
 from conduit_core.http._ids import new_work_id
+from conduit_core.http._output import OutputTail
 from conduit_core.http._schemas import (
     MAX_BATCH_ITEMS,
     BatchItemResult,
@@ -200,6 +202,52 @@ class ApiService:
         pending = await self.store.pending_inputs(work_id)
         views.extend(_input_view(event, pending=True) for event in pending[:limit])
         return views
+
+    async def history(
+        self, work_id: str, *, limit: int = 100, after: str | None = None, newest: bool = False
+    ) -> HistoryPage:
+        """What happened to the Work, from what the store records (see ``http/_history``)."""
+        work = await self.store.get_work(work_id)
+        executions = await self.store.list_executions(work_id)
+        events = await self.store.work_events(work_id)
+        entries = build_history(work, executions, events)
+        return page_of(work_id, entries, limit=limit, after=after, newest=newest)
+
+    async def output(self, work_id: str, attempt: int, stream: str, tail: int) -> OutputTail:
+        """The last ``tail`` bytes of attempt ``attempt``'s ``stream`` (its executor's)."""
+        await self.store.get_work(work_id)
+        found = [e for e in await self.store.list_executions(work_id) if e.attempt == attempt]
+        if not found:
+            raise NotFoundError("attempt", f"{work_id}#{attempt}")
+        ex = found[0]
+        snap = ex.snapshot
+        view = OutputTail(work_id=work_id, attempt=attempt, epoch=ex.epoch, stream=stream,
+                          running=not ex.status.terminal, available=False)  # fmt: skip
+        try:
+            executor = self.scheduler.plugins.executor(snap.executor, snap.executor_generation)
+            data = await executor.output_tail(self.scheduler.stops.target(ex), stream, tail)
+        except ConduitError as exc:
+            return msgspec.structs.replace(view, note=f"[{exc.code}] {exc.message}")
+        if data is None:
+            note = f"executor {snap.executor!r} keeps no {stream} for this attempt"
+            return msgspec.structs.replace(view, note=note)
+        text = data.decode("utf-8", errors="replace")
+        return msgspec.structs.replace(view, available=True, text=text, bytes=len(data))
+
+    async def _record(self, work: Work, kind: str, reason: str) -> None:
+        """An audit record addressed to the Work (its history, never its input), written after
+        the action it records: the action is done either way, so a failed write is logged, not
+        answered as the action's failure."""
+        now = self._now()
+        key = f"{kind}/{work.id}/{work.last_attempt}/{now}/{secrets.token_hex(4)}"
+        try:
+            await self.store.accept_event(Event(
+                id=key, delivery_id=key, type=kind, payload={"work": work.id, "reason": reason},
+                work_id=work.id, scope=work.scope, pending=False, accepted_at_ms=now,
+            ))  # fmt: skip
+        except ConduitError as exc:
+            log.warning("history record %s of work=%s not written: [%s] %s reason=%r",
+                        kind, work.id, exc.code, exc.message, reason)  # fmt: skip
 
     async def _waiting(self, work: Work, holds: list[Any]) -> Waiting | None:
         if work.status is WorkStatus.HELD and holds:
@@ -411,6 +459,7 @@ class ApiService:
         # With a host, its next pass stops what ran, off this request (invariant 12).
         await self.scheduler.cancel_work(work_id, stop=not self.host.stops_ended_attempts)
         self.host.forget(live)
+        await self._record(work, CANCELLED, req.reason)
         log.info(
             "work cancelled work=%s attempts=%s reason=%r", work_id, ",".join(live) or "-",
             req.reason,
@@ -450,6 +499,7 @@ class ApiService:
                 f"work {work_id!r} has no running attempt to interrupt", code="not_running"
             )
         await self.scheduler.interrupt(work_id)
+        await self._record(work, INTERRUPTED, req.reason)
         log.info("interrupt requested work=%s execution=%s", work_id, live[-1].id)
         self.host.wake()
         return await self.show(work_id)

@@ -43,6 +43,7 @@ __all__ = [
     "Scope",
     "ScopeLimits",
     "Settings",
+    "TokenSpec",
     "TracingSettings",
     "check_against_plugins",
     "load_config",
@@ -217,6 +218,16 @@ class Budget(_Section, frozen=True, kw_only=True):
     warn_at: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
 
 
+class TokenSpec(_Section, frozen=True, kw_only=True):
+    """``[[tokens]]``: a named API token with a role (docs/http.md, "Tokens and roles"). The
+    file holds the token (mode 0600, like the daemon's own token file); conduit never stores
+    or logs the token, only its name."""
+
+    name: Name
+    role: Literal["viewer", "operator", "admin"]
+    file: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+
+
 class Config(msgspec.Struct, frozen=True, kw_only=True):
     settings: Settings
     scopes: dict[str, Scope]
@@ -229,6 +240,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True):
     #: ``[plugins.NAME]`` tables as written; each plugin's own type decodes its table
     #: (:func:`plugin_configs`), since only the installed plugins know their schema.
     plugins: dict[str, dict[str, Any]] = {}
+    #: Named API tokens; like every HTTP setting they apply at the daemon's start (not digested).
+    tokens: list[TokenSpec] = []
     digest: str
 
     def programs(self) -> dict[str, ProgramSpec]:
@@ -247,6 +260,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True):
 
 _TOP_LEVEL = {
     "settings", "scopes", "bindings", "routines", "budgets", "pools", "executors", "plugins",
+    "tokens",
 }  # fmt: skip
 #: The pool whose limit is ``settings.job_concurrency`` (shell, container).
 JOBS_POOL = "jobs"
@@ -285,6 +299,8 @@ def parse_config(data: bytes | str, *, source: str = "conduit.toml") -> Config:
     bindings = _convert_table(raw.get("bindings", {}), Binding, "$.bindings", source)
     routines = _convert_list(raw.get("routines", []), RoutineSpec, "$.routines", source)
     budgets = _convert_list(raw.get("budgets", []), Budget, "$.budgets", source)
+    tokens = _convert_list(raw.get("tokens", []), TokenSpec, "$.tokens", source)
+    _check_tokens(tokens, source)
     pools = _convert_table(raw.get("pools", {}), Pool, "$.pools", source)
     executors = _convert_table(raw.get("executors", {}), ExecutorProgram, "$.executors", source)
     for name in executors:
@@ -328,9 +344,30 @@ def parse_config(data: bytes | str, *, source: str = "conduit.toml") -> Config:
         pools=pools,
         executors=executors,
         plugins=plugin_tables,
+        tokens=tokens,
         source=source,
         digest=digest,
     )
+
+
+def _check_tokens(tokens: list[TokenSpec], source: str) -> None:
+    seen: dict[str, int] = {}
+    files: dict[str, int] = {}
+    for index, spec in enumerate(tokens):
+        if spec.name in seen:
+            raise ConfigError(
+                f"{source}: $.tokens[{index}].name: {spec.name!r} is already the name of "
+                f"$.tokens[{seen[spec.name]}]",
+                code="duplicate_token",
+            )
+        if spec.file in files:
+            raise ConfigError(
+                f"{source}: $.tokens[{index}].file: {spec.file!r} is already the file of "
+                f"$.tokens[{files[spec.file]}] (each token has its own file)",
+                code="duplicate_token",
+            )
+        seen[spec.name] = index
+        files[spec.file] = index
 
 
 #: Settings that joined later: they join the digest only when set, so configs written before

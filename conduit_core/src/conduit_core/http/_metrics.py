@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from conduit_core.errors import ConduitError
 from conduit_core.http._guard import bearer_check
 from conduit_core.http._service import ApiService
+from conduit_core.http._tokens import LoginThrottle, TokenSet, client_address
 from conduit_core.telemetry import METRICS, Metrics
 
 __all__ = ["METRICS_PATH", "MetricsEndpoint", "stored_state_metrics", "with_metrics"]
@@ -133,19 +134,31 @@ class MetricsEndpoint:
     def __init__(
         self,
         service: Callable[[], ApiService],
-        token: str,
+        token: str | TokenSet,
         *,
         open_access: bool = False,
         metrics: Metrics = METRICS,
+        throttle: LoginThrottle | None = None,
     ) -> None:
         self._service = service
-        self._authorized = bearer_check(token)
+        self._authorized = bearer_check(TokenSet.of(token))
+        self._throttle = throttle
         self._open = open_access
         self._metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = Headers(scope=scope)
+        throttle, address = self._throttle, client_address(scope)
+        wait = throttle.retry_after(address) if throttle is not None and not self._open else None
+        if wait is not None:
+            await _send(send, 429, b'{"error":"too many wrong tokens from this address",'
+                        b'"code":"login_throttled"}', "application/json",
+                        retry_after=wait)  # fmt: skip
+            return
         if not self._open and not self._authorized(headers):
+            if throttle is not None and "authorization" in headers:
+                log.warning("/metrics refused: wrong bearer token from %s", address)
+                throttle.failed(address)
             await _send(send, 401, b'{"error":"missing or wrong bearer token","code":'
                         b'"unauthorized"}', "application/json")  # fmt: skip
             return
@@ -166,14 +179,17 @@ class MetricsEndpoint:
 
 
 async def _send(
-    send: Send, status: int, body: bytes, content_type: str, *, allow: str | None = None
-) -> None:
+    send: Send, status: int, body: bytes, content_type: str, *, allow: str | None = None,
+    retry_after: int | None = None,
+) -> None:  # fmt: skip
     headers = [
         (b"content-type", content_type.encode()),
         (b"content-length", str(len(body)).encode()),
     ]
     if allow is not None:
         headers.append((b"allow", allow.encode()))
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

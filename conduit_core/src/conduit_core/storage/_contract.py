@@ -269,9 +269,12 @@ class Store(ABC):
         """Apply a runtime decision (manual retry, clearing a backoff…) to the stored Work."""
 
     @abstractmethod
-    async def cancel_work(self, work_id: str, *, now_ms: int) -> Work:
+    async def cancel_work(
+        self, work_id: str, *, now_ms: int, actor: str | None = None
+    ) -> Work:
         """Cancel Work: fence its unfinished attempts (keeping their resource holds), remove its
-        waits and timers. Physical cleanup is the caller's, after this commit."""
+        waits and timers (``actor``, the token's name, is kept as ``cancelled_by``). Physical
+        cleanup is the caller's, after this commit."""
 
     # --- Claims ------------------------------------------------------------------------------
 
@@ -583,6 +586,7 @@ class Store(ABC):
         by: str | None = None,
         reason: str = "",
         settle: Decision | None = None,
+        actor: str | None = None,
     ) -> Execution:
         """Record that the attempt's resources stopped.
 
@@ -671,7 +675,9 @@ class Store(ABC):
         """Settle with the live token only; ``StaleDispatchError`` otherwise."""
 
     @abstractmethod
-    async def interrupt_work(self, work_id: str, intent_id: str, *, now_ms: int) -> ControlIntent:
+    async def interrupt_work(
+        self, work_id: str, intent_id: str, *, now_ms: int, actor: str | None = None
+    ) -> ControlIntent:
         """Fence the Work's live attempt (keeping its resource hold), leave the Work ready and
         record an interrupt intent for it; ``NotEligibleError`` when nothing runs."""
 
@@ -855,14 +861,17 @@ class Store(ABC):
         """Usage staged and not charged yet."""
 
     @abstractmethod
-    async def release_budget_hold(self, work_id: str, *, reason: str, now_ms: int) -> Work:
+    async def release_budget_hold(
+        self, work_id: str, *, reason: str, now_ms: int, actor: str | None = None
+    ) -> Work:
         """Delete the Work's budget holds, leaving one pass; code ``gate_hold`` when only a
         start gate holds it, ``not_held`` when nothing does."""
 
     @abstractmethod
     async def settle_gate_hold(
-        self, work_id: str, gate: str, *, admit: bool, reason: str, now_ms: int
-    ) -> Work:
+        self, work_id: str, gate: str, *, admit: bool, reason: str, now_ms: int,
+        actor: str | None = None,
+    ) -> Work:  # fmt: skip
         """Settle gate ``gate``'s hold: admit leaves a gate pass, refuse cancels the Work.
         Idempotent; code ``no_gate_hold`` when that gate does not hold it."""
 

@@ -140,7 +140,7 @@ def update_work(cx: Cx, work_id: str, change: WorkChange, now_ms: int) -> Work:
     return after
 
 
-def cancel_work(cx: Cx, work_id: str, now_ms: int) -> Work:
+def cancel_work(cx: Cx, work_id: str, now_ms: int, actor: str | None = None) -> Work:
     work = load_work(cx, work_id, lock=True)
     rows = cx.rows(
         "SELECT data FROM conduit_execution WHERE work_id = ? AND (live = 1 OR status = ?)",
@@ -163,7 +163,8 @@ def cancel_work(cx: Cx, work_id: str, now_ms: int) -> Work:
     cx.run("DELETE FROM conduit_timer WHERE work_id = ?", (work_id,))
     if not work.status.terminal:
         work = msgspec.structs.replace(
-            work, status=WorkStatus.CANCELLED, retry_timer_id=None, updated_at_ms=now_ms
+            work, status=WorkStatus.CANCELLED, retry_timer_id=None, updated_at_ms=now_ms,
+            cancelled_by=actor,
         )
         save_work(cx, work)
     return work

@@ -45,6 +45,7 @@ __all__ = [
     "principal_of",
     "require",
     "token_files",
+    "token_problems",
 ]
 
 log = logging.getLogger("conduit.http")
@@ -236,6 +237,29 @@ def _same(a: Path, b: Path) -> bool:
         return a.resolve() == b.resolve()
     except OSError:
         return a == b
+
+
+def token_problems(config: Config, default_file: Path) -> list[ConduitError]:
+    """What would stop the daemon reading its tokens (``conduit doctor``, ``config check``):
+    each ``[[tokens]]`` file that is missing, unreadable, empty or readable by others, two
+    tokens with the same secret. The daemon's own token file may be missing (the daemon
+    creates it at its first start)."""
+    problems: list[ConduitError] = []
+    entries: list[tuple[str, Principal]] = []
+    for principal, path in token_files(config, default_file):
+        if _same(path, default_file) and not path.exists():
+            continue
+        try:
+            entries.append((read_token(path), principal))
+        except ConduitError as exc:
+            problems.append(
+                ConduitError(f"token {principal.name!r}: {exc.message}", code=exc.code)
+            )
+    try:
+        TokenSet(entries)
+    except ConduitError as exc:
+        problems.append(exc)
+    return problems
 
 
 def load_tokens(config: Config, default_file: Path) -> TokenSet:

@@ -40,8 +40,11 @@ async def stored_state_metrics(service: ApiService) -> list[Metric]:
     capacity = await service.capacity()
     counts = await service.store.work_counts()
     held = await service.store.held_work()
-    depth = await service.store.ready_depth()
+    summary = await service.store.ready_summary()
+    depth = {binding: count for binding, (count, _) in summary.items()}
     recoveries = await service.store.held_recoveries()
+    unconfirmed = await service.store.unconfirmed_exclusions()
+    now_ms = service.scheduler.clock.now_ms()
 
     pools = _slot_families("pool", capacity.pools, "Attempts holding a slot of the pool")
     scopes = _slot_families(
@@ -63,10 +66,18 @@ async def stored_state_metrics(service: ApiService) -> list[Metric]:
         "Ready Work that could start now, per binding (from an index, not a scan)",
         labels=["binding", "pool"],
     )
+    oldest = GaugeMetricFamily(
+        "conduit_work_ready_oldest_age_seconds",
+        "Age of the oldest Work that could start now, per binding (0 with none): how long it "
+        "has been ready since its last change (submit, input, retry)",
+        labels=["binding"],
+    )
     pools_of = service.scheduler.options.binding_pools
     for binding in sorted({*service.config.bindings, *depth}):
         pool = pools_of.get(binding) or "global"
-        ready_by_binding.add_metric([binding, pool], depth.get(binding, 0))
+        count, since = summary.get(binding, (0, now_ms))
+        ready_by_binding.add_metric([binding, pool], count)
+        oldest.add_metric([binding], max(now_ms - since, 0) / 1000)
     by_kind: Counter[str] = Counter({"budget": 0, "gate": 0})
     by_kind.update(str(hold.kind) for hold, _ in held)
     by_kind["recovery"] = len(recoveries)
@@ -77,7 +88,15 @@ async def stored_state_metrics(service: ApiService) -> list[Metric]:
     )
     for kind, count in sorted(by_kind.items()):
         holds.add_metric([kind], count)
-    return [*pools, *scopes, work, ready, ready_by_binding, holds]
+    attempts_held = GaugeMetricFamily(
+        "conduit_attempts_held",
+        "Attempts that keep their Work from starting again until settled: a held recovery "
+        "(a person decides), or an ended attempt whose stop is not verified yet",
+        labels=["reason"],
+    )
+    attempts_held.add_metric(["recovery"], len(recoveries))
+    attempts_held.add_metric(["stop_unconfirmed"], len(unconfirmed))
+    return [*pools, *scopes, work, ready, ready_by_binding, oldest, holds, attempts_held]
 
 
 class _SlotRow(Protocol):

@@ -294,6 +294,12 @@ class Store(ABC):
         grouped read of the ready Work's partial index, never a scan of every Work."""
 
     @abstractmethod
+    async def ready_summary(self) -> dict[str, tuple[int, int]]:
+        """Per binding with startable Work: ``(how many, the oldest one's ready-since ms)``
+        (ready since its last change: its submit, input, or the retry that made it ready),
+        read like :meth:`ready_depth` from the ready Work's partial index."""
+
+    @abstractmethod
     async def capacity_refusal(self, capacity: CapacityLimits, work: Work) -> ClaimRefusal | None:
         """Why ``work`` could not start now for capacity (its pool or a scope of its chain is
         full), or ``None``; the slot holders are counted, nothing is locked."""

@@ -743,6 +743,17 @@ def ready_depth(cx: Cx) -> dict[str, int]:
     return dict(depth)
 
 
+#: Per binding: how many Work could start now, and the oldest one's ``ready_since``.
+_READY_SUMMARY_SQL = (
+    f"SELECT binding, COUNT(*), MIN(ready_since) FROM conduit_work WHERE claimable = 1 AND "
+    f"{_UNBLOCKED} GROUP BY binding"
+)
+
+
+def ready_summary(cx: Cx) -> dict[str, tuple[int, int]]:
+    return {str(b): (int(n), int(oldest)) for b, n, oldest in cx.rows(_READY_SUMMARY_SQL)}
+
+
 def capacity_waiting(cx: Cx, capacity: CapacityLimits) -> dict[str, int]:
     slots = Slots(cx, capacity, lock=False)
     slots.count_later()()

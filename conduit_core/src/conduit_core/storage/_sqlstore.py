@@ -213,6 +213,9 @@ class SqlStore(Store):
     async def ready_depth(self) -> dict[str, int]:
         return await self._read_one(ops.ready_depth)
 
+    async def ready_summary(self) -> dict[str, tuple[int, int]]:
+        return await self._read_one(ops.ready_summary)
+
     async def capacity_refusal(self, capacity: CapacityLimits, work: Work) -> ClaimRefusal | None:
         return await self._read(ops.capacity_refusal, capacity, work)
 

@@ -141,3 +141,31 @@ def test_the_throttle_blocks_an_address_doubling_and_keeps_bounded_memory() -> N
     for n in range(1000):
         throttle.failed(f"10.0.{n // 250}.{n % 250}")
     assert len(throttle) == 100
+
+
+def test_rows_written_before_actors_still_decode() -> None:
+    import msgspec
+
+    from conduit_core.model import ControlIntent, Event, Work
+
+    event = msgspec.json.decode(
+        b'{"id":"e","delivery_id":"e","type":"core.input","accepted_at_ms":1}', type=Event
+    )
+    work = msgspec.json.decode(
+        b'{"id":"w","scope":"root","binding":"b","created_at_ms":1,"updated_at_ms":1}', type=Work
+    )
+    intent = msgspec.json.decode(
+        b'{"id":"i","work_id":"w","execution_id":"x","epoch":1,"kind":"interrupt",'
+        b'"created_at_ms":1}',
+        type=ControlIntent,
+    )
+    assert (event.actor, work.cancelled_by, intent.actor) == (None, None, None)
+
+
+def test_the_throttle_setting_joins_the_digest_only_when_changed() -> None:
+    plain = parse_config(BASE)
+    same = parse_config(BASE.replace('data_dir = "data"', 'data_dir = "data"\nhttp.wrong_token_limit = 10'))
+    off = parse_config(BASE.replace('data_dir = "data"', 'data_dir = "data"\nhttp.wrong_token_limit = 0'))
+    assert same.digest == plain.digest
+    assert off.digest != plain.digest
+    assert off.settings.http.wrong_token_limit == 0

@@ -76,6 +76,9 @@ class HttpSettings(_Section, frozen=True, kw_only=True):
     #: A request body over this many bytes is refused with 413 before it is buffered; the
     #: default is ``validation.MAX_BODY_BYTES`` (2 MiB: a 1 MiB payload and its envelope).
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 2 * 1024 * 1024
+    #: Wrong tokens one client address may present within a minute before it is refused for a
+    #: while (429, docs/http.md "Tokens and roles"); 0 never refuses.
+    wrong_token_limit: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 10
 
 
 class MetricsSettings(_Section, frozen=True, kw_only=True):
@@ -373,6 +376,7 @@ def _check_tokens(tokens: list[TokenSpec], source: str) -> None:
 #: Settings that joined later: they join the digest only when set, so configs written before
 #: them keep their digest (and config generation) across the upgrade.
 _DIGESTED_WHEN_SET = {"metrics": MetricsSettings(), "tracing": TracingSettings()}
+_HTTP_DIGESTED_WHEN_SET = {"wrong_token_limit": HttpSettings().wrong_token_limit}
 
 
 def _digested(settings: Settings) -> dict[str, Any]:
@@ -380,6 +384,9 @@ def _digested(settings: Settings) -> dict[str, Any]:
     for name, default in _DIGESTED_WHEN_SET.items():
         if getattr(settings, name) == default:
             del out[name]
+    for name, value in _HTTP_DIGESTED_WHEN_SET.items():
+        if getattr(settings.http, name) == value:
+            del out["http"][name]
     return out
 
 

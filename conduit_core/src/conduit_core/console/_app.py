@@ -103,12 +103,11 @@ def create_console(
 ) -> Starlette:
     """The console under ``/ui/`` over ``service`` (the API's service layer) and ``schedules``.
 
-    ``token`` is the API token (or the named tokens) a login must present; ``throttle`` refuses
-    an address after repeated wrong tokens (shared with the API's). Mount it with
+    ``token`` is the API token (or the named tokens) a login must present; ``throttle`` (the
+    API's, shared) refuses an address after repeated wrong tokens. Mount it with
     :func:`conduit_core.console.with_console`.
     """
     sessions = Sessions(token)
-    throttle = throttle or LoginThrottle()
     pages = ConsolePages(service, schedules)
     actions = ConsoleActions(service, schedules)
 
@@ -151,7 +150,7 @@ def create_console(
             err = ConduitError("login from another site refused", code="csrf_failed")
             return refused(request, err, None)
         address = client_address(request.scope)
-        wait = throttle.retry_after(address)
+        wait = throttle.retry_after(address) if throttle is not None else None
         if wait is not None:
             response = page("login.html", status=429, session=None, flashes=[], nav="",
                             error=f"too many wrong tokens from this address: try again in "
@@ -165,7 +164,8 @@ def create_console(
         session = sessions.login(form.get("token", ""))
         if session is None:
             log.warning("console login refused: wrong token from %s", address)
-            throttle.failed(address)
+            if throttle is not None:
+                throttle.failed(address)
             return page("login.html", status=401, session=None, flashes=[], nav="",
                         error="wrong token (it is the daemon's API token file)")  # fmt: skip
         log.info("console login token=%s role=%s from %s", session.principal.name,

@@ -197,7 +197,8 @@ class Daemon:
             store = await open_store(paths.store)
             stack.push_async_callback(store.aclose)
             tokens = load_tokens(config, paths.token_file)
-            throttle = LoginThrottle()
+            wrong = config.settings.http.wrong_token_limit
+            throttle = LoginThrottle(limit=wrong) if wrong else None
             sockets = [bind_tcp(paths.listen)]
             if paths.unix_socket is not None:
                 sockets.append(bind_unix(paths.unix_socket))

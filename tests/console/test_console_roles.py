@@ -5,7 +5,6 @@ login are throttled per address.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -13,29 +12,16 @@ from pathlib import Path
 from tests.console.conftest import Console
 from tests.console.test_console_browser import browser  # noqa: F401  (the Chromium fixture)
 from tests.daemon.conftest import Daemon, wait_for
-from tests.daemon.test_tokens import events
+from tests.daemon.test_tokens import TOKEN_CONFIG, TOKENS, events, write_tokens
 
-TOKENS = """
-[[tokens]]
-name = "watcher"
-role = "viewer"
-file = "{root}/viewer.token"
-
-[[tokens]]
-name = "ops"
-role = "operator"
-file = "{root}/operator.token"
-"""
-VIEWER, OPERATOR = "viewer-secret-1", "operator-secret-2"
+VIEWER, OPERATOR = TOKENS["watcher"], TOKENS["ops"]
 #: Any form that would change something (logout is a POST too, and allowed to everyone).
 _ACTION_FORM = re.compile(r'<form method="post" action="/ui/(work|schedules)/')
 
 
 def _start(console_daemon: Callable[..., Daemon], tmp_path: Path) -> Daemon:
-    for name, secret in (("viewer.token", VIEWER), ("operator.token", OPERATOR)):
-        (tmp_path / name).write_text(secret + "\n")
-        os.chmod(tmp_path / name, 0o600)
-    daemon = console_daemon(more=TOKENS.format(root=tmp_path))
+    write_tokens(tmp_path)
+    daemon = console_daemon(more=TOKEN_CONFIG.format(root=tmp_path))
     daemon.cli("routines", "add", "nightly", "--cron", "0 3 * * *", "--binding", "ok")
     return daemon
 

@@ -30,7 +30,10 @@ config = {{ command = 'echo "$CONDUIT_WORK_ID run" >> {side}' }}
 executor = "shell"
 retry_delays_seconds = [300]
 config = {{ command = 'exit 3' }}
+"""
 
+#: A viewer, an operator and an admin, their files in ``{root}`` (see :func:`write_tokens`).
+TOKEN_CONFIG = """
 [[tokens]]
 name = "watcher"
 role = "viewer"
@@ -93,7 +96,8 @@ def test_roles_refuse_and_actions_record_the_token_name(
     rules.write_text('[[rules]]\nbindings = ["deploy"]\nreason = "deploys need a person"\n')
     monkeypatch.setenv("CONDUIT_HUMAN_GATE_CONFIG", str(rules))
     write_tokens(tmp_path)
-    daemon = make_daemon(extra=DEPLOY.format(side=tmp_path / "side.log", root=tmp_path)).start()
+    extra = DEPLOY.format(side=tmp_path / "side.log") + TOKEN_CONFIG.format(root=tmp_path)
+    daemon = make_daemon(extra=extra).start()
 
     # The operator submits; the gate holds it.
     status, made = post(daemon, "/v1/work", {"binding": "deploy"}, "ops")
@@ -174,6 +178,14 @@ def test_roles_refuse_and_actions_record_the_token_name(
     assert post(daemon, f"/v1/work/{forever}/interrupt", {}, "ops")[0] == 202
     daemon.wait_status(forever, "ready")
     post(daemon, f"/v1/work/{forever}/cancel", {}, "ops")
+
+    # Schedules: the admin creates one, the operator pauses it; the record says who.
+    status, made = post(daemon, "/v1/schedules", {"id": "nightly", "spec": "0 3 * * *",
+                        "target": {"binding": "deploy"}}, "root")  # fmt: skip
+    assert status == 201, made
+    status, paused = daemon.raw("PATCH", "/v1/schedules/conduit:nightly",
+                                b'{"action": "pause"}', token=TOKENS["ops"])  # fmt: skip
+    assert (status, paused["status"], paused["changed_by"]) == (200, "paused", "ops"), paused
 
     # What the store wrote: the names, never a token.
     by_type = {e.type: e for e in events(daemon.store, deploy)}

@@ -455,3 +455,5 @@ class Routine(Record, frozen=True, kw_only=True):
     from_config: bool = False
     created_at_ms: int
     updated_at_ms: int
+    #: The named API token (``[[tokens]]``) whose pause, resume, run now or edit last changed it.
+    changed_by: str | None = None

@@ -136,7 +136,9 @@ class ConsoleActions:
             )
         require(session.principal, action_role(action), f"the console's schedule {action}")
         change = _convert({"action": action}, ScheduleChange)
-        record = await self.schedules().change(schedule_id, change)
+        record = await self.schedules().change(
+            schedule_id, change, actor=session.principal.name
+        )
         verb = {"pause": "paused", "resume": "resumed", "run": "fired"}[action]
         session.flash("ok", f"{verb} {record.id} (now {record.status})")
         return _redirect(next_page(form, "/ui/routines"))

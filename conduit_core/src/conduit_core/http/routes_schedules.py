@@ -144,7 +144,7 @@ def schedule_routes(
         body: ScheduleChange = decode_body(_CHANGE, await request.body())
         if body.action == "edit":  # pause, resume and run are an operator's; edits an admin's
             require(principal_of(request), "admin", "editing a schedule")
-        record = await mux().change(request.path_params["id"], body)
+        record = await mux().change(request.path_params["id"], body, actor=actor_of(request))
         log.info("schedule %s %s actor=%s", request.path_params["id"], body.action,
                  actor_of(request) or "-")  # fmt: skip
         return _json(record, 202 if body.action == "run" else 200)
@@ -154,7 +154,7 @@ def schedule_routes(
         return Response(status_code=204)
 
     async def run_now(request: Request) -> Response:
-        return _json(await mux().run_now(request.path_params["id"]), 202)
+        return _json(await mux().run_now(request.path_params["id"], actor=actor_of(request)), 202)
 
     async def history(request: Request) -> Response:
         schedule_id: str = request.path_params["id"]

@@ -51,7 +51,7 @@ def _check_token_files(config: object) -> None:
     """Refuse a ``[[tokens]]`` file the daemon could not use (missing, open to others, empty)."""
     from conduit_core.config import Config
     from conduit_core.daemon import DaemonPaths
-    from conduit_core.http._tokens import token_problems
+    from conduit_core.http import token_problems
 
     assert isinstance(config, Config)
     problems = token_problems(config, DaemonPaths.from_config(config).token_file)

@@ -122,7 +122,7 @@ async def _run_checks(config_path: Path | None) -> list[Check]:
 
 def _token_check(config: Config, paths: DaemonPaths) -> Check:
     """The API tokens' files: readable, private (mode 0600), not empty, each its own secret."""
-    from conduit_core.http._tokens import token_files, token_problems
+    from conduit_core.http import token_files, token_problems
 
     problems = token_problems(config, paths.token_file)
     if problems:

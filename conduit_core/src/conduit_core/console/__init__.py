@@ -19,8 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from conduit_core.console._app import create_console
 from conduit_core.console._pages import Schedules
 from conduit_core.console._session import COOKIE, SESSION_SECONDS
-from conduit_core.http import ApiService, RequestGuard
-from conduit_core.http._tokens import LoginThrottle, TokenSet
+from conduit_core.http import ApiService, LoginThrottle, RequestGuard, TokenSet
 
 __all__ = ["COOKIE", "PREFIX", "SESSION_SECONDS", "create_console", "with_console"]
 

@@ -30,8 +30,8 @@ from conduit_core.http import (
     approve,
     refuse,
     release,
+    require,
 )
-from conduit_core.http._tokens import require
 from conduit_core.routines import ScheduleChange
 
 __all__ = ["ConsoleActions", "WORK_ACTIONS", "SCHEDULE_ACTIONS", "next_page"]

@@ -25,8 +25,7 @@ from conduit_core.console._pages import ConsolePages, Schedules
 from conduit_core.console._render import SECURITY_HEADERS, page
 from conduit_core.console._session import COOKIE, SESSION_SECONDS, Session, Sessions
 from conduit_core.errors import ConduitError
-from conduit_core.http import ApiService, status_for
-from conduit_core.http._tokens import LoginThrottle, TokenSet, client_address
+from conduit_core.http import ApiService, LoginThrottle, TokenSet, client_address, status_for
 
 __all__ = ["console_status", "create_console", "read_form", "refused"]
 

@@ -5,7 +5,7 @@ a logout revokes at once, and a daemon restart simply asks for the token again. 
 its own CSRF token, which every state-changing request must echo (the cookie alone, which a
 browser attaches by itself, never authorizes a write).
 
-A session is its token's :class:`~conduit_core.http._tokens.Principal` (name and role): the
+A session is its token's :class:`~conduit_core.http.Principal` (name and role): the
 pages offer only the actions the role may take, and every action checks the role again and
 records the token's name as its ``actor``.
 """
@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from conduit_core.http._tokens import DEFAULT_TOKEN_NAME, Principal, TokenSet
+from conduit_core.http import DEFAULT_TOKEN_NAME, Principal, TokenSet
 
 __all__ = ["ACTION_ROLES", "COOKIE", "SESSION_SECONDS", "Session", "Sessions", "action_role"]
 

@@ -28,12 +28,13 @@ from conduit_core.errors import ConduitError
 from conduit_core.extension import active_switches
 from conduit_core.http import (
     ApiService,
+    LoginThrottle,
     MetricsEndpoint,
     create_app,
+    load_tokens,
     split_listen,
     with_metrics,
 )
-from conduit_core.http._tokens import LoginThrottle, load_tokens
 from conduit_core.http.routes_schedules import mount_schedules
 from conduit_core.plugins import Plugins
 from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock

@@ -43,6 +43,7 @@ __all__ = [
     "Scope",
     "ScopeLimits",
     "Settings",
+    "TokenSpec",
     "TracingSettings",
     "check_against_plugins",
     "check_bindings_deeply",
@@ -76,6 +77,9 @@ class HttpSettings(_Section, frozen=True, kw_only=True):
     #: A request body over this many bytes is refused with 413 before it is buffered; the
     #: default is ``validation.MAX_BODY_BYTES`` (2 MiB: a 1 MiB payload and its envelope).
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 2 * 1024 * 1024
+    #: Wrong tokens one client address may present within a minute before it is refused for a
+    #: while (429, docs/http.md "Tokens and roles"); 0 never refuses.
+    wrong_token_limit: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 10
 
 
 class MetricsSettings(_Section, frozen=True, kw_only=True):
@@ -218,6 +222,16 @@ class Budget(_Section, frozen=True, kw_only=True):
     warn_at: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
 
 
+class TokenSpec(_Section, frozen=True, kw_only=True):
+    """``[[tokens]]``: a named API token with a role (docs/http.md, "Tokens and roles"). The
+    file holds the token (mode 0600, like the daemon's own token file); conduit never stores
+    or logs the token, only its name."""
+
+    name: Name
+    role: Literal["viewer", "operator", "admin"]
+    file: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+
+
 class Config(msgspec.Struct, frozen=True, kw_only=True):
     settings: Settings
     scopes: dict[str, Scope]
@@ -230,6 +244,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True):
     #: ``[plugins.NAME]`` tables as written; each plugin's own type decodes its table
     #: (:func:`plugin_configs`), since only the installed plugins know their schema.
     plugins: dict[str, dict[str, Any]] = {}
+    #: Named API tokens; like every HTTP setting they apply at the daemon's start (not digested).
+    tokens: list[TokenSpec] = []
     digest: str
 
     def programs(self) -> dict[str, ProgramSpec]:
@@ -248,6 +264,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True):
 
 _TOP_LEVEL = {
     "settings", "scopes", "bindings", "routines", "budgets", "pools", "executors", "plugins",
+    "tokens",
 }  # fmt: skip
 #: The pool whose limit is ``settings.job_concurrency`` (shell, container).
 JOBS_POOL = "jobs"
@@ -286,6 +303,8 @@ def parse_config(data: bytes | str, *, source: str = "conduit.toml") -> Config:
     bindings = _convert_table(raw.get("bindings", {}), Binding, "$.bindings", source)
     routines = _convert_list(raw.get("routines", []), RoutineSpec, "$.routines", source)
     budgets = _convert_list(raw.get("budgets", []), Budget, "$.budgets", source)
+    tokens = _convert_list(raw.get("tokens", []), TokenSpec, "$.tokens", source)
+    _check_tokens(tokens, source)
     pools = _convert_table(raw.get("pools", {}), Pool, "$.pools", source)
     executors = _convert_table(raw.get("executors", {}), ExecutorProgram, "$.executors", source)
     for name in executors:
@@ -329,14 +348,36 @@ def parse_config(data: bytes | str, *, source: str = "conduit.toml") -> Config:
         pools=pools,
         executors=executors,
         plugins=plugin_tables,
+        tokens=tokens,
         source=source,
         digest=digest,
     )
 
 
+def _check_tokens(tokens: list[TokenSpec], source: str) -> None:
+    seen: dict[str, int] = {}
+    files: dict[str, int] = {}
+    for index, spec in enumerate(tokens):
+        if spec.name in seen:
+            raise ConfigError(
+                f"{source}: $.tokens[{index}].name: {spec.name!r} is already the name of "
+                f"$.tokens[{seen[spec.name]}]",
+                code="duplicate_token",
+            )
+        if spec.file in files:
+            raise ConfigError(
+                f"{source}: $.tokens[{index}].file: {spec.file!r} is already the file of "
+                f"$.tokens[{files[spec.file]}] (each token has its own file)",
+                code="duplicate_token",
+            )
+        seen[spec.name] = index
+        files[spec.file] = index
+
+
 #: Settings that joined later: they join the digest only when set, so configs written before
 #: them keep their digest (and config generation) across the upgrade.
 _DIGESTED_WHEN_SET = {"metrics": MetricsSettings(), "tracing": TracingSettings()}
+_HTTP_DIGESTED_WHEN_SET = {"wrong_token_limit": HttpSettings().wrong_token_limit}
 
 
 def _digested(settings: Settings) -> dict[str, Any]:
@@ -344,6 +385,9 @@ def _digested(settings: Settings) -> dict[str, Any]:
     for name, default in _DIGESTED_WHEN_SET.items():
         if getattr(settings, name) == default:
             del out[name]
+    for name, value in _HTTP_DIGESTED_WHEN_SET.items():
+        if getattr(settings.http, name) == value:
+            del out["http"][name]
     return out
 
 

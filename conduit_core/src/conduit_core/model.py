@@ -110,6 +110,8 @@ class Work(Record, frozen=True, kw_only=True):
     gated: bool = False  # the start gates were asked and let it start
     #: Accepted input addressed to this Work not yet presented to an attempt (kept by the store).
     pending_inputs: int = 0
+    #: The named API token (``[[tokens]]``) whose cancel (or refusal) ended the Work.
+    cancelled_by: str | None = None
 
 
 class Event(Record, frozen=True, kw_only=True):
@@ -130,6 +132,9 @@ class Event(Record, frozen=True, kw_only=True):
     #: Accepted but not routed to any Work (turn events, notices).
     unmatched: bool = False
     accepted_at_ms: int
+    #: The named API token (``[[tokens]]``) that sent it (a submit, input, inject, manual retry,
+    #: gate or budget decision); ``None`` for what conduit itself or an untracked door wrote.
+    actor: str | None = None
 
 
 # --- Attempts -------------------------------------------------------------------------------
@@ -379,6 +384,8 @@ class ControlIntent(Record, frozen=True, kw_only=True):
     fallback: ErrorFallback = ErrorFallback.QUEUE
     created_at_ms: int
     settled_at_ms: int | None = None
+    #: The named API token (``[[tokens]]``) that asked for it.
+    actor: str | None = None
 
 
 class BudgetLedger(Record, frozen=True, kw_only=True):
@@ -448,3 +455,5 @@ class Routine(Record, frozen=True, kw_only=True):
     from_config: bool = False
     created_at_ms: int
     updated_at_ms: int
+    #: The named API token (``[[tokens]]``) whose pause, resume, run now or edit last changed it.
+    changed_by: str | None = None

@@ -33,6 +33,7 @@ def check(file: Path, as_json: bool) -> None:
     check_bindings_deeply(config, plugins)  # may start processes: here only, never at start
     check_routine_specs(config)
     check_tracing(config.settings.tracing)
+    _check_token_files(config)
     summary = {
         "file": str(file),
         "digest": config.digest,
@@ -40,6 +41,7 @@ def check(file: Path, as_json: bool) -> None:
         "bindings": sorted(config.bindings),
         "routines": [r.id for r in config.routines],
         "budgets": [b.name for b in config.budgets],
+        "tokens": [{"name": t.name, "role": t.role} for t in config.tokens],
     }
     # The root scope is always there; count only the ones the file declares besides it.
     declared_scopes = sum(1 for name in config.scopes if name != ROOT_SCOPE)
@@ -50,6 +52,18 @@ def check(file: Path, as_json: bool) -> None:
             f"ok: {file}: {len(config.bindings)} binding(s), {declared_scopes} scope(s), "
             f"{len(config.routines)} routine(s), {len(config.budgets)} budget(s)"
         )
+
+
+def _check_token_files(config: object) -> None:
+    """Refuse a ``[[tokens]]`` file the daemon could not use (missing, open to others, empty)."""
+    from conduit_core.config import Config
+    from conduit_core.daemon import DaemonPaths
+    from conduit_core.http import token_problems
+
+    assert isinstance(config, Config)
+    problems = token_problems(config, DaemonPaths.from_config(config).token_file)
+    if problems:
+        raise problems[0]
 
 
 @config_group.command("paths")

@@ -84,6 +84,7 @@ async def _run_checks(config_path: Path | None) -> list[Check]:
         ))  # fmt: skip
     if plugins is not None:
         checks.extend(await _program_checks(plugins))
+    checks.append(_token_check(config, paths))
     pid = paths.running_pid()
     checks.append(
         Check("daemon", "ok", f"running (pid {pid})")
@@ -117,6 +118,18 @@ async def _run_checks(config_path: Path | None) -> list[Check]:
             checks.extend(await _store_checks(store, config, plugins))
     checks.extend(await _docker_check(config))
     return checks
+
+
+def _token_check(config: Config, paths: DaemonPaths) -> Check:
+    """The API tokens' files: readable, private (mode 0600), not empty, each its own secret."""
+    from conduit_core.http import token_files, token_problems
+
+    problems = token_problems(config, paths.token_file)
+    if problems:
+        text = "; ".join(f"[{p.code}] {p.message}" for p in problems)
+        return Check("tokens", "fail", text, "fix each named token file (docs/http.md, Tokens)")
+    names = ", ".join(f"{p.name} ({p.role})" for p, _ in token_files(config, paths.token_file))
+    return Check("tokens", "ok", names)
 
 
 def _switch_check() -> Check:

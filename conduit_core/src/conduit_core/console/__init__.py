@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from conduit_core.console._app import create_console
 from conduit_core.console._pages import Schedules
 from conduit_core.console._session import COOKIE, SESSION_SECONDS
-from conduit_core.http import ApiService, RequestGuard
+from conduit_core.http import ApiService, LoginThrottle, RequestGuard, TokenSet
 
 __all__ = ["COOKIE", "PREFIX", "SESSION_SECONDS", "create_console", "with_console"]
 
@@ -36,9 +36,10 @@ def with_console(
     api: ASGIApp,
     service: ApiService,
     schedules: Schedules,
-    token: str,
+    token: str | TokenSet,
     *,
     max_body_bytes: Callable[[], int] | None = None,
+    throttle: LoginThrottle | None = None,
 ) -> ASGIApp:
     """One ASGI app: ``/ui`` and ``/ui/…`` go to the console, everything else to ``api``.
 
@@ -48,7 +49,7 @@ def with_console(
     """
     at_start = service.config.settings.http.max_body_bytes
     console = RequestGuard(
-        create_console(service, schedules, token),
+        create_console(service, schedules, token, throttle=throttle),
         authorized=_always,
         max_body=max_body_bytes or (lambda: at_start),
     )

@@ -17,7 +17,7 @@ from starlette.responses import RedirectResponse, Response
 
 from conduit_core.console._pages import Schedules
 from conduit_core.console._render import SECURITY_HEADERS
-from conduit_core.console._session import Session
+from conduit_core.console._session import Session, action_role
 from conduit_core.errors import ConduitError
 from conduit_core.http import (
     ApiService,
@@ -30,6 +30,7 @@ from conduit_core.http import (
     approve,
     refuse,
     release,
+    require,
 )
 from conduit_core.routines import ScheduleChange
 
@@ -82,6 +83,8 @@ class ConsoleActions:
         if action not in WORK_ACTIONS:
             raise ConduitError(f"no Work action {action!r} (one of {', '.join(WORK_ACTIONS)})",
                                code="not_found")  # fmt: skip
+        require(session.principal, action_role(action), f"the console's {action}")
+        actor = session.principal.name
         reason = form.get("reason", "").strip()
         svc = self.service
         if action in ("approve", "refuse", "release"):
@@ -89,7 +92,9 @@ class ConsoleActions:
                 raise ConduitError("reason: say why you refuse (it is recorded)",
                                    code="invalid_body")  # fmt: skip
             settle = {"approve": approve, "refuse": refuse, "release": release}[action]
-            done = await settle(svc, work_id, _convert({"reason": reason}, SettleRequest))
+            done = await settle(
+                svc, work_id, _convert({"reason": reason}, SettleRequest), actor=actor
+            )
             message = f"{done.action} {work_id} (now {done.status})"
         elif action == "confirm-stopped":
             epoch = form.get("epoch", "")
@@ -97,21 +102,25 @@ class ConsoleActions:
                 raise ConduitError(f"epoch: {epoch!r} is not a whole number",
                                    code="invalid_body")  # fmt: skip
             fields = {"epoch": int(epoch), "reason": reason, "by": CONSOLE_ACTOR}
-            await svc.confirm_stopped(work_id, _convert(fields, ConfirmStoppedRequest))
+            await svc.confirm_stopped(
+                work_id, _convert(fields, ConfirmStoppedRequest), actor=actor
+            )
             message = f"stop confirmed for {work_id} (epoch {epoch})"
         elif action == "inject":
             fields = {"payload": _payload(form), "type": form.get("type") or "core.input"}
-            event = await svc.inject(work_id, _convert(fields, InputRequest))
+            event = await svc.inject(work_id, _convert(fields, InputRequest), actor=actor)
             where = "delivered to the running attempt" if event.control_id else "queued"
             message = f"input {event.id} {where}"
         else:
             why = {"reason": reason}
             if action == "cancel":
-                detail = await svc.cancel(work_id, _convert(why, CancelRequest))
+                detail = await svc.cancel(work_id, _convert(why, CancelRequest), actor=actor)
             elif action == "retry":
-                detail = await svc.retry(work_id, _convert(why, RetryRequest))
+                detail = await svc.retry(work_id, _convert(why, RetryRequest), actor=actor)
             else:
-                detail = await svc.interrupt(work_id, _convert(why, InterruptRequest))
+                detail = await svc.interrupt(
+                    work_id, _convert(why, InterruptRequest), actor=actor
+                )
             message = f"{action} requested for {work_id} (now {detail.work.status})"
         session.flash("ok", message)
         return _redirect(next_page(form, f"/ui/work/{_quote(work_id)}"))
@@ -125,8 +134,11 @@ class ConsoleActions:
                 f"no schedule action {action!r} (one of {', '.join(SCHEDULE_ACTIONS)})",
                 code="not_found",
             )
+        require(session.principal, action_role(action), f"the console's schedule {action}")
         change = _convert({"action": action}, ScheduleChange)
-        record = await self.schedules().change(schedule_id, change)
+        record = await self.schedules().change(
+            schedule_id, change, actor=session.principal.name
+        )
         verb = {"pause": "paused", "resume": "resumed", "run": "fired"}[action]
         session.flash("ok", f"{verb} {record.id} (now {record.status})")
         return _redirect(next_page(form, "/ui/routines"))

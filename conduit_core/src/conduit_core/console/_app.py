@@ -25,7 +25,7 @@ from conduit_core.console._pages import ConsolePages, Schedules
 from conduit_core.console._render import SECURITY_HEADERS, page
 from conduit_core.console._session import COOKIE, SESSION_SECONDS, Session, Sessions
 from conduit_core.errors import ConduitError
-from conduit_core.http import ApiService, status_for
+from conduit_core.http import ApiService, LoginThrottle, TokenSet, client_address, status_for
 
 __all__ = ["console_status", "create_console", "read_form", "refused"]
 
@@ -74,7 +74,8 @@ def _same_origin(request: Request) -> bool:
 
 #: Codes only the console answers, with their status (the rest map as in the HTTP API).
 _STATUS = {"csrf_failed": 403, "unauthorized": 401, "not_found": 404,
-           "method_not_allowed": 405, "internal_error": 500}  # fmt: skip
+           "method_not_allowed": 405, "internal_error": 500, "forbidden_role": 403,
+           "login_throttled": 429}  # fmt: skip
 
 
 def console_status(exc: ConduitError) -> int:
@@ -96,11 +97,14 @@ def refused(request: Request, exc: ConduitError, session: Session | None) -> Res
 def create_console(
     service: ApiService,
     schedules: Schedules,
-    token: str,
+    token: str | TokenSet,
+    *,
+    throttle: LoginThrottle | None = None,
 ) -> Starlette:
     """The console under ``/ui/`` over ``service`` (the API's service layer) and ``schedules``.
 
-    ``token`` is the API token a login must present. Mount it with
+    ``token`` is the API token (or the named tokens) a login must present; ``throttle`` (the
+    API's, shared) refuses an address after repeated wrong tokens. Mount it with
     :func:`conduit_core.console.with_console`.
     """
     sessions = Sessions(token)
@@ -145,15 +149,27 @@ def create_console(
         if not _same_origin(request):
             err = ConduitError("login from another site refused", code="csrf_failed")
             return refused(request, err, None)
+        address = client_address(request.scope)
+        wait = throttle.retry_after(address) if throttle is not None else None
+        if wait is not None:
+            response = page("login.html", status=429, session=None, flashes=[], nav="",
+                            error=f"too many wrong tokens from this address: try again in "
+                            f"{wait} s")  # fmt: skip
+            response.headers["Retry-After"] = str(wait)
+            return response
         try:
             form = read_form(await request.body())
         except ConduitError as exc:
             return refused(request, exc, None)
         session = sessions.login(form.get("token", ""))
         if session is None:
-            log.warning("console login refused: wrong token")
+            log.warning("console login refused: wrong token from %s", address)
+            if throttle is not None:
+                throttle.failed(address)
             return page("login.html", status=401, session=None, flashes=[], nav="",
                         error="wrong token (it is the daemon's API token file)")  # fmt: skip
+        log.info("console login token=%s role=%s from %s", session.principal.name,
+                 session.principal.role, address)  # fmt: skip
         response = _redirect("/ui/")
         response.set_cookie(
             COOKIE, session.id, max_age=SESSION_SECONDS, path="/ui", httponly=True,

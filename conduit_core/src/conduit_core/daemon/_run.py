@@ -28,9 +28,10 @@ from conduit_core.errors import ConduitError
 from conduit_core.extension import active_switches
 from conduit_core.http import (
     ApiService,
+    LoginThrottle,
     MetricsEndpoint,
     create_app,
-    ensure_token,
+    load_tokens,
     split_listen,
     with_metrics,
 )
@@ -196,7 +197,9 @@ class Daemon:
         async with contextlib.AsyncExitStack() as stack:
             store = await open_store(paths.store)
             stack.push_async_callback(store.aclose)
-            token = ensure_token(paths.token_file)
+            tokens = load_tokens(config, paths.token_file)
+            wrong = config.settings.http.wrong_token_limit
+            throttle = LoginThrottle(limit=wrong) if wrong else None
             sockets = [bind_tcp(paths.listen)]
             if paths.unix_socket is not None:
                 sockets.append(bind_unix(paths.unix_socket))
@@ -223,18 +226,21 @@ class Daemon:
             self.service = ApiService(config, scheduler, host)
             self.routines = RoutinesHost(store, scheduler, self.clock, host, config)
             routines = self.routines
-            app = create_app(self.service, token)
-            app = mount_schedules(app, lambda: routines.schedules, token)
+            app = create_app(self.service, tokens, throttle=throttle)
+            app = mount_schedules(app, lambda: routines.schedules, tokens)
             service = self.service
             metrics = MetricsEndpoint(
-                lambda: service, token, open_access=config.settings.metrics.open
-            )
+                lambda: service, tokens, open_access=config.settings.metrics.open,
+                throttle=throttle,
+            )  # fmt: skip
             stop_tracing = start_tracing(config.settings.tracing)
             if stop_tracing is not None:
                 stack.callback(stop_tracing)  # flushes the spans still batched
             # The web console shares the listener under /ui/ (its own session login); /metrics
             # is answered before both (its own token check, or open).
-            served = with_console(app, self.service, lambda: routines.schedules, token)
+            served = with_console(
+                app, self.service, lambda: routines.schedules, tokens, throttle=throttle
+            )
             served = with_metrics(served, metrics)
             await self._serve(host, sockets, channel, served, plugins, store, paths)
         log.info("daemon stopped owner=%s", self.owner)
@@ -342,8 +348,9 @@ class Daemon:
             paths.listen,
             paths.unix_socket,
             paths.token_file,
-        ):
-            log.warning("store and http settings change only when the daemon restarts")
+        ) or config.tokens != self.service.config.tokens:
+            log.warning("store and http settings ([[tokens]] too) change only when the daemon "
+                        "restarts")  # fmt: skip
         await self.host.replace_scheduler(scheduler)
         self.service.config = config
         self.service.scheduler = scheduler

@@ -37,6 +37,9 @@ class ScheduleRecord(msgspec.Struct, frozen=True, kw_only=True):
     last_error: str | None = None
     #: A one-line summary of what a fire does.
     target: str = ""
+    #: The named API token whose pause, resume, run now or edit last changed it (if the source
+    #: keeps it: conduit's own Routines do).
+    changed_by: str | None = None
 
 
 class SourceRead(msgspec.Struct, frozen=True, kw_only=True):

@@ -40,6 +40,13 @@ from conduit_core.http._schemas import (
     WorkPage,
 )
 from conduit_core.http._service import ApiService
+from conduit_core.http._tokens import (
+    LoginThrottle,
+    TokenSet,
+    actor_of,
+    principal_of,
+    require,
+)
 from conduit_core.model import WorkStatus
 from conduit_core.validation import MAX_DEPTH, TooDeepError, check_depth
 
@@ -51,6 +58,7 @@ __all__ = [
     "create_app",
     "decode_body",
     "page_limit",
+    "route_role",
     "status_for",
 ]
 
@@ -83,6 +91,10 @@ def status_for(exc: ConduitError) -> int:
         return 413
     if exc.code == "unauthorized":
         return 401
+    if exc.code == "forbidden_role":
+        return 403
+    if exc.code == "login_throttled":
+        return 429
     if isinstance(exc, LeaseLostError):
         return 409
     return 409
@@ -104,6 +116,28 @@ class ApiRoute:
     query: tuple[tuple[str, Any, str], ...] = ()
     #: Further success statuses with the same body (``PATCH /v1/schedules/{id}`` runs with 202).
     also: tuple[int, ...] = ()
+    #: The least token role that may call it (docs/http.md); unset: ``viewer`` for ``GET``,
+    #: ``operator`` for every other method.
+    role: str | None = None
+
+
+#: Operations only an ``admin`` token may call (the rest: ``GET`` viewer, else operator).
+ADMIN_ROUTES = frozenset(
+    {
+        ("POST", "/v1/work/{id}/confirm-stopped"),
+        ("POST", "/v1/schedules"),
+        ("DELETE", "/v1/schedules/{id}"),
+    }
+)
+
+
+def route_role(route: ApiRoute) -> str:
+    """The least role that may call ``route``."""
+    if route.role is not None:
+        return route.role
+    if (route.method, route.path) in ADMIN_ROUTES:
+        return "admin"
+    return "viewer" if route.method in ("GET", "HEAD") else "operator"
 
 
 ROUTES: tuple[ApiRoute, ...] = (
@@ -265,11 +299,11 @@ Handler = Callable[[ApiService, Request, Any], Awaitable[msgspec.Struct]]
 
 
 async def _submit(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
-    return await svc.submit(body)
+    return await svc.submit(body, actor=actor_of(request))
 
 
 async def _submit_batch(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
-    return await svc.submit_batch(body)
+    return await svc.submit_batch(body, actor=actor_of(request))
 
 
 async def _list(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
@@ -310,27 +344,27 @@ async def _output(svc: ApiService, request: Request, body: Any) -> msgspec.Struc
 
 
 async def _input(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
-    return await svc.send_input(request.path_params["id"], body)
+    return await svc.send_input(request.path_params["id"], body, actor=actor_of(request))
 
 
 async def _inject(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
-    return await svc.inject(request.path_params["id"], body)
+    return await svc.inject(request.path_params["id"], body, actor=actor_of(request))
 
 
 async def _cancel(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
-    return await svc.cancel(request.path_params["id"], body)
+    return await svc.cancel(request.path_params["id"], body, actor=actor_of(request))
 
 
 async def _retry(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
-    return await svc.retry(request.path_params["id"], body)
+    return await svc.retry(request.path_params["id"], body, actor=actor_of(request))
 
 
 async def _interrupt(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
-    return await svc.interrupt(request.path_params["id"], body)
+    return await svc.interrupt(request.path_params["id"], body, actor=actor_of(request))
 
 
 async def _confirm_stopped(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
-    return await svc.confirm_stopped(request.path_params["id"], body)
+    return await svc.confirm_stopped(request.path_params["id"], body, actor=actor_of(request))
 
 
 async def _capacity(svc: ApiService, request: Request, body: Any) -> msgspec.Struct:
@@ -373,9 +407,15 @@ def allowed_methods(app: Starlette, scope: Any) -> list[str]:
 
 
 def create_app(
-    service: ApiService, token: str, *, max_body_bytes: Callable[[], int] | None = None
+    service: ApiService,
+    token: str | TokenSet,
+    *,
+    max_body_bytes: Callable[[], int] | None = None,
+    throttle: LoginThrottle | None = None,
 ) -> Starlette:
-    """The API over ``service``; every request (the OpenAPI document too) needs ``token``.
+    """The API over ``service``; every request (the OpenAPI document too) needs ``token`` (one
+    admin token, or the named tokens whose roles each route checks). ``throttle`` refuses an
+    address after repeated wrong tokens.
 
     ``max_body_bytes`` gives the body limit per request (default: ``settings.http.max_body_bytes``
     of the config at start; like every HTTP setting it changes only on restart).
@@ -389,12 +429,15 @@ def create_app(
     def endpoint(route: ApiRoute) -> Callable[[Request], Awaitable[Response]]:
         handler = _HANDLERS[(route.method, route.path)]
         templated = "{" in route.path
+        needed = route_role(route)
+        what = f"{route.method} {route.path}"
 
         async def serve(request: Request) -> Response:
             if templated and request.scope["path"] in literal_paths:
                 # GET /v1/work/batch: the literal route's path, with a method it does not serve.
                 return method_not_allowed(request)
             try:
+                require(principal_of(request), needed, what)
                 body = None
                 if route.body is not None:
                     body = _decode(route.body, await request.body())
@@ -424,8 +467,9 @@ def create_app(
     routes = [Route(r.path, endpoint(r), methods=[r.method]) for r in ROUTES]
     routes.append(Route("/v1/openapi.json", openapi, methods=["GET"]))
     guard = Middleware(
-        RequestGuard, authorized=bearer_check(token), max_body=max_body_bytes or limit
-    )
+        RequestGuard, authorized=bearer_check(TokenSet.of(token)),
+        max_body=max_body_bytes or limit, throttle=throttle,
+    )  # fmt: skip
     app = Starlette(routes=routes, middleware=[guard])
 
     async def not_found(request: Request, exc: Exception) -> Response:

@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from conduit_core.http._tokens import actor_of
 from conduit_core.runtime import HUMAN_GATE, NeedsYou, needs_you
 
 __all__ = [
@@ -37,6 +38,8 @@ class SettledView(msgspec.Struct, frozen=True, kw_only=True):
     status: str
     #: ``approved``, ``refused`` (the Work is cancelled) or ``released``.
     action: str
+    #: The name of the token that settled it (recorded on the settlement event).
+    actor: str | None = None
 
 
 class NeedsYouView(msgspec.Struct, frozen=True, kw_only=True):
@@ -47,21 +50,31 @@ async def list_needs_you(svc: Any) -> NeedsYouView:
     return NeedsYouView(items=await needs_you(svc.store))
 
 
-async def approve(svc: Any, work_id: str, req: SettleRequest) -> SettledView:
-    work = await svc.scheduler.settle_gate_hold(work_id, HUMAN_GATE, admit=True, reason=req.reason)
+async def approve(
+    svc: Any, work_id: str, req: SettleRequest, *, actor: str | None = None
+) -> SettledView:
+    work = await svc.scheduler.settle_gate_hold(
+        work_id, HUMAN_GATE, admit=True, reason=req.reason, actor=actor
+    )
     svc.host.wake()
-    return SettledView(work_id=work.id, status=str(work.status), action="approved")
+    return SettledView(work_id=work.id, status=str(work.status), action="approved", actor=actor)
 
 
-async def refuse(svc: Any, work_id: str, req: SettleRequest) -> SettledView:
-    work = await svc.scheduler.settle_gate_hold(work_id, HUMAN_GATE, admit=False, reason=req.reason)
-    return SettledView(work_id=work.id, status=str(work.status), action="refused")
+async def refuse(
+    svc: Any, work_id: str, req: SettleRequest, *, actor: str | None = None
+) -> SettledView:
+    work = await svc.scheduler.settle_gate_hold(
+        work_id, HUMAN_GATE, admit=False, reason=req.reason, actor=actor
+    )
+    return SettledView(work_id=work.id, status=str(work.status), action="refused", actor=actor)
 
 
-async def release(svc: Any, work_id: str, req: SettleRequest) -> SettledView:
-    work = await svc.scheduler.release_hold(work_id, reason=req.reason)
+async def release(
+    svc: Any, work_id: str, req: SettleRequest, *, actor: str | None = None
+) -> SettledView:
+    work = await svc.scheduler.release_hold(work_id, reason=req.reason, actor=actor)
     svc.host.wake()
-    return SettledView(work_id=work.id, status=str(work.status), action="released")
+    return SettledView(work_id=work.id, status=str(work.status), action="released", actor=actor)
 
 
 async def _needs_you(svc: Any, request: Any, body: Any) -> msgspec.Struct:
@@ -69,15 +82,15 @@ async def _needs_you(svc: Any, request: Any, body: Any) -> msgspec.Struct:
 
 
 async def _approve(svc: Any, request: Any, body: Any) -> msgspec.Struct:
-    return await approve(svc, request.path_params["id"], body)
+    return await approve(svc, request.path_params["id"], body, actor=actor_of(request))
 
 
 async def _refuse(svc: Any, request: Any, body: Any) -> msgspec.Struct:
-    return await refuse(svc, request.path_params["id"], body)
+    return await refuse(svc, request.path_params["id"], body, actor=actor_of(request))
 
 
 async def _release(svc: Any, request: Any, body: Any) -> msgspec.Struct:
-    return await release(svc, request.path_params["id"], body)
+    return await release(svc, request.path_params["id"], body, actor=actor_of(request))
 
 
 #: (method, path, summary, response, status, body) — ``_app`` makes them ``ApiRoute``s.

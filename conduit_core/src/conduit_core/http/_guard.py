@@ -5,12 +5,20 @@ holds the token (everyone else gets 401, whatever the path), and no handler can 
 ``http.max_body_bytes`` of a body: a declared ``Content-Length`` over the limit is refused before
 a byte is read, and a chunked body is counted while it streams, so an oversized body is never
 buffered whole.
+
+With named tokens (``[[tokens]]``) the token's :class:`Principal` is put in the request's
+``state`` (``request.state.principal``) for the role checks and the ``actor`` of what it writes.
+A client address that presented too many wrong tokens is refused with 429 and ``Retry-After``
+before its token is even compared (:class:`LoginThrottle`); each wrong token is logged with the
+address, never the token.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 from starlette.datastructures import Headers
@@ -18,8 +26,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from conduit_core.errors import ConduitError
 from conduit_core.http._schemas import ErrorBody
+from conduit_core.http._tokens import LoginThrottle, Principal, TokenSet, client_address
 
 __all__ = ["BodyTooLargeError", "RequestGuard", "bearer_check"]
+
+log = logging.getLogger("conduit.http")
 
 _ENCODER = msgspec.json.Encoder()
 
@@ -36,8 +47,11 @@ class BodyTooLargeError(ConduitError):
         self.limit = limit
 
 
-def bearer_check(token: str) -> Callable[[Headers], bool]:
-    """Whether a request's headers carry ``Authorization: Bearer <token>`` (constant time)."""
+def bearer_check(token: str | TokenSet) -> Callable[[Headers], Any]:
+    """The :class:`Principal` of a request's ``Authorization: Bearer <token>`` (falsy ``None``
+    for a missing or wrong token); compared in constant time."""
+    if isinstance(token, TokenSet):
+        return token.from_headers
     expected = f"Bearer {token}".encode()
 
     def authorized(headers: Headers) -> bool:
@@ -46,18 +60,17 @@ def bearer_check(token: str) -> Callable[[Headers], bool]:
     return authorized
 
 
-async def _answer(send: Send, status: int, message: str, code: str) -> None:
+async def _answer(
+    send: Send, status: int, message: str, code: str, *, retry_after: int | None = None
+) -> None:
     body = _ENCODER.encode(ErrorBody(error=message, code=code))
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -68,21 +81,37 @@ class RequestGuard:
         self,
         app: ASGIApp,
         *,
-        authorized: Callable[[Headers], bool],
+        authorized: Callable[[Headers], Any],
         max_body: Callable[[], int],
+        throttle: LoginThrottle | None = None,
     ) -> None:
         self.app = app
         self.authorized = authorized
         self.max_body = max_body
+        self.throttle = throttle
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        if not self.authorized(headers):
+        address = client_address(scope)
+        throttle = self.throttle
+        wait = throttle.retry_after(address) if throttle is not None else None
+        if wait is not None:
+            await _answer(send, 429, f"too many wrong tokens from this address: try again in "
+                          f"{wait} s", "login_throttled", retry_after=wait)  # fmt: skip
+            return
+        principal = self.authorized(headers)
+        if not principal:
+            if "authorization" in headers:  # a wrong token, not a missing one
+                log.warning("API request refused: wrong bearer token from %s", address)
+                if throttle is not None:
+                    throttle.failed(address)
             await _answer(send, 401, "missing or wrong bearer token", "unauthorized")
             return
+        if isinstance(principal, Principal):
+            scope.setdefault("state", {})["principal"] = principal
         limit = self.max_body()
         declared = headers.get("content-length")
         # The server (h11) already refuses a malformed Content-Length with 400.

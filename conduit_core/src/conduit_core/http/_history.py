@@ -13,7 +13,7 @@ Sources, each read as it is stored (nothing here is kept twice):
 
 **Who**: an entry's ``actor`` is read from the record (``actor`` in an event's payload, ``by`` for a
 stop confirmation); where nothing records who, it is ``None`` (the console shows "—").
-:func:`actor_of` is the one place that reads it.
+:func:`recorded_actor` is the one place that reads it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ __all__ = [
     "INTERRUPTED",
     "HistoryEntry",
     "HistoryPage",
-    "actor_of",
+    "recorded_actor",
     "build_history",
 ]
 
@@ -79,9 +79,9 @@ class HistoryPage(msgspec.Struct, frozen=True, kw_only=True):
     next: str | None = None
 
 
-def actor_of(payload: Any) -> str | None:
+def recorded_actor(payload: Any) -> str | None:
     """Who the record says did it: ``actor`` (a token's name), else ``by``; ``None`` when no one
-    is recorded. The named-tokens work writes ``actor`` into the records of actions."""
+    is recorded. Actions write their token's name as ``actor`` (``http._tokens.actor_of``)."""
     if not isinstance(payload, dict):
         return None
     for key in ("actor", "by"):
@@ -109,7 +109,7 @@ def _event_entry(event: Event, consumed_by: dict[str, int]) -> HistoryEntry:
         )  # fmt: skip
         return HistoryEntry(
             at_ms=event.accepted_at_ms, kind="input", summary=f"input {event.type} ({where})",
-            actor=actor_of(payload), attempt=taken, ref=event.id,
+            actor=recorded_actor(payload), attempt=taken, ref=event.id,
         )  # fmt: skip
     kind, text = known
     attempt = None
@@ -124,7 +124,7 @@ def _event_entry(event: Event, consumed_by: dict[str, int]) -> HistoryEntry:
         elif kind == "stop_confirmed":
             text = f"stop confirmed for epoch {payload.get('epoch')} ({payload.get('execution')})"
     return HistoryEntry(
-        at_ms=event.accepted_at_ms, kind=kind, summary=text, actor=actor_of(payload),
+        at_ms=event.accepted_at_ms, kind=kind, summary=text, actor=recorded_actor(payload),
         reason=_reason(payload), attempt=attempt, ref=event.id,
     )  # fmt: skip
 

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from conduit_core.errors import ConduitError
 from conduit_core.http._guard import bearer_check
 from conduit_core.http._service import ApiService
+from conduit_core.http._tokens import LoginThrottle, TokenSet, client_address
 from conduit_core.telemetry import METRICS, Metrics
 
 __all__ = ["METRICS_PATH", "MetricsEndpoint", "stored_state_metrics", "with_metrics"]
@@ -39,8 +40,11 @@ async def stored_state_metrics(service: ApiService) -> list[Metric]:
     capacity = await service.capacity()
     counts = await service.store.work_counts()
     held = await service.store.held_work()
-    depth = await service.store.ready_depth()
+    summary = await service.store.ready_summary()
+    depth = {binding: count for binding, (count, _) in summary.items()}
     recoveries = await service.store.held_recoveries()
+    unconfirmed = await service.store.unconfirmed_exclusions()
+    now_ms = service.scheduler.clock.now_ms()
 
     pools = _slot_families("pool", capacity.pools, "Attempts holding a slot of the pool")
     scopes = _slot_families(
@@ -62,10 +66,18 @@ async def stored_state_metrics(service: ApiService) -> list[Metric]:
         "Ready Work that could start now, per binding (from an index, not a scan)",
         labels=["binding", "pool"],
     )
+    oldest = GaugeMetricFamily(
+        "conduit_work_ready_oldest_age_seconds",
+        "Age of the oldest Work that could start now, per binding (0 with none): how long it "
+        "has been ready since its last change (submit, input, retry)",
+        labels=["binding"],
+    )
     pools_of = service.scheduler.options.binding_pools
     for binding in sorted({*service.config.bindings, *depth}):
         pool = pools_of.get(binding) or "global"
-        ready_by_binding.add_metric([binding, pool], depth.get(binding, 0))
+        count, since = summary.get(binding, (0, now_ms))
+        ready_by_binding.add_metric([binding, pool], count)
+        oldest.add_metric([binding], max(now_ms - since, 0) / 1000)
     by_kind: Counter[str] = Counter({"budget": 0, "gate": 0})
     by_kind.update(str(hold.kind) for hold, _ in held)
     by_kind["recovery"] = len(recoveries)
@@ -76,7 +88,15 @@ async def stored_state_metrics(service: ApiService) -> list[Metric]:
     )
     for kind, count in sorted(by_kind.items()):
         holds.add_metric([kind], count)
-    return [*pools, *scopes, work, ready, ready_by_binding, holds]
+    attempts_held = GaugeMetricFamily(
+        "conduit_attempts_held",
+        "Attempts that keep their Work from starting again until settled: a held recovery "
+        "(a person decides), or an ended attempt whose stop is not verified yet",
+        labels=["reason"],
+    )
+    attempts_held.add_metric(["recovery"], len(recoveries))
+    attempts_held.add_metric(["stop_unconfirmed"], len(unconfirmed))
+    return [*pools, *scopes, work, ready, ready_by_binding, oldest, holds, attempts_held]
 
 
 class _SlotRow(Protocol):
@@ -133,19 +153,31 @@ class MetricsEndpoint:
     def __init__(
         self,
         service: Callable[[], ApiService],
-        token: str,
+        token: str | TokenSet,
         *,
         open_access: bool = False,
         metrics: Metrics = METRICS,
+        throttle: LoginThrottle | None = None,
     ) -> None:
         self._service = service
-        self._authorized = bearer_check(token)
+        self._authorized = bearer_check(TokenSet.of(token))
+        self._throttle = throttle
         self._open = open_access
         self._metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = Headers(scope=scope)
+        throttle, address = self._throttle, client_address(scope)
+        wait = throttle.retry_after(address) if throttle is not None and not self._open else None
+        if wait is not None:
+            await _send(send, 429, b'{"error":"too many wrong tokens from this address",'
+                        b'"code":"login_throttled"}', "application/json",
+                        retry_after=wait)  # fmt: skip
+            return
         if not self._open and not self._authorized(headers):
+            if throttle is not None and "authorization" in headers:
+                log.warning("/metrics refused: wrong bearer token from %s", address)
+                throttle.failed(address)
             await _send(send, 401, b'{"error":"missing or wrong bearer token","code":'
                         b'"unauthorized"}', "application/json")  # fmt: skip
             return
@@ -166,14 +198,17 @@ class MetricsEndpoint:
 
 
 async def _send(
-    send: Send, status: int, body: bytes, content_type: str, *, allow: str | None = None
-) -> None:
+    send: Send, status: int, body: bytes, content_type: str, *, allow: str | None = None,
+    retry_after: int | None = None,
+) -> None:  # fmt: skip
     headers = [
         (b"content-type", content_type.encode()),
         (b"content-length", str(len(body)).encode()),
     ]
     if allow is not None:
         headers.append((b"allow", allow.encode()))
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

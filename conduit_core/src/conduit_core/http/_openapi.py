@@ -26,9 +26,11 @@ _ERRORS = {
     "409": "The state does not allow this",
     "413": "The body is over `settings.http.max_body_bytes`; nothing was read past the limit",
     "422": "Unknown binding or scope",
+    "429": "Too many wrong tokens from this address (`login_throttled`); see `Retry-After`",
     "503": "The store is unreachable or the daemon is stopping",
 }
 _SCHEDULE_ERRORS = {"403": "The schedule's source is observe-only"}
+_ROLE_ERROR = {"403": "The token's role may not do this (`forbidden_role`)"}
 
 
 def _all_routes() -> tuple[Any, ...]:
@@ -62,7 +64,11 @@ def openapi_document() -> dict[str, Any]:
         success: dict[str, Any] = {"description": route.summary}
         if route.response is not None:
             success["content"] = {"application/json": {"schema": by_type[repr(route.response)]}}
-        errors = _ERRORS | (_SCHEDULE_ERRORS if route.path.startswith("/v1/schedules") else {})
+        errors = _ERRORS | (_ROLE_ERROR if route.method not in ("GET", "HEAD") else {})
+        if route.path.startswith("/v1/schedules"):
+            errors |= _SCHEDULE_ERRORS if route.method in ("GET", "HEAD") else {
+                "403": f"{_ROLE_ERROR['403']}, or the schedule's source is observe-only"
+            }
         op: dict[str, Any] = {
             "operationId": _operation_id(route.method, route.path),
             "summary": route.summary,
@@ -111,9 +117,12 @@ def openapi_document() -> dict[str, Any]:
                     "description": "The OpenAPI 3.1 document",
                     "content": {"application/json": {"schema": {"type": "object"}}},
                 },
-                "401": {
-                    "description": _ERRORS["401"],
-                    "content": {"application/json": {"schema": error_ref}},
+                **{
+                    code: {
+                        "description": _ERRORS[code],
+                        "content": {"application/json": {"schema": error_ref}},
+                    }
+                    for code in ("401", "429")
                 },
             },
         }
@@ -124,7 +133,9 @@ def openapi_document() -> dict[str, Any]:
             "title": "conduit daemon API",
             "version": __version__,
             "description": "Every request needs `Authorization: Bearer <token>` (the daemon's "
-            'token file). Errors are `{"error": message, "code": code}`.',
+            "token file, or a named `[[tokens]]` one: a `viewer` reads, an `operator` also acts, "
+            "an `admin` also confirms stops and creates, edits or deletes schedules). Errors are "
+            '`{"error": message, "code": code}`.',
         },
         "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
         # Relative: the daemon serves wherever `settings.http.listen` (or its unix socket) says.

@@ -157,6 +157,8 @@ class WorkView(_Response, frozen=True, kw_only=True):
     blocked_reason: str | None = None
     retry_pending: bool = False
     pending_inputs: int = 0
+    #: The name of the token whose cancel (or refusal) ended it.
+    cancelled_by: str | None = None
 
 
 class AttemptView(_Response, frozen=True, kw_only=True):
@@ -221,6 +223,8 @@ class EventView(_Response, frozen=True, kw_only=True):
     resumed: list[str] = []
     #: For an inject: the control intent that delivers it to the running attempt.
     control_id: str | None = None
+    #: The name of the token that sent it.
+    actor: str | None = None
 
 
 class InputView(_Response, frozen=True, kw_only=True):
@@ -234,6 +238,8 @@ class InputView(_Response, frozen=True, kw_only=True):
     correlation_key: str | None = None
     attempt: int | None = None
     pending: bool = False
+    #: The name of the token that sent it (``None``: conduit itself, or before named tokens).
+    actor: str | None = None
 
 
 class PoolCapacity(_Response, frozen=True, kw_only=True):
@@ -308,6 +314,7 @@ def work_view(work: Work) -> WorkView:
         blocked_reason=work.blocked_reason,
         retry_pending=work.retry_timer_id is not None,
         pending_inputs=work.pending_inputs,
+        cancelled_by=work.cancelled_by,
     )
 
 

@@ -234,7 +234,7 @@ class ApiService:
         text = data.decode("utf-8", errors="replace")
         return msgspec.structs.replace(view, available=True, text=text, bytes=len(data))
 
-    async def _record(self, work: Work, kind: str, reason: str) -> None:
+    async def _record(self, work: Work, kind: str, reason: str, actor: str | None) -> None:
         """An audit record addressed to the Work (its history, never its input), written after
         the action it records: the action is done either way, so a failed write is logged, not
         answered as the action's failure."""
@@ -242,7 +242,8 @@ class ApiService:
         key = f"{kind}/{work.id}/{work.last_attempt}/{now}/{secrets.token_hex(4)}"
         try:
             await self.store.accept_event(Event(
-                id=key, delivery_id=key, type=kind, payload={"work": work.id, "reason": reason},
+                id=key, delivery_id=key, type=kind,
+                payload={"work": work.id, "reason": reason, **({"actor": actor} if actor else {})},
                 work_id=work.id, scope=work.scope, pending=False, accepted_at_ms=now,
             ))  # fmt: skip
         except ConduitError as exc:
@@ -333,14 +334,18 @@ class ApiService:
 
     # --- writes ----------------------------------------------------------------------------
 
-    async def submit(self, req: SubmitRequest) -> WorkDetail:
-        work, first = self._new_work(req, self._now())
+    async def submit(self, req: SubmitRequest, *, actor: str | None = None) -> WorkDetail:
+        """Create the Work; ``actor`` (here and in every write below): the name of the token
+        that asked, recorded on what the write stores (its first input here)."""
+        work, first = self._new_work(req, self._now(), actor)
         await self.scheduler.submit(work, first)
         log.info("work submitted work=%s binding=%s scope=%s", work.id, work.binding, work.scope)
         self.host.wake()
         return await self.show(work.id)
 
-    async def submit_batch(self, req: BatchSubmitRequest) -> BatchSubmitResult:
+    async def submit_batch(
+        self, req: BatchSubmitRequest, *, actor: str | None = None
+    ) -> BatchSubmitResult:
         """Each item is decided alone (created, or refused with its own code), all in one store
         transaction: a producer's batch is many independent jobs, and one taken id or unknown
         binding must not send the other 999 back. A request over :data:`MAX_BATCH_ITEMS` items,
@@ -356,7 +361,7 @@ class ApiService:
         valid: list[tuple[Work, Event | None]] = []
         for index, item in enumerate(req.items):
             try:
-                work, first = self._new_work(item, now)
+                work, first = self._new_work(item, now, actor)
             except ConduitError as exc:
                 outcomes.append(_refused(index, item.id, exc))
                 continue
@@ -379,7 +384,9 @@ class ApiService:
             self.host.wake()
         return BatchSubmitResult(items=results, created=made, refused=len(results) - made)
 
-    def _new_work(self, req: SubmitRequest, now: int) -> tuple[Work, Event]:
+    def _new_work(
+        self, req: SubmitRequest, now: int, actor: str | None = None
+    ) -> tuple[Work, Event]:
         """The Work and first input a submit asks for, or the config's refusal."""
         binding = self.config.bindings.get(req.binding)
         if binding is None:
@@ -411,10 +418,11 @@ class ApiService:
             scope=scope,
             pending=True,
             accepted_at_ms=now,
+            actor=actor,
         )
         return work, first
 
-    def _event(self, work_id: str, req: InputRequest) -> Event:
+    def _event(self, work_id: str, req: InputRequest, actor: str | None) -> Event:
         now = self._now()
         delivery = req.delivery_id or f"{work_id}/input/{now}/{secrets.token_hex(4)}"
         return Event(
@@ -426,48 +434,59 @@ class ApiService:
             correlation_key=req.correlation_key,
             pending=True,
             accepted_at_ms=now,
+            actor=actor,
         )
 
-    async def send_input(self, work_id: str, req: InputRequest) -> EventView:
+    async def send_input(
+        self, work_id: str, req: InputRequest, *, actor: str | None = None
+    ) -> EventView:
         work = await self.store.get_work(work_id)
         if work.status.terminal:
             raise ConduitError(f"work {work_id!r} is {work.status}", code="not_eligible")
-        stored, resumed = await self.scheduler.accept_input(self._event(work_id, req))
+        stored, resumed = await self.scheduler.accept_input(self._event(work_id, req, actor))
         if resumed:
             self.host.run_resumed(resumed)
         self.host.wake()
         return _event_view(stored, resumed=[c.execution.id for c in resumed])
 
-    async def inject(self, work_id: str, req: InputRequest) -> EventView:
+    async def inject(
+        self, work_id: str, req: InputRequest, *, actor: str | None = None
+    ) -> EventView:
         """Deliver input to the running attempt (a control); queued as input if none takes it."""
         work = await self.store.get_work(work_id)
         if work.status.terminal:
             raise ConduitError(f"work {work_id!r} is {work.status}", code="not_eligible")
         stored, intent = await self.scheduler.inject(
             work_id, req.payload, delivery_id=req.delivery_id, event_type=req.type,
-            correlation_key=req.correlation_key,
+            correlation_key=req.correlation_key, actor=actor,
         )  # fmt: skip
         self.host.wake()
         return _event_view(stored, control_id=intent.id if intent is not None else None)
 
-    async def cancel(self, work_id: str, req: CancelRequest) -> WorkDetail:
+    async def cancel(
+        self, work_id: str, req: CancelRequest, *, actor: str | None = None
+    ) -> WorkDetail:
         """Cancel atomically; the scheduler then stops (verified) what the attempts started."""
         work = await self.store.get_work(work_id)
         if work.status.terminal:
             raise ConduitError(f"work {work_id!r} is already {work.status}", code="not_eligible")
         live = [a.id for a in await self.store.list_executions(work_id) if not a.status.terminal]
         # With a host, its next pass stops what ran, off this request (invariant 12).
-        await self.scheduler.cancel_work(work_id, stop=not self.host.stops_ended_attempts)
+        await self.scheduler.cancel_work(
+            work_id, stop=not self.host.stops_ended_attempts, actor=actor
+        )
         self.host.forget(live)
-        await self._record(work, CANCELLED, req.reason)
+        await self._record(work, CANCELLED, req.reason, actor)
         log.info(
-            "work cancelled work=%s attempts=%s reason=%r", work_id, ",".join(live) or "-",
-            req.reason,
+            "work cancelled work=%s attempts=%s reason=%r actor=%s", work_id,
+            ",".join(live) or "-", req.reason, actor or "-",
         )  # fmt: skip
         self.host.wake()
         return await self.show(work_id)
 
-    async def retry(self, work_id: str, req: RetryRequest) -> WorkDetail:
+    async def retry(
+        self, work_id: str, req: RetryRequest, *, actor: str | None = None
+    ) -> WorkDetail:
         work = await self.store.get_work(work_id)
         if work.status is not WorkStatus.READY:
             raise ConduitError(
@@ -475,32 +494,40 @@ class ApiService:
                 "retry, or blocked) can be retried",
                 code="not_eligible",
             )
-        await self.scheduler.manual_retry(work_id, reason=req.reason)
-        log.info("manual retry work=%s", work_id)
+        await self.scheduler.manual_retry(work_id, reason=req.reason, actor=actor)
+        log.info("manual retry work=%s actor=%s", work_id, actor or "-")
         self.host.wake()
         return await self.show(work_id)
 
-    async def confirm_stopped(self, work_id: str, req: ConfirmStoppedRequest) -> WorkDetail:
+    async def confirm_stopped(
+        self, work_id: str, req: ConfirmStoppedRequest, *, actor: str | None = None
+    ) -> WorkDetail:
         """A person's audited confirmation that the held attempt no longer runs (its epoch)."""
-        by = req.by or "api"
-        done = await self.scheduler.confirm_stopped(work_id, req.epoch, by=by, reason=req.reason)
+        by = req.by or actor or "api"
+        done = await self.scheduler.confirm_stopped(
+            work_id, req.epoch, by=by, reason=req.reason, actor=actor
+        )
         log.warning(
-            "stop confirmed work=%s execution=%s epoch=%s by=%r reason=%r",
-            work_id, done.id, req.epoch, by, req.reason,
+            "stop confirmed work=%s execution=%s epoch=%s by=%r reason=%r actor=%s",
+            work_id, done.id, req.epoch, by, req.reason, actor or "-",
         )  # fmt: skip
         self.host.wake()
         return await self.show(work_id)
 
-    async def interrupt(self, work_id: str, req: InterruptRequest) -> WorkDetail:
+    async def interrupt(
+        self, work_id: str, req: InterruptRequest, *, actor: str | None = None
+    ) -> WorkDetail:
         work = await self.store.get_work(work_id)
         live = [a for a in await self.store.list_executions(work_id) if a.status.live]
         if work.status.terminal or not live:
             raise ConduitError(
                 f"work {work_id!r} has no running attempt to interrupt", code="not_running"
             )
-        await self.scheduler.interrupt(work_id)
-        await self._record(work, INTERRUPTED, req.reason)
-        log.info("interrupt requested work=%s execution=%s", work_id, live[-1].id)
+        await self.scheduler.interrupt(work_id, actor=actor)
+        await self._record(work, INTERRUPTED, req.reason, actor)
+        log.info(
+            "interrupt requested work=%s execution=%s actor=%s", work_id, live[-1].id, actor or "-"
+        )
         self.host.wake()
         return await self.show(work_id)
 
@@ -534,7 +561,7 @@ def _input_view(event: Event, *, attempt: int | None = None, pending: bool = Fal
     return InputView(
         id=event.id, type=event.type, seq=event.seq, accepted_at_ms=event.accepted_at_ms,
         payload=event.payload, correlation_key=event.correlation_key, attempt=attempt,
-        pending=pending,
+        pending=pending, actor=event.actor,
     )  # fmt: skip
 
 
@@ -549,6 +576,7 @@ def _event_view(
         accepted_at_ms=event.accepted_at_ms,
         resumed=resumed or [],
         control_id=control_id,
+        actor=event.actor,
     )
 
 

@@ -25,6 +25,7 @@ from conduit_core.errors import ConduitError, NotFoundError
 from conduit_core.http._app import ApiRoute, decode_body, page_limit, status_for
 from conduit_core.http._guard import bearer_check
 from conduit_core.http._schemas import ErrorBody
+from conduit_core.http._tokens import Principal, TokenSet, actor_of, principal_of, require
 from conduit_core.model import WorkTemplate
 from conduit_core.routines import (
     ConduitRoutineSource,
@@ -101,21 +102,27 @@ def _status(exc: ConduitError) -> int:
 
 def schedule_routes(
     schedules: ScheduleMultiplexer | Callable[[], ScheduleMultiplexer],
-    authorized: Callable[[Headers], bool],
+    authorized: Callable[[Headers], object],
 ) -> list[Route]:
     """The ``/v1/schedules`` routes; ``schedules`` may be a callable (replaced on reload)."""
 
     def mux() -> ScheduleMultiplexer:
         return schedules if isinstance(schedules, ScheduleMultiplexer) else schedules()
 
-    def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Endpoint:
+    def guarded(
+        handler: Callable[[Request], Awaitable[Response]], role: str = "viewer"
+    ) -> Endpoint:
         async def serve(request: Request) -> Response:
             # The daemon's app checks the token first already; a bare app relies on this.
-            if not authorized(request.headers):
+            who = authorized(request.headers)
+            if not who:
                 return _json(
                     ErrorBody(error="missing or wrong bearer token", code="unauthorized"), 401
                 )
+            if isinstance(who, Principal):
+                request.state.principal = who
             try:
+                require(principal_of(request), role, f"{request.method} {request.url.path}")
                 return await handler(request)
             except ConduitError as exc:
                 status = _status(exc)
@@ -135,7 +142,11 @@ def schedule_routes(
 
     async def change(request: Request) -> Response:
         body: ScheduleChange = decode_body(_CHANGE, await request.body())
-        record = await mux().change(request.path_params["id"], body)
+        if body.action == "edit":  # pause, resume and run are an operator's; edits an admin's
+            require(principal_of(request), "admin", "editing a schedule")
+        record = await mux().change(request.path_params["id"], body, actor=actor_of(request))
+        log.info("schedule %s %s actor=%s", request.path_params["id"], body.action,
+                 actor_of(request) or "-")  # fmt: skip
         return _json(record, 202 if body.action == "run" else 200)
 
     async def delete(request: Request) -> Response:
@@ -143,7 +154,7 @@ def schedule_routes(
         return Response(status_code=204)
 
     async def run_now(request: Request) -> Response:
-        return _json(await mux().run_now(request.path_params["id"]), 202)
+        return _json(await mux().run_now(request.path_params["id"], actor=actor_of(request)), 202)
 
     async def history(request: Request) -> Response:
         schedule_id: str = request.path_params["id"]
@@ -162,10 +173,10 @@ def schedule_routes(
 
     return [
         Route("/v1/schedules", guarded(read), methods=["GET"]),
-        Route("/v1/schedules", guarded(create), methods=["POST"]),
-        Route("/v1/schedules/{id}", guarded(change), methods=["PATCH"]),
-        Route("/v1/schedules/{id}", guarded(delete), methods=["DELETE"]),
-        Route("/v1/schedules/{id}/run", guarded(run_now), methods=["POST"]),
+        Route("/v1/schedules", guarded(create, "admin"), methods=["POST"]),
+        Route("/v1/schedules/{id}", guarded(change, "operator"), methods=["PATCH"]),
+        Route("/v1/schedules/{id}", guarded(delete, "admin"), methods=["DELETE"]),
+        Route("/v1/schedules/{id}/run", guarded(run_now, "operator"), methods=["POST"]),
         Route("/v1/schedules/{id}/history", guarded(history), methods=["GET"]),
     ]
 
@@ -173,8 +184,8 @@ def schedule_routes(
 def mount_schedules(
     app: Starlette,
     schedules: ScheduleMultiplexer | Callable[[], ScheduleMultiplexer],
-    token: str,
+    token: str | TokenSet,
 ) -> Starlette:
-    """Add ``/v1/schedules`` to the API app (``create_app(service, token)``), same bearer token."""
-    app.router.routes.extend(schedule_routes(schedules, bearer_check(token)))
+    """Add ``/v1/schedules`` to the API app (``create_app(service, token)``), same tokens."""
+    app.router.routes.extend(schedule_routes(schedules, bearer_check(TokenSet.of(token))))
     return app

@@ -174,7 +174,7 @@ def _skipped(routine: Routine, token: str, decision: MisfireDecision, now_ms: in
 def _fired_event(routine: Routine, token: str, decision: MisfireDecision, now_ms: int) -> Event:
     scheduled = decision.scheduled_for_ms
     assert scheduled is not None
-    METRICS.routine_fired((now_ms - scheduled) / 1000)
+    METRICS.routine_fired((now_ms - scheduled) / 1000, routine.id, routine.grace_seconds)
     return routine_event(
         routine,
         "fired",
@@ -243,6 +243,7 @@ def _plan(routine: Routine, now_ms: int) -> RoutineUpdate | MisfireDecision:
     decision = ledger.plan_fire(routine, spec, now_ms)
     METRICS.routine_misfired(routine.id, str(routine.misfire), decision.skipped)
     if not decision.fire:
+        METRICS.routine_skipped(routine.id)
         return _skipped(routine, token, decision, now_ms)
     return decision
 

@@ -168,8 +168,11 @@ class ConduitRoutineSource:
     async def get(self, local_id: str) -> Routine:
         return await self.store.get_routine(local_id)
 
-    async def update(self, local_id: str, change: ScheduleChange) -> Routine:
-        """Pause, resume, run now or edit one Routine (refused while a fire is in flight)."""
+    async def update(
+        self, local_id: str, change: ScheduleChange, *, actor: str | None = None
+    ) -> Routine:
+        """Pause, resume, run now or edit one Routine (refused while a fire is in flight);
+        ``actor``, the token's name, is kept as ``changed_by`` when it changes the row."""
         now = self.clock.now_ms()
         transition: Callable[[Routine], Routine]
         if change.action == "pause":
@@ -185,12 +188,18 @@ class ConduitRoutineSource:
             spec = parse_spec(text, zone)
             validate_once_not_past(spec, now)
             transition = _editor(text, zone, spec, now)
+        if actor is not None:
+            transition = _changed_by(transition, actor)
         routine = await self.store.apply_routine(local_id, transition)
         self._poke()
         return routine
 
     async def change(self, local_id: str, change: ScheduleChange) -> ScheduleRecord:
         return self._record(await self.update(local_id, change))
+
+    async def change_as(self, local_id: str, change: ScheduleChange, actor: str) -> ScheduleRecord:
+        """:meth:`change` on behalf of the named token ``actor`` (kept as ``changed_by``)."""
+        return self._record(await self.update(local_id, change, actor=actor))
 
     async def delete(self, local_id: str) -> None:
         if not await self.store.delete_routine(local_id):
@@ -200,6 +209,18 @@ class ConduitRoutineSource:
     async def history(self, local_id: str, *, limit: int = 50) -> list[RoutineRun]:
         await self.store.get_routine(local_id)  # not_found for an unknown id
         return await self.store.routine_history(local_id, limit=limit)
+
+
+def _changed_by(
+    transition: Callable[[Routine], Routine], actor: str
+) -> Callable[[Routine], Routine]:
+    def apply(routine: Routine) -> Routine:
+        changed = transition(routine)
+        if changed is routine:  # idempotent (pause a paused one): nothing to attribute
+            return routine
+        return msgspec.structs.replace(changed, changed_by=actor)
+
+    return apply
 
 
 def _editor(text: str, zone: str, spec: Spec, now: int) -> Callable[[Routine], Routine]:

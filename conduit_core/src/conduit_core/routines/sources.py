@@ -140,6 +140,7 @@ def routine_record(routine: Routine, *, source: str = "conduit") -> ScheduleReco
         last_run_at_ms=routine.last_run_at_ms,
         last_error=routine.last_error,
         target=f"{summary} in scope {target.scope or routine.scope}",
+        changed_by=routine.changed_by,
     )
 
 
@@ -241,9 +242,16 @@ class ScheduleMultiplexer:
         writer = self._writable(source, "create schedules")
         return await _guard(source, writer.create(request))
 
-    async def change(self, schedule_id: str, change: ScheduleChange) -> ScheduleRecord:
+    async def change(
+        self, schedule_id: str, change: ScheduleChange, *, actor: str | None = None
+    ) -> ScheduleRecord:
+        """Route the change to its source; ``actor`` (the token's name) is kept by a source
+        that records it (``change_as``: conduit's own Routines)."""
         source, local_id = self._route(schedule_id)
         writer = self._writable(source, f"{change.action} {schedule_id!r}")
+        change_as = getattr(writer, "change_as", None)
+        if actor is not None and change_as is not None:
+            return await _guard(source, change_as(local_id, change, actor))
         return await _guard(source, writer.change(local_id, change))
 
     async def delete(self, schedule_id: str) -> None:
@@ -257,8 +265,8 @@ class ScheduleMultiplexer:
     async def resume(self, schedule_id: str) -> ScheduleRecord:
         return await self.change(schedule_id, ScheduleChange(action="resume"))
 
-    async def run_now(self, schedule_id: str) -> ScheduleRecord:
-        return await self.change(schedule_id, ScheduleChange(action="run"))
+    async def run_now(self, schedule_id: str, *, actor: str | None = None) -> ScheduleRecord:
+        return await self.change(schedule_id, ScheduleChange(action="run"), actor=actor)
 
 
 async def _guard(source: ScheduleSource, pending: Awaitable[_T]) -> _T:

@@ -14,6 +14,8 @@ import logging
 import uuid
 from typing import Any
 
+import msgspec
+
 from conduit_core.errors import LeaseLostError
 from conduit_core.extension import Capability, NotAcceptingError
 from conduit_core.model import (
@@ -58,6 +60,7 @@ class Controls:
         delivery_id: str | None = None,
         event_type: str = INPUT_EVENT_TYPE,
         correlation_key: str | None = None,
+        actor: str | None = None,
     ) -> tuple[Event, ControlIntent | None]:
         """Queue input for the Work and, when an attempt that takes input runs, an inject intent."""
         now = self.clock.now_ms()
@@ -66,7 +69,7 @@ class Controls:
             work_id, payload, delivery_id=delivery, now=now, event_type=event_type,
             correlation_key=correlation_key,
         )  # fmt: skip
-        event = await self.store.accept_event(queued)
+        event = await self.store.accept_event(msgspec.structs.replace(queued, actor=actor))
         live = [e for e in await self.store.list_executions(work_id) if e.status.live]
         if not live or Capability.INJECT not in live[-1].snapshot.capabilities:
             return event, None  # queued for the next attempt
@@ -81,25 +84,28 @@ class Controls:
                 input_ids=[event.id],
                 fallback=ex.snapshot.control_fallback,
                 created_at_ms=now,
+                actor=actor,
             )
         )
         return event, intent
 
-    async def interrupt(self, work_id: str) -> ControlIntent:
+    async def interrupt(self, work_id: str, *, actor: str | None = None) -> ControlIntent:
         """Fence the running attempt, leave the Work ready, and queue the interrupt for dispatch."""
         intent = await self.store.interrupt_work(
-            work_id, f"interrupt/{uuid.uuid4().hex}", now_ms=self.clock.now_ms()
+            work_id, f"interrupt/{uuid.uuid4().hex}", now_ms=self.clock.now_ms(), actor=actor
         )
         count_end(await self.store.get_execution(intent.execution_id))  # fenced: it ended here
         return intent
 
-    async def cancel_work(self, work_id: str, *, stop: bool = True) -> Work:
+    async def cancel_work(
+        self, work_id: str, *, stop: bool = True, actor: str | None = None
+    ) -> Work:
         """Cancel atomically (attempts, waits, owned timers, eligibility), then stop what ran.
 
         ``stop=False`` leaves the stops to a host whose passes stop every ended attempt whose
         exclusion is unconfirmed (the daemon: the caller then never waits on an executor)."""
         now = self.clock.now_ms()
-        work = await self.store.cancel_work(work_id, now_ms=now)
+        work = await self.store.cancel_work(work_id, now_ms=now, actor=actor)
         for ex in await self.store.list_executions(work_id):
             if ex.status is ExecutionStatus.CANCELLED and ex.ended_at_ms == now:
                 count_end(ex)  # an attempt this cancel ended (not hot: a person's action)

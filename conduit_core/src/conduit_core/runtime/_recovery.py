@@ -381,7 +381,7 @@ class Recovery:
     # --- a person's confirmation ---------------------------------------------------------------
 
     async def confirm_stopped_by(
-        self, work_id: str, epoch: int, *, by: str, reason: str
+        self, work_id: str, epoch: int, *, by: str, reason: str, actor: str | None = None
     ) -> Execution:
         """A person's confirm-stopped for the Work's attempt that blocks it (see Scheduler)."""
         await self.store.get_work(work_id)  # not_found for an unknown id
@@ -409,7 +409,7 @@ class Recovery:
             )  # fmt: skip
 
         confirmed = await self.store.confirm_stopped(
-            target.id, epoch, now_ms=now, by=by, reason=reason, settle=settle
+            target.id, epoch, now_ms=now, by=by, reason=reason, settle=settle, actor=actor
         )
         if not target.status.terminal:
             count_end(confirmed)  # the held attempt ended here (an ended one was counted before)

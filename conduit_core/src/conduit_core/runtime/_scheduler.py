@@ -187,7 +187,7 @@ class Scheduler:
             return ended
 
     async def confirm_stopped(
-        self, work_id: str, epoch: int, *, by: str, reason: str = ""
+        self, work_id: str, epoch: int, *, by: str, reason: str = "", actor: str | None = None
     ) -> Execution:
         """A person confirms that the Work's held (or ended, unconfirmed) attempt no longer
         runs, for ``epoch``; audited as ``core.execution.stop_confirmed``.
@@ -195,7 +195,9 @@ class Scheduler:
         A held attempt ends failed (``stop_confirmed``, counted per its retry policy) with its
         exclusion confirmed, so the Work may start again.
         """
-        return await self.recovery.confirm_stopped_by(work_id, epoch, by=by, reason=reason)
+        return await self.recovery.confirm_stopped_by(
+            work_id, epoch, by=by, reason=reason, actor=actor
+        )
 
     async def stop_and_confirm(self, execution_id: str) -> bool:
         """Stop the attempt's resources; confirm its exclusion when the stop is verified."""
@@ -231,21 +233,25 @@ class Scheduler:
         delivery_id: str | None = None,
         event_type: str = INPUT_EVENT_TYPE,
         correlation_key: str | None = None,
+        actor: str | None = None,
     ) -> tuple[Event, ControlIntent | None]:
-        """Queue input; when a running attempt takes input, also an inject intent for it."""
+        """Queue input; when a running attempt takes input, also an inject intent for it.
+        ``actor`` (here and below): the named token that asked, kept on what is written."""
         return await self.controls.inject(
             work_id, payload, delivery_id=delivery_id, event_type=event_type,
-            correlation_key=correlation_key,
+            correlation_key=correlation_key, actor=actor,
         )  # fmt: skip
 
-    async def interrupt(self, work_id: str) -> ControlIntent:
+    async def interrupt(self, work_id: str, *, actor: str | None = None) -> ControlIntent:
         """Fence the running attempt, leave the Work ready, queue the interrupt."""
-        return await self.controls.interrupt(work_id)
+        return await self.controls.interrupt(work_id, actor=actor)
 
-    async def cancel_work(self, work_id: str, *, stop: bool = True) -> Work:
+    async def cancel_work(
+        self, work_id: str, *, stop: bool = True, actor: str | None = None
+    ) -> Work:
         """Cancel the Work atomically, then stop and confirm whatever its attempts started
         (``stop=False``: a host's stop/confirm pass does that, see ``Controls.cancel_work``)."""
-        return await self.controls.cancel_work(work_id, stop=stop)
+        return await self.controls.cancel_work(work_id, stop=stop, actor=actor)
 
     async def dispatch_controls(self, *, limit: int = 100) -> int:
         """Dispatch open inject/interrupt intents; returns how many were settled."""
@@ -267,19 +273,21 @@ class Scheduler:
             self.admission.budget_book(), now_ms=self.clock.now_ms()
         )
 
-    async def release_hold(self, work_id: str, *, reason: str = "") -> Work:
+    async def release_hold(
+        self, work_id: str, *, reason: str = "", actor: str | None = None
+    ) -> Work:
         """Release a budget hold, leaving one pass; a gate's hold is refused (``gate_hold``)."""
         return await self.store.release_budget_hold(
-            work_id, reason=reason, now_ms=self.clock.now_ms()
+            work_id, reason=reason, now_ms=self.clock.now_ms(), actor=actor
         )
 
     async def settle_gate_hold(
-        self, work_id: str, gate: str, *, admit: bool, reason: str = ""
+        self, work_id: str, gate: str, *, admit: bool, reason: str = "", actor: str | None = None
     ) -> Work:
         """Only the holding gate registration settles its hold: admit leaves a pass (the next
         start skips the gates once), refuse cancels the Work. Idempotent."""
         return await self.store.settle_gate_hold(
-            work_id, gate, admit=admit, reason=reason, now_ms=self.clock.now_ms()
+            work_id, gate, admit=admit, reason=reason, now_ms=self.clock.now_ms(), actor=actor
         )
 
     # --- input, timers, retry ------------------------------------------------------------------
@@ -320,9 +328,11 @@ class Scheduler:
         """Fire due timers once each; a retry timer accepts ``core.retry`` as the Work's input."""
         return await self.wakes.fire_due_timers(limit=limit)
 
-    async def manual_retry(self, work_id: str, *, reason: str = "") -> Work:
+    async def manual_retry(
+        self, work_id: str, *, reason: str = "", actor: str | None = None
+    ) -> Work:
         """``core.manual.retry``: reset the failure budget (not attempt numbering) and run again."""
-        return await self.wakes.manual_retry(work_id, reason=reason)
+        return await self.wakes.manual_retry(work_id, reason=reason, actor=actor)
 
     async def accept_input(self, event: Event) -> tuple[Event, list[Claim]]:
         """Accept an event; wake parked attempts whose wait it matches (never their own Work's).

@@ -70,7 +70,9 @@ class Wakes:
                 fired.append(timer.id)
         return fired
 
-    async def manual_retry(self, work_id: str, *, reason: str = "") -> Work:
+    async def manual_retry(
+        self, work_id: str, *, reason: str = "", actor: str | None = None
+    ) -> Work:
         """``core.manual.retry``: reset the failure budget (not attempt numbering) and run again."""
         work = await self.store.get_work(work_id)
         if work.status.terminal:
@@ -85,7 +87,7 @@ class Wakes:
             work_id, {"reason": reason, "trigger": trigger}, delivery_id=delivery, now=now,
             event_type=policy.MANUAL_RETRY_EVENT_TYPE,
         )  # fmt: skip
-        await self.store.accept_event(event)
+        await self.store.accept_event(msgspec.structs.replace(event, actor=actor))
 
         def reset(current: Work) -> Work:
             return msgspec.structs.replace(

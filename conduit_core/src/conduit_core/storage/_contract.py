@@ -269,9 +269,12 @@ class Store(ABC):
         """Apply a runtime decision (manual retry, clearing a backoff…) to the stored Work."""
 
     @abstractmethod
-    async def cancel_work(self, work_id: str, *, now_ms: int) -> Work:
+    async def cancel_work(
+        self, work_id: str, *, now_ms: int, actor: str | None = None
+    ) -> Work:
         """Cancel Work: fence its unfinished attempts (keeping their resource holds), remove its
-        waits and timers. Physical cleanup is the caller's, after this commit."""
+        waits and timers (``actor``, the token's name, is kept as ``cancelled_by``). Physical
+        cleanup is the caller's, after this commit."""
 
     # --- Claims ------------------------------------------------------------------------------
 
@@ -289,6 +292,12 @@ class Store(ABC):
     async def ready_depth(self) -> dict[str, int]:
         """How many Work could start now, per binding (bindings with none left out): one
         grouped read of the ready Work's partial index, never a scan of every Work."""
+
+    @abstractmethod
+    async def ready_summary(self) -> dict[str, tuple[int, int]]:
+        """Per binding with startable Work: ``(how many, the oldest one's ready-since ms)``
+        (ready since its last change: its submit, input, or the retry that made it ready),
+        read like :meth:`ready_depth` from the ready Work's partial index."""
 
     @abstractmethod
     async def capacity_refusal(self, capacity: CapacityLimits, work: Work) -> ClaimRefusal | None:
@@ -583,6 +592,7 @@ class Store(ABC):
         by: str | None = None,
         reason: str = "",
         settle: Decision | None = None,
+        actor: str | None = None,
     ) -> Execution:
         """Record that the attempt's resources stopped.
 
@@ -671,7 +681,9 @@ class Store(ABC):
         """Settle with the live token only; ``StaleDispatchError`` otherwise."""
 
     @abstractmethod
-    async def interrupt_work(self, work_id: str, intent_id: str, *, now_ms: int) -> ControlIntent:
+    async def interrupt_work(
+        self, work_id: str, intent_id: str, *, now_ms: int, actor: str | None = None
+    ) -> ControlIntent:
         """Fence the Work's live attempt (keeping its resource hold), leave the Work ready and
         record an interrupt intent for it; ``NotEligibleError`` when nothing runs."""
 
@@ -855,14 +867,17 @@ class Store(ABC):
         """Usage staged and not charged yet."""
 
     @abstractmethod
-    async def release_budget_hold(self, work_id: str, *, reason: str, now_ms: int) -> Work:
+    async def release_budget_hold(
+        self, work_id: str, *, reason: str, now_ms: int, actor: str | None = None
+    ) -> Work:
         """Delete the Work's budget holds, leaving one pass; code ``gate_hold`` when only a
         start gate holds it, ``not_held`` when nothing does."""
 
     @abstractmethod
     async def settle_gate_hold(
-        self, work_id: str, gate: str, *, admit: bool, reason: str, now_ms: int
-    ) -> Work:
+        self, work_id: str, gate: str, *, admit: bool, reason: str, now_ms: int,
+        actor: str | None = None,
+    ) -> Work:  # fmt: skip
         """Settle gate ``gate``'s hold: admit leaves a gate pass, refuse cancels the Work.
         Idempotent; code ``no_gate_hold`` when that gate does not hold it."""
 

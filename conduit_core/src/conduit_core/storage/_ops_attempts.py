@@ -888,6 +888,7 @@ def confirm_stopped(
     by: str | None = None,
     reason: str = "",
     settle: Decision | None = None,
+    actor: str | None = None,
 ) -> Execution:
     ex = load_execution(cx, execution_id, lock=True)
     if by is None:
@@ -900,7 +901,7 @@ def confirm_stopped(
         ex = msgspec.structs.replace(ex, exclusion_confirmed=True)
         save_execution(cx, ex)
         return ex
-    return _confirmed_by_person(cx, ex, expected_epoch, now_ms, by, reason, settle)
+    return _confirmed_by_person(cx, ex, expected_epoch, now_ms, by, reason, settle, actor)
 
 
 def _confirmed_by_person(
@@ -911,6 +912,7 @@ def _confirmed_by_person(
     by: str,
     reason: str,
     settle: Decision | None,
+    actor: str | None = None,
 ) -> Execution:
     if ex.epoch != expected_epoch:
         raise ConduitError(
@@ -951,6 +953,7 @@ def _confirmed_by_person(
             scope=ex.scope,
             pending=False,
             accepted_at_ms=now_ms,
+            actor=actor,
         ),
     )
     return ex

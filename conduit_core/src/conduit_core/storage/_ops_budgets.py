@@ -509,7 +509,7 @@ def _hold(work: Work, kind: HoldKind, holder: str, reason: str, now_ms: int) -> 
 
 def _record(
     cx: Cx, work: Work, kind: str, holder: str, now_ms: int, *, key: str | None = None,
-    **payload: str,
+    actor: str | None = None, **payload: str,
 ) -> Event:  # fmt: skip
     """A control event addressed to the Work: its history, never its input."""
     delivery = f"{kind}/{work.id}/{holder}/{key if key is not None else now_ms}"
@@ -524,6 +524,7 @@ def _record(
             scope=work.scope,
             pending=False,
             accepted_at_ms=now_ms,
+            actor=actor,
         ),
     )
 
@@ -531,7 +532,9 @@ def _record(
 # --- Settling holds -------------------------------------------------------------------------
 
 
-def release_budget_hold(cx: Cx, work_id: str, reason: str, now_ms: int) -> Work:
+def release_budget_hold(
+    cx: Cx, work_id: str, reason: str, now_ms: int, actor: str | None = None
+) -> Work:
     """Delete the Work's budget holds and leave it a pass for its next admitted start."""
     holds = list_holds(cx, work_id)
     budget = [h for h in holds if h.kind is HoldKind.BUDGET]
@@ -549,14 +552,15 @@ def release_budget_hold(cx: Cx, work_id: str, reason: str, now_ms: int) -> Work:
         delete_hold(cx, work_id, hold.kind, hold.holder)
         work = load_work(cx, work_id)
         _record(cx, work, BUDGET_RELEASED, hold.holder, now_ms, key=str(hold.created_at_ms),
-                reason=reason)  # fmt: skip
+                actor=actor, reason=reason)  # fmt: skip
     work = msgspec.structs.replace(load_work(cx, work_id), budget_pass=True)
     save_work(cx, work)
     return work
 
 
 def settle_gate_hold(
-    cx: Cx, work_id: str, gate: str, admit: bool, reason: str, now_ms: int
+    cx: Cx, work_id: str, gate: str, admit: bool, reason: str, now_ms: int,
+    actor: str | None = None,
 ) -> Work:
     """Only the holding registration settles: admit leaves a gate pass, refuse cancels."""
     work = load_work(cx, work_id)
@@ -584,9 +588,9 @@ def settle_gate_hold(
     hold = held[0]
     delete_hold(cx, work_id, HoldKind.GATE, gate)
     _record(cx, work, wanted, gate, now_ms, key=str(hold.created_at_ms), gate=gate,
-            reason=reason)  # fmt: skip
+            actor=actor, reason=reason)  # fmt: skip
     if not admit:
-        return cancel_work(cx, work_id, now_ms)
+        return cancel_work(cx, work_id, now_ms, actor)
     work = load_work(cx, work_id)
     work = msgspec.structs.replace(work, gate_pass=True, gated=True)
     save_work(cx, work)

@@ -30,7 +30,9 @@ from conduit_core.storage._sql import (
 __all__ = ["drop_inputs", "interrupt_work", "settle_consumed"]
 
 
-def interrupt_work(cx: Cx, work_id: str, intent_id: str, now_ms: int) -> ControlIntent:
+def interrupt_work(
+    cx: Cx, work_id: str, intent_id: str, now_ms: int, actor: str | None = None
+) -> ControlIntent:
     """Fence the Work's live attempt and leave the Work ready, recording an interrupt intent.
 
     The attempt keeps its resource hold (exclusion unconfirmed) until the interrupt's stop is
@@ -64,6 +66,7 @@ def interrupt_work(cx: Cx, work_id: str, intent_id: str, now_ms: int) -> Control
             kind=ControlKind.INTERRUPT,
             fallback=ex.snapshot.control_fallback,
             created_at_ms=now_ms,
+            actor=actor,
         ),
     )
 

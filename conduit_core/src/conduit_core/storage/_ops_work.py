@@ -140,7 +140,7 @@ def update_work(cx: Cx, work_id: str, change: WorkChange, now_ms: int) -> Work:
     return after
 
 
-def cancel_work(cx: Cx, work_id: str, now_ms: int) -> Work:
+def cancel_work(cx: Cx, work_id: str, now_ms: int, actor: str | None = None) -> Work:
     work = load_work(cx, work_id, lock=True)
     rows = cx.rows(
         "SELECT data FROM conduit_execution WHERE work_id = ? AND (live = 1 OR status = ?)",
@@ -163,7 +163,8 @@ def cancel_work(cx: Cx, work_id: str, now_ms: int) -> Work:
     cx.run("DELETE FROM conduit_timer WHERE work_id = ?", (work_id,))
     if not work.status.terminal:
         work = msgspec.structs.replace(
-            work, status=WorkStatus.CANCELLED, retry_timer_id=None, updated_at_ms=now_ms
+            work, status=WorkStatus.CANCELLED, retry_timer_id=None, updated_at_ms=now_ms,
+            cancelled_by=actor,
         )
         save_work(cx, work)
     return work
@@ -740,6 +741,17 @@ def ready_depth(cx: Cx) -> dict[str, int]:
     for binding, _scope, count in cx.rows(_READY_BY_BINDING_SQL):
         depth[binding] += int(count)
     return dict(depth)
+
+
+#: Per binding: how many Work could start now, and the oldest one's ``ready_since``.
+_READY_SUMMARY_SQL = (
+    f"SELECT binding, COUNT(*), MIN(ready_since) FROM conduit_work WHERE claimable = 1 AND "
+    f"{_UNBLOCKED} GROUP BY binding"
+)
+
+
+def ready_summary(cx: Cx) -> dict[str, tuple[int, int]]:
+    return {str(b): (int(n), int(oldest)) for b, n, oldest in cx.rows(_READY_SUMMARY_SQL)}
 
 
 def capacity_waiting(cx: Cx, capacity: CapacityLimits) -> dict[str, int]:

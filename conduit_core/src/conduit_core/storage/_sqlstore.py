@@ -194,8 +194,10 @@ class SqlStore(Store):
     async def update_work(self, work_id: str, change: WorkChange, *, now_ms: int) -> Work:
         return await self._write(ops.update_work, work_id, change, now_ms)
 
-    async def cancel_work(self, work_id: str, *, now_ms: int) -> Work:
-        return await self._write(ops.cancel_work, work_id, now_ms)
+    async def cancel_work(
+        self, work_id: str, *, now_ms: int, actor: str | None = None
+    ) -> Work:
+        return await self._write(ops.cancel_work, work_id, now_ms, actor)
 
     # --- Claims ------------------------------------------------------------------------------
 
@@ -210,6 +212,9 @@ class SqlStore(Store):
 
     async def ready_depth(self) -> dict[str, int]:
         return await self._read_one(ops.ready_depth)
+
+    async def ready_summary(self) -> dict[str, tuple[int, int]]:
+        return await self._read_one(ops.ready_summary)
 
     async def capacity_refusal(self, capacity: CapacityLimits, work: Work) -> ClaimRefusal | None:
         return await self._read(ops.capacity_refusal, capacity, work)
@@ -381,9 +386,10 @@ class SqlStore(Store):
         by: str | None = None,
         reason: str = "",
         settle: Decision | None = None,
+        actor: str | None = None,
     ) -> Execution:
         return await self._write(
-            att.confirm_stopped, execution_id, expected_epoch, now_ms, by, reason, settle
+            att.confirm_stopped, execution_id, expected_epoch, now_ms, by, reason, settle, actor
         )
 
     # --- Timers, holds, waits, controls ------------------------------------------------------
@@ -447,8 +453,10 @@ class SqlStore(Store):
     ) -> ControlIntent:
         return await self._write(misc.settle_control, intent_id, token, status, now_ms)
 
-    async def interrupt_work(self, work_id: str, intent_id: str, *, now_ms: int) -> ControlIntent:
-        return await self._write(controls.interrupt_work, work_id, intent_id, now_ms)
+    async def interrupt_work(
+        self, work_id: str, intent_id: str, *, now_ms: int, actor: str | None = None
+    ) -> ControlIntent:
+        return await self._write(controls.interrupt_work, work_id, intent_id, now_ms, actor)
 
     async def settle_consumed(
         self, execution_id: str, input_ids: Sequence[str], *, now_ms: int
@@ -595,13 +603,18 @@ class SqlStore(Store):
     async def pending_usage(self) -> list[PendingUsage]:
         return await self._read_one(_budgets.list_pending_usage)
 
-    async def release_budget_hold(self, work_id: str, *, reason: str, now_ms: int) -> Work:
-        return await self._write(_budgets.release_budget_hold, work_id, reason, now_ms)
+    async def release_budget_hold(
+        self, work_id: str, *, reason: str, now_ms: int, actor: str | None = None
+    ) -> Work:
+        return await self._write(_budgets.release_budget_hold, work_id, reason, now_ms, actor)
 
     async def settle_gate_hold(
-        self, work_id: str, gate: str, *, admit: bool, reason: str, now_ms: int
-    ) -> Work:
-        return await self._write(_budgets.settle_gate_hold, work_id, gate, admit, reason, now_ms)
+        self, work_id: str, gate: str, *, admit: bool, reason: str, now_ms: int,
+        actor: str | None = None,
+    ) -> Work:  # fmt: skip
+        return await self._write(
+            _budgets.settle_gate_hold, work_id, gate, admit, reason, now_ms, actor
+        )
 
     async def work_events(self, work_id: str) -> list[Event]:
         return await self._read_one(_budgets.work_events, work_id)

@@ -22,7 +22,12 @@ from prometheus_client.process_collector import ProcessCollector
 
 from conduit_core.telemetry._hot import HotCounter, HotHistogram
 
-__all__ = ["METRICS", "Metrics"]
+__all__ = ["MAX_ROUTINE_LABELS", "METRICS", "Metrics", "OTHER_ROUTINES"]
+
+#: Distinct Routine ids the per-Routine series name, per process; later ones share
+#: :data:`OTHER_ROUTINES`, so a store with thousands of Routines cannot flood a scraper.
+MAX_ROUTINE_LABELS = 100
+OTHER_ROUTINES = "other"
 
 #: Attempt durations run from seconds to hours (the default timeout is one hour).
 _DURATION_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600)
@@ -100,10 +105,20 @@ class Metrics:
         )
         self.routine_misfires = Counter(
             "conduit_routine_misfires",
-            "Routine occurrences that never fired (skipped or coalesced into a later fire)",
+            "Routine occurrences that never fired (skipped or coalesced into a later fire); "
+            f"past {MAX_ROUTINE_LABELS} Routines, routine=\"{OTHER_ROUTINES}\"",
             ["routine", "policy"],
             registry=r,
         )
+        self.routine_fires = Counter(
+            "conduit_routine_fires",
+            "Routine fire decisions: fired (within its grace), late (fired past its grace), "
+            f"skipped (not fired, by its misfire policy); past {MAX_ROUTINE_LABELS} Routines, "
+            f"routine=\"{OTHER_ROUTINES}\"",
+            ["routine", "outcome"],
+            registry=r,
+        )
+        self._routine_labels: set[str] = set()
         self.store_write_latency = HotHistogram(
             "conduit_store_write_seconds",
             "From a write's submission to its commit (queueing for the batch included)",
@@ -148,12 +163,32 @@ class Metrics:
     def recovery(self, result: str) -> None:
         self.recoveries.labels(result).inc()
 
-    def routine_fired(self, lateness_s: float) -> None:
+    def routine_label(self, routine: str) -> str:
+        """The ``routine`` label of a Routine id: itself for the first
+        :data:`MAX_ROUTINE_LABELS` ids seen, :data:`OTHER_ROUTINES` after."""
+        labels = self._routine_labels
+        if routine in labels:
+            return routine
+        if len(labels) >= MAX_ROUTINE_LABELS:
+            return OTHER_ROUTINES
+        labels.add(routine)
+        return routine
+
+    def routine_fired(
+        self, lateness_s: float, routine: str | None = None, grace_s: float | None = None
+    ) -> None:
         self.routine_lateness.observe(max(lateness_s, 0.0))
+        if routine is not None:
+            late = grace_s is not None and lateness_s > grace_s
+            outcome = "late" if late else "fired"
+            self.routine_fires.labels(self.routine_label(routine), outcome).inc()
+
+    def routine_skipped(self, routine: str) -> None:
+        self.routine_fires.labels(self.routine_label(routine), "skipped").inc()
 
     def routine_misfired(self, routine: str, policy: str, occurrences: int) -> None:
         if occurrences > 0:
-            self.routine_misfires.labels(routine, policy).inc(occurrences)
+            self.routine_misfires.labels(self.routine_label(routine), policy).inc(occurrences)
 
     def store_batch(self, size: int) -> None:
         self.store_batch_size.observe(size)

@@ -139,8 +139,8 @@ def test_history_shows_gate_decisions_cancels_and_interrupts_with_reasons(d: Dae
     page = history(d, job)
     assert next(e for e in page.items if e.kind == "interrupted").reason == "poke it"
     assert next(e for e in page.items if e.kind == "cancelled").reason == "stop it"
-    # Nothing records who yet (the named tokens will): the actor is empty, never invented.
-    assert all(e.actor is None for e in page.items if e.kind in ("cancelled", "interrupted"))
+    # Who did it: the name of the token the request came with (the daemon's own: "default").
+    assert {e.actor for e in page.items if e.kind in ("cancelled", "interrupted")} == {"default"}
 
     # Paging, both orders; a bad query is a coded 400.
     first = history(d, job, "?limit=2")

@@ -408,19 +408,10 @@ class Plugins:
         Raises the executor's ``OperationError`` (``invalid_config``) for a bad config; any other
         error of the check is reported as ``invalid_config`` too, never as a crash.
         """
-        check = self._config_checks.get((name, generation))
-        if check is None:
-            return
-        try:
-            check(config)
-        except ConduitError:
-            raise
-        except Exception as exc:
-            raise ConduitError(
-                f"executor {name!r} generation {generation} refused the binding config: "
-                f"{type(exc).__name__}: {exc}",
-                code="invalid_config",
-            ) from exc
+        _run_check(
+            self._config_checks.get((name, generation)), config,
+            f"executor {name!r} generation {generation} refused the binding config",
+        )  # fmt: skip
 
     def check_binding_deeply(self, name: str, generation: int, config: Mapping[str, Any]) -> None:
         """The executor generation's deeper binding check (``conduit config check`` only).
@@ -428,19 +419,10 @@ class Plugins:
         Raises the executor's ``ConduitError`` with its own code; any other error of the check
         is reported as ``invalid_config``, never as a crash.
         """
-        check = self._binding_checks.get((name, generation))
-        if check is None:
-            return
-        try:
-            check(config)
-        except ConduitError:
-            raise
-        except Exception as exc:
-            raise ConduitError(
-                f"executor {name!r} generation {generation} could not check the binding: "
-                f"{type(exc).__name__}: {exc}",
-                code="invalid_config",
-            ) from exc
+        _run_check(
+            self._binding_checks.get((name, generation)), config,
+            f"executor {name!r} generation {generation} could not check the binding",
+        )  # fmt: skip
 
     def gates(self) -> list[GateInfo]:
         return [self._gate_infos[name] for name in sorted(self._gate_infos)]
@@ -586,3 +568,18 @@ def _call_registration_hook(pm: pluggy.PluginManager, plugin: LoadedPlugin, hook
 def _call_impl(impl: Any, **kwargs: Any) -> Any:
     # Implementations take only the hook arguments they name (pluggy's contract).
     return impl.function(*(kwargs[arg] for arg in impl.argnames))
+
+
+def _run_check(
+    check: Callable[[Mapping[str, Any]], object] | None, config: Mapping[str, Any], what: str
+) -> None:
+    """Run an executor's binding check: its ``ConduitError`` as raised, anything else as
+    ``invalid_config`` saying ``what`` failed, never as a crash."""
+    if check is None:
+        return
+    try:
+        check(config)
+    except ConduitError:
+        raise
+    except Exception as exc:
+        raise ConduitError(f"{what}: {type(exc).__name__}: {exc}", code="invalid_config") from exc

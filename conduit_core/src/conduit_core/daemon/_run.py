@@ -64,8 +64,12 @@ def _announce_test_switches() -> None:
 def bind_tcp(listen: str) -> socket.socket:
     host, port = split_listen(listen)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on accepted sockets whose proto
+    # says TCP. Without it a kept-alive connection's every answer after the first waited ~40 ms
+    # (Nagle holding the body until the client's delayed ACK of the headers).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # inherited on accept (Linux)
     try:
         sock.bind((host, port))
     except OSError as exc:

@@ -127,6 +127,14 @@ def test_a_killed_embedding_process_is_recovered_by_the_next_and_the_job_runs_on
         wait_for("the job to start", lambda: _runs(tmp_path, "start") == 1)
         # One process per data dir: a second one is refused while the first lives.
         assert anyio.run(_refused_while_it_runs, config) == "daemon_running"
+        # The CLI works beside it, on the store directly (the process serves no HTTP).
+        listed = subprocess.run(
+            [sys.executable, "-m", "conduit_core.cli", "work", "list", "--json",
+             "--config", str(config)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert listed.returncode == 0, listed.stderr
+        assert "job-1" in listed.stdout
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=10)
         second = _embedding(tmp_path, config, "recover")

@@ -124,8 +124,9 @@ def no_daemon_note(config_path: Path | None) -> str | None:
 
 
 def _daemon_api(paths: DaemonPaths) -> Api | None:
-    """The running daemon's API client, or ``None`` when no daemon runs for the config."""
-    if paths.running_pid() is None:
+    """The running daemon's API client, or ``None`` when no daemon runs for the config (or
+    the process running it embeds the scheduler without serving HTTP)."""
+    if paths.running_pid() is None or not paths.pidfile.serves_http():
         return None
     from conduit_core.http._client import ApiClient
     from conduit_core.http._token import read_token

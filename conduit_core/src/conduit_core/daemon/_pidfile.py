@@ -87,9 +87,17 @@ class PidFile:
             return None  # it still runs
         return record.owner
 
-    def write(self, owner: str | None = None) -> None:
+    def serves_http(self) -> bool:
+        """Whether the recorded process answers the HTTP API (a daemon does; a process that
+        embeds the scheduler does not, and the CLI then works on the store directly). A file
+        that does not say (an older conduit's) was a daemon's."""
+        record = self.read()
+        return record is None or record.http
+
+    def write(self, owner: str | None = None, *, http: bool = True) -> None:
         """Record this process, with its identity (see :meth:`running_pid`) and, for
-        :meth:`dead_predecessor`, its owner id, host name and pid namespace."""
+        :meth:`dead_predecessor`, its owner id, host name and pid namespace; ``http``: whether
+        it serves the HTTP API."""
         pid = os.getpid()
         identity = process_identity(pid)
         record = PidRecord(
@@ -98,11 +106,11 @@ class PidFile:
             owner=owner,
             host=socket.gethostname(),
             pid_ns=pid_namespace(),
+            http=http,
         )
         partial = self.path.with_name(self.path.name + ".partial")
         partial.write_text(record.text())
         partial.replace(self.path)  # never a half-written file for the next start to read
-
 
     def remove(self) -> None:
         """Remove the file (a graceful stop: nothing is left to take over)."""
@@ -120,6 +128,8 @@ class PidRecord:
     owner: str | None = None
     host: str | None = None
     pid_ns: str | None = None
+    #: Serves the HTTP API (written ``http no`` only when not: older files are daemons').
+    http: bool = True
 
     @classmethod
     def parse(cls, text: str) -> PidRecord:
@@ -132,6 +142,7 @@ class PidRecord:
             owner=fields.get("owner") or None,
             host=fields.get("host") or None,
             pid_ns=fields.get("pidns") or None,
+            http=fields.get("http") != "no",
         )
 
     def text(self) -> str:
@@ -139,6 +150,8 @@ class PidRecord:
         for key, value in (("owner", self.owner), ("host", self.host), ("pidns", self.pid_ns)):
             if value:
                 lines.append(f"{key} {value}")
+        if not self.http:
+            lines.append("http no")
         return "\n".join(lines) + "\n"
 
 

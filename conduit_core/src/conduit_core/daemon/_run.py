@@ -128,6 +128,7 @@ class Daemon:
 
         self.config_path = config_path
         self.embedded = EmbeddedScheduler(config_path, rescan_s=rescan_s)
+        self.embedded.serves_http = True
         self.owner = self.embedded.owner
         self._servers: list[_Server] = []
 

@@ -104,6 +104,9 @@ class Assembly:
         self.clock = SystemClock()
         self.owner = owner or new_owner()
         self.with_routines = routines
+        #: Recorded in the pid file: the CLI asks a process that serves HTTP (the daemon sets
+        #: it), else works on the store directly.
+        self.serves_http = False
         self._given_plugins = plugins
         self.plugins: Plugins | None = None
         self.paths: DaemonPaths | None = None
@@ -165,7 +168,7 @@ class Assembly:
         # Before this process's pid file replaces its predecessor's: a start that dies first
         # leaves the predecessor named for the next one.
         await take_over_dead_predecessor(scheduler, paths.pidfile)
-        paths.pidfile.write(self.owner)
+        paths.pidfile.write(self.owner, http=self.serves_http)
         stack.callback(paths.pidfile.remove)
         waker = Waker()
         if is_postgres(paths.store):

@@ -10,7 +10,11 @@ it, unlike wall time):
 
 - ``conduit --help``;
 - ``conduit work submit BINDING`` in direct mode (no daemon: the CLI opens the store itself);
-- ``conduit work list`` against a running ``conduit daemon`` (through its HTTP API).
+- ``conduit work list`` against a running ``conduit daemon`` (through its HTTP API);
+
+then, against the same daemon, the wall time of ``GET /v1/work`` on one kept-alive connection
+(the second and later requests: where Nagle's algorithm against the client's delayed ACK used to
+add ~40 ms) and of one ``conduit_core.client.Client`` call.
 
 Figures, not asserts: tests/cli/test_cli_imports.py keeps the heavy modules out of the
 entry point, this bench says what that buys.
@@ -33,7 +37,7 @@ from pathlib import Path
 CONFIG = """\
 [settings]
 data_dir = "{data}"
-http.listen = "127.0.0.1:{port}"
+http.listen = "{listen}"
 
 [bindings.noop]
 executor = "shell"
@@ -75,6 +79,33 @@ def report(name: str, argv: list[str], cwd: Path, runs: int) -> None:
     )
 
 
+def keep_alive(root: Path, listen: str, requests: int = 30) -> None:
+    """Wall ms of requests 2..N on one kept-alive connection, and of one Client call."""
+    import http.client
+
+    from conduit_core.client import Client
+
+    token = (root / "data" / "token").read_text().strip()
+    host, _, port = listen.rpartition(":")
+    conn = http.client.HTTPConnection(host, int(port))
+    times = []
+    for _ in range(requests):
+        t0 = time.perf_counter()
+        conn.request("GET", "/v1/work?limit=1", headers={"Authorization": f"Bearer {token}"})
+        conn.getresponse().read()
+        times.append((time.perf_counter() - t0) * 1000)
+    conn.close()
+    print(f"{'GET /v1/work, kept-alive, 2nd..' + str(requests) + 'th':<44} median "
+          f"{statistics.median(times[1:]):6.1f} ms wall (first {times[0]:.1f})")  # fmt: skip
+    with Client(f"http://{listen}", token=token) as client:
+        client.list(limit=1)
+        t0 = time.perf_counter()
+        for _ in range(requests):
+            client.list(limit=1)
+        per = (time.perf_counter() - t0) / requests * 1000
+    print(f"{'Client.list(limit=1), one client':<44} mean   {per:6.1f} ms wall", flush=True)
+
+
 def _wait_for_daemon(
     root: Path, conduit: list[str], config: Path, daemon: subprocess.Popen[bytes]
 ) -> None:
@@ -100,7 +131,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="conduit-bench-cli-") as tmp:
         root = Path(tmp)
         config = root / "conduit.toml"
-        config.write_text(CONFIG.format(data=root / "data", port=_port()))
+        listen = f"127.0.0.1:{_port()}"
+        config.write_text(CONFIG.format(data=root / "data", listen=listen))
         cfg = ["--config", str(config)]
         report("conduit --help", [*conduit, "--help"], root, args.runs)
         submit = [*conduit, "work", "submit", "noop", *cfg]
@@ -112,6 +144,7 @@ def main() -> None:
             _wait_for_daemon(root, conduit, config, daemon)
             report("conduit work list (running daemon)", [*conduit, "work", "list", *cfg], root,
                    args.runs)  # fmt: skip
+            keep_alive(root, listen)
         finally:
             daemon.terminate()
             daemon.wait(30)

@@ -1,9 +1,11 @@
-"""Attempts started and completed per second through the Scheduler, with a no-op executor.
+"""Attempts started and completed per second through the embedded scheduler, no-op executor.
 
     .venv/bin/python bench/bench_scheduler.py --store sqlite --concurrency 1 4 64 --n 2000
     .venv/bin/python bench/bench_scheduler.py --store postgres --concurrency 64 --n 2000
     .venv/bin/python bench/bench_scheduler.py --peer-json --store sqlite --n 2000   # peers' format
 
+The Work is stored first; then the scheduler runs as users run it (``conduit_core.embed``, the
+assembly ``conduit daemon`` runs: its host loop, lease keeper, recovery) until all N completed.
 Every attempt goes the whole way: claimed (batched, with capacity checked in the claim
 transaction), launched under its held lease with its launch phases and recovery metadata written
 fenced, observed, and settled in one fenced transaction. The executor is the test plugin's
@@ -23,7 +25,8 @@ from pathlib import Path
 
 import anyio
 
-from conduit_core.config import Binding
+from conduit_core import embed
+from conduit_core.config import Binding, parse_config
 from conduit_core.daemon import tune_garbage_collection
 from conduit_core.model import Event, Work
 from conduit_core.plugins import Plugins
@@ -49,7 +52,9 @@ async def enqueue(store: Store, n: int, now: int) -> None:
 
 
 async def process(sched: Scheduler, n: int, concurrency: int) -> int:
-    """Keep ``concurrency`` attempts in flight until ``n`` have completed."""
+    """Keep ``concurrency`` attempts in flight until ``n`` have completed: a bare Scheduler
+    driven by hand (bench_wire.py compares two executors on it); :func:`drain` is the host
+    loop's."""
     state = {"done": 0, "in_flight": 0, "settling": 0}
     progress = anyio.Event()
 
@@ -87,6 +92,23 @@ async def process(sched: Scheduler, n: int, concurrency: int) -> int:
     return state["done"]
 
 
+async def drain(embedded: embed.EmbeddedScheduler, n: int, concurrency: int) -> int:
+    """Wait until the embedded scheduler's host loop has run ``n`` attempts to their end."""
+    done = 0
+    all_done = anyio.Event()
+
+    def ended(claim: Claim) -> None:
+        nonlocal done
+        done += 1
+        if done >= n:
+            all_done.set()
+
+    assert embedded.host is not None
+    embedded.host.add_attempt_listener(ended)
+    await all_done.wait()
+    return done
+
+
 def gates_as_a_user_has_them() -> None:
     """The test plugin, installed for its ``echo`` executor, also registers two start gates,
     which by default may hold every first start (the tests drive the asking path with plain
@@ -99,7 +121,52 @@ def gates_as_a_user_has_them() -> None:
     test_plugin.ASK_EVERY_START = False
 
 
+CONFIG = """\
+[settings]
+store = "{store}"
+data_dir = "{data}"
+concurrency = {concurrency}
+job_concurrency = {concurrency}
+
+[bindings.noop]
+executor = "echo"
+"""
+
+
+async def bench_embedded(url: str, n: int, concurrency: int) -> dict[str, object]:
+    """What users run: the Work stored, then the embedded scheduler until all N completed."""
+    gates_as_a_user_has_them()
+    tune_garbage_collection()  # as `conduit daemon` runs its process (daemon/_gc.py)
+    async with await open_store(url) as store:
+        t0 = time.perf_counter()
+        await enqueue(store, n, SystemClock().now_ms())
+    with tempfile.TemporaryDirectory(prefix="conduit-bench-") as data:
+        config = parse_config(
+            CONFIG.format(store=url, data=data, concurrency=max(concurrency, 1)),
+            source=str(Path(data) / "conduit.toml"),
+        )
+        plugins = Plugins.load(disabled=())  # loaded before the clock starts
+        t1, cpu1 = time.perf_counter(), time.process_time()
+        # The scheduler as `conduit daemon` and every embedding process run it: its host loop
+        # claims (batched, capacity checked in the claim), launches and settles.
+        async with embed.run(config, plugins=plugins, routines=False) as scheduler:
+            await drain(scheduler, n, concurrency)
+            t2, cpu2 = time.perf_counter(), time.process_time()
+            assert scheduler.store is not None
+            left = await scheduler.store.ready_work(limit=1)
+            assert not left, "every Work must be completed"
+    return {
+        "enqueue_s": round(t1 - t0, 3),
+        "process_s": round(t2 - t1, 3),
+        # This process's CPU (every thread) per attempt while processing: the store's client
+        # work, the runtime and the event loop; the database server's is not counted.
+        "cpu_ms_per_attempt": round((cpu2 - cpu1) / n * 1000, 3),
+    }
+
+
 async def bench_one(url: str, n: int, concurrency: int) -> dict[str, object]:
+    """The scheduling core alone (``--bare``): a Scheduler driven by :func:`process`, no host
+    loop. bench_then_now.py and bench_statements.py compare checkouts on it."""
     gates_as_a_user_has_them()
     tune_garbage_collection()  # as `conduit daemon` runs its process (daemon/_gc.py)
     async with await open_store(url) as store:
@@ -157,6 +224,10 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 64])
     parser.add_argument("--peer-json", action="store_true", help="print the peers' JSON line")
     parser.add_argument(
+        "--bare", action="store_true",
+        help="drive a bare Scheduler by hand (the scheduling core alone, no host loop)",
+    )  # fmt: skip
+    parser.add_argument(
         "--sqlite-normal", action="store_true", help="open SQLite with synchronous=normal"
     )
     args = parser.parse_args()
@@ -165,7 +236,8 @@ def main() -> None:
     for concurrency in args.concurrency:
         url, keep = fresh_url(args.store)
         try:
-            figures = anyio.run(bench_one, url, args.n, concurrency)
+            figures = anyio.run(bench_one if args.bare else bench_embedded, url, args.n,
+                                concurrency)  # fmt: skip
         finally:
             cleanup = getattr(keep, "cleanup", None)
             if cleanup:
@@ -178,7 +250,8 @@ def main() -> None:
             }))  # fmt: skip
         else:
             print(
-                f"{args.store:8} concurrency={concurrency:<3} n={args.n} "
+                f"{args.store:8} {'bare' if args.bare else 'embedded':8} "
+                f"concurrency={concurrency:<3} n={args.n} "
                 f"enqueue={figures['enqueue_s']}s process={figures['process_s']}s "
                 f"attempts/s={rate:,.0f} cpu/attempt={figures['cpu_ms_per_attempt']}ms"
             )

@@ -2,8 +2,9 @@
 
     python bench/conduit_peer.py 2000 --store sqlite|postgres [--concurrency 4]
 
-Enqueues N no-op Work one call at a time into a fresh store, then runs the Scheduler in the
-same process at the given concurrency until all N completed, and prints
+Enqueues N no-op Work one call at a time into a fresh store, then runs the scheduler in the
+same process as users embed it (``conduit_core.embed``: the host loop ``conduit daemon`` runs)
+at the given concurrency until all N completed, and prints
 ``{"peer": "conduit", "store": …, "n": …, "enqueue_s": …, "process_s": …, "jobs_per_s": …}``.
 Run it side by side with the peers with ``bash bench/run_peers.sh`` (see bench/README.md).
 """
@@ -14,7 +15,7 @@ import argparse
 import json
 
 import anyio
-from bench_scheduler import bench_one, fresh_url  # type: ignore[import-not-found]
+from bench_scheduler import bench_embedded, fresh_url  # type: ignore[import-not-found]
 
 
 def main() -> None:
@@ -25,7 +26,7 @@ def main() -> None:
     args = parser.parse_args()
     url, keep = fresh_url(args.store)
     try:
-        figures = anyio.run(bench_one, url, args.n, args.concurrency)
+        figures = anyio.run(bench_embedded, url, args.n, args.concurrency)
     finally:
         cleanup = getattr(keep, "cleanup", None)
         if cleanup:

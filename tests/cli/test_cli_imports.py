@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -32,8 +35,9 @@ HEAVY = (
     "prometheus_client",
     "rich",
 )
-#: Loaded by every subcommand (the root group refuses test switches no plugin provides), but
-#: not by the entry point's import nor by ``conduit --help``.
+#: Loaded by most subcommands (the root group refuses test switches no plugin provides when one
+#: is set; the store and the daemon look their providers up), but not by the entry point's
+#: import nor by ``conduit --help``.
 CONTRACT = ("conduit_core.extension", "anyio", "pluggy")
 
 _PROBE = """
@@ -113,3 +117,64 @@ def test_every_lazy_export_resolves(package: str) -> None:
                           text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == {"missing": [], "extra": []}
+
+
+def test_the_cli_copy_of_the_switch_variables_is_the_contracts() -> None:
+    from conduit_core.cli._main import SWITCH_VARIABLES as cli_copy
+    from conduit_core.extension import SWITCH_VARIABLES
+
+    assert cli_copy == SWITCH_VARIABLES
+
+
+class _WorkPage(BaseHTTPRequestHandler):
+    """A stand-in daemon's ``GET /v1/work``: one page holding one Work."""
+
+    def do_GET(self) -> None:
+        body = json.dumps({"items": [{
+            "id": "w-1", "scope": "root", "binding": "noop", "kind": "task",
+            "status": "completed", "scheduled_by": "", "created_at_ms": 0, "updated_at_ms": 0,
+            "last_attempt": 1, "failure_count": 0,
+        }], "next": None}).encode()  # fmt: skip
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_work_list_against_a_running_daemon_loads_no_event_loop(tmp_path: Path) -> None:
+    """``conduit work list`` reads a running daemon with blocking calls: neither asyncio nor
+    anyio, nor the scan of every distribution's entry points, is paid for it."""
+    from conduit_core.daemon import PidFile
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _WorkPage)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        data = tmp_path / "data"
+        data.mkdir()
+        (data / "token").write_text("t")
+        (data / "token").chmod(0o600)
+        PidFile.in_dir(data).write("stand-in")  # this live process plays the daemon
+        config = tmp_path / "conduit.toml"
+        config.write_text(
+            f'[settings]\ndata_dir = "{data}"\n'
+            f'http.listen = "127.0.0.1:{server.server_address[1]}"\n'
+        )
+        run = (
+            "import io, contextlib\n"
+            "from conduit_core.cli import cli\n"
+            "out = io.StringIO()\n"
+            "with contextlib.redirect_stdout(out):\n"
+            f"    cli(['work', 'list', '--config', {str(config)!r}], prog_name='conduit',\n"
+            "        standalone_mode=False)\n"
+            "assert 'w-1' in out.getvalue(), out.getvalue()\n"
+        )
+        loaded = _loaded(run)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "conduit_core.http._client" in loaded  # negative control: it did ask the daemon
+    assert _heavy(loaded, ("asyncio", "anyio", "importlib.metadata")) == []

@@ -66,6 +66,9 @@ ALLOWED["console"] = ALLOWED["routines"] | {"routines", "http"}
 # The public Python client speaks HTTP only; config, daemon and http are imported lazily, to find
 # a daemon's address and token from its config file (tests/core/test_client_import.py).
 ALLOWED["client"] = {"errors", "config", "daemon", "http"}
+# The scheduler embedded in a process: the daemon's parts (through its package), answering with the
+# client's records; `conduit daemon` runs it too (daemon/_run.py imports it in the function).
+ALLOWED["embed"] = ALLOWED["routines"] | {"routines", "daemon", "http", "client"}
 PLUGINS = [
     "conduit_executors_shell",
     "conduit_executors_python",

@@ -228,3 +228,49 @@ def test_the_example_script_submits_and_reads_typed_results(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "20 completed, 0 not; sum of n = 190" in done.stdout
+
+
+def test_sync_client_keeps_its_connection_alive_and_reopens_one_the_daemon_closed(
+    make_daemon: Callable[..., Daemon], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conduit_core.client._sync import _closed_by_peer
+
+    daemon = start(make_daemon, tmp_path, monkeypatch)
+    with Client(url(daemon), token=daemon.token) as client:
+        client.health()
+        (conn,) = client._idle
+        assert conn.sock is not None
+        local = conn.sock.getsockname()
+        client.submit("echo", {"n": 1})
+        client.list(limit=1)
+        # One connection carried the three calls.
+        assert [c.sock.getsockname() for c in client._idle if c.sock is not None] == [local]
+        # The daemon closes an idle kept-alive connection after its timeout (uvicorn's 5 s):
+        # the next call sees it closed and opens a new one, and is answered.
+        wait_for("the idle connection closed", lambda: _closed_by_peer(conn.sock), timeout=30)
+        assert client.health()["status"] == "ok"
+        (fresh,) = client._idle
+        assert fresh is not conn
+
+
+def test_async_client_keeps_its_connection_alive_and_reopens_one_the_daemon_closed(
+    make_daemon: Callable[..., Daemon], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemon = start(make_daemon, tmp_path, monkeypatch)
+
+    async def go() -> None:
+        async with AsyncClient(url(daemon), token=daemon.token) as client:
+            await client.health()
+            (conn,) = client._idle
+            await client.submit("echo", {"n": 1})
+            await client.list(limit=1)
+            assert client._idle == [conn]  # one connection carried the three calls
+            # Once the daemon has closed it (its keep-alive timeout), the next call opens
+            # a new one and is answered.
+            with anyio.fail_after(30), pytest.raises(anyio.EndOfStream):
+                await conn.reader.receive(1)  # nothing comes but the end
+            assert (await client.health())["status"] == "ok"
+            (fresh,) = client._idle
+            assert fresh is not conn
+
+    anyio.run(go)

@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # the CLI imports the heavy layers in the commands that use t
 __all__ = [
     "CONFIG_ENV",
     "Api",
+    "call",
     "config_option",
     "json_option",
     "load",
@@ -128,17 +129,49 @@ def no_daemon_note(config_path: Path | None) -> str | None:
     )
 
 
+def _daemon_api(paths: DaemonPaths) -> Api | None:
+    """The running daemon's API client, or ``None`` when no daemon runs for the config (or
+    the process running it embeds the scheduler without serving HTTP)."""
+    if paths.running_pid() is None or not paths.pidfile.serves_http():
+        return None
+    from conduit_core.http._client import ApiClient
+    from conduit_core.http._token import read_token
+
+    token = read_token(paths.token_file)
+    unix = str(paths.unix_socket) if paths.unix_socket else None
+    return ApiClient(token, listen=paths.listen, unix_socket=unix)
+
+
+def call(config_path: Path | None, go: Callable[[Api], Coroutine[Any, Any, T]]) -> T:
+    """``go(api)``: against a running daemon without an event loop (the API client's calls
+    block, its coroutines never suspend: no asyncio nor anyio to import, a read answers in
+    milliseconds), else on the store directly as :func:`open_api` gives it."""
+    _, paths = load(config_path)
+    client = _daemon_api(paths)
+    if client is not None:
+        coro = go(client)
+        try:
+            coro.send(None)
+        except StopIteration as done:
+            result: T = done.value
+            return result
+        coro.close()
+        raise RuntimeError("a call to the daemon's API suspended: run it with run()")
+
+    async def direct() -> T:
+        async with open_api(config_path) as api:
+            return await go(api)
+
+    return run(direct)
+
+
 @asynccontextmanager
 async def open_api(config_path: Path | None) -> AsyncIterator[Api]:
     """The daemon's API when one runs for this config, else the store directly."""
     config, paths = load(config_path)
-    if paths.running_pid() is not None:
-        from conduit_core.http._client import ApiClient
-        from conduit_core.http._token import read_token
-
-        token = read_token(paths.token_file)
-        unix = str(paths.unix_socket) if paths.unix_socket else None
-        yield ApiClient(token, listen=paths.listen, unix_socket=unix)
+    client = _daemon_api(paths)
+    if client is not None:
+        yield client
         return
     import anyio.to_thread
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -24,6 +25,10 @@ from conduit_core.errors import ConduitError
 
 __all__ = ["cli", "main"]
 
+#: The test-only switch variables (conduit_core.extension.SWITCH_VARIABLES, which
+#: tests/cli checks this copy against: the CLI's start does not import the extension layer).
+SWITCH_VARIABLES = ("CONDUIT_TEST_UNSAFE", "CONDUIT_TEST_FAULT")
+
 #: Exit status of a command refused because of bad input or a failed check.
 EXIT_ERROR = 1
 
@@ -44,7 +49,10 @@ class _ConduitGroup(click.Group):
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     """conduit: a durable execution scheduler."""
-    if ctx.invoked_subcommand != "doctor":  # doctor reports a stray switch as a failed check
+    # doctor reports a stray switch as a failed check. Without a switch variable set there is
+    # nothing to refuse, and the providers' lookup (every installed distribution's entry
+    # points) is left to what needs it: the store, the daemon (a read of a daemon does not).
+    if ctx.invoked_subcommand != "doctor" and any(os.environ.get(n) for n in SWITCH_VARIABLES):
         from conduit_core.extension import refuse_unprovided_switches
 
         refuse_unprovided_switches()

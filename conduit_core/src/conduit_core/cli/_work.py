@@ -12,6 +12,8 @@ import click
 
 from conduit_core.cli._choices import WORK_KINDS, WORK_STATUSES
 from conduit_core.cli._context import (
+    Api,
+    call,
     config_option,
     json_option,
     no_daemon_note,
@@ -128,14 +130,13 @@ def list_work(
     from conduit_core.cli._render import console, work_table
     from conduit_core.model import WorkStatus
 
-    async def go() -> object:
-        async with open_api(config_path) as api:
-            return await api.list_work(
-                status=WorkStatus(status) if status else None, scope=scope, binding=binding,
-                limit=limit, after=after,
-            )  # fmt: skip
+    async def go(api: Api) -> object:
+        return await api.list_work(
+            status=WorkStatus(status) if status else None, scope=scope, binding=binding,
+            limit=limit, after=after,
+        )  # fmt: skip
 
-    page = run(go)
+    page = call(config_path, go)
     if as_json:
         print_json(page)
         return
@@ -159,11 +160,10 @@ def show(work_id: str, config_path: Path | None, as_json: bool) -> None:
     """Work with its attempts, segments and launch phases, holds and what it waits for."""
     from conduit_core.cli._render import console, work_detail
 
-    async def go() -> WorkDetail:
-        async with open_api(config_path) as api:
-            return await api.show(work_id)
+    async def go(api: Api) -> WorkDetail:
+        return await api.show(work_id)
 
-    detail = run(go)
+    detail = call(config_path, go)
     if as_json:
         print_json(detail)
     else:

@@ -8,7 +8,7 @@ this package loads neither the daemon, the runtime nor a store.
 
 from conduit_core.client._address import CONFIG_ENV, TOKEN_ENV, URL_ENV
 from conduit_core.client._async import AsyncClient
-from conduit_core.client._calls import MAX_BATCH_ITEMS
+from conduit_core.client._calls import MAX_BATCH_ITEMS, outcome
 from conduit_core.client._errors import (
     ConduitClientError,
     Conflict,
@@ -17,6 +17,7 @@ from conduit_core.client._errors import (
     NotFound,
     Unauthorized,
     WaitTimeout,
+    error_for,
 )
 from conduit_core.client._sync import Client
 from conduit_core.client._types import (
@@ -62,4 +63,6 @@ __all__ = [
     "WorkDetail",
     "WorkPage",
     "WorkView",
+    "error_for",
+    "outcome",
 ]

@@ -33,33 +33,65 @@ T = TypeVar("T")
 _MAX_HEAD = 64 * 1024
 
 
-async def _exchange(stream: ByteStream, request: bytes) -> tuple[int, bytes]:
-    """Send one request (``Connection: close``) and read the whole answer."""
-    from anyio.streams.buffered import BufferedByteReceiveStream
+async def _abandon(conn: _Connection) -> None:
+    """Close a connection whose exchange did not finish (its state is unknown)."""
+    import anyio
 
-    await stream.send(request)
-    reader = BufferedByteReceiveStream(stream)
+    with anyio.CancelScope(shield=True):
+        await conn.stream.aclose()
 
-    async def line() -> bytes:
-        return await reader.receive_until(b"\r\n", _MAX_HEAD)
 
-    status = int((await line()).split(b" ", 2)[1])
-    fields: dict[bytes, bytes] = {}
-    while head := await line():
-        name, _, value = head.partition(b":")
-        fields[name.strip().lower()] = value.strip()
-    if fields.get(b"transfer-encoding", b"").lower() == b"chunked":
-        body = bytearray()
-        while size := int((await line()).split(b";")[0], 16):
-            body += await reader.receive_exactly(size)
-            await reader.receive_exactly(2)
-        return status, bytes(body)
-    return status, await reader.receive_exactly(int(fields.get(b"content-length", b"0")))
+class _Connection:
+    """One kept-alive connection and the reader that buffers what it received."""
+
+    def __init__(self, stream: ByteStream) -> None:
+        from anyio.streams.buffered import BufferedByteReceiveStream
+
+        self.stream = stream
+        self.reader = BufferedByteReceiveStream(stream)
+
+    async def exchange(self, request: bytes) -> tuple[int, bytes, bool]:
+        """Send one request and read the whole answer: status, body, and whether the
+        connection stays open. :class:`_NotTaken` when the daemon closed it before answering."""
+        import anyio
+
+        reader = self.reader
+
+        async def line() -> bytes:
+            return await reader.receive_until(b"\r\n", _MAX_HEAD)
+
+        try:
+            await self.stream.send(request)
+            first = await line()
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.IncompleteRead,
+                ConnectionError) as exc:  # fmt: skip
+            raise _NotTaken from exc
+        status = int(first.split(b" ", 2)[1])
+        fields: dict[bytes, bytes] = {}
+        while head := await line():
+            name, _, value = head.partition(b":")
+            fields[name.strip().lower()] = value.strip()
+        keep = fields.get(b"connection", b"").lower() != b"close"
+        if fields.get(b"transfer-encoding", b"").lower() == b"chunked":
+            body = bytearray()
+            while size := int((await line()).split(b";")[0], 16):
+                body += await reader.receive_exactly(size)
+                await reader.receive_exactly(2)
+            await reader.receive_exactly(2)  # the blank line after the last chunk
+            return status, bytes(body), keep
+        length = int(fields.get(b"content-length", b"0"))
+        return status, await reader.receive_exactly(length), keep
+
+
+class _NotTaken(Exception):
+    """The daemon closed a kept-alive connection as the request went out, before any answer:
+    it did not take the request (sent again once, on a new connection)."""
 
 
 class AsyncClient:
     """The async twin of :class:`~conduit_core.client.Client` (same arguments and methods,
-    awaited). Safe to share between tasks: each request has its own connection."""
+    awaited). Safe to share between tasks: it keeps its connections alive between calls, one
+    per task calling at once; ``aclose()`` or an ``async with`` block closes them."""
 
     def __init__(
         self,
@@ -71,6 +103,8 @@ class AsyncClient:
     ) -> None:
         self.address, self._token = resolve(url, token, config)
         self.timeout = timeout
+        #: Kept-alive connections no task is using (tasks calling at once use one each).
+        self._idle: builtins.list[_Connection] = []
 
     # --- transport -----------------------------------------------------------------------------
 
@@ -80,30 +114,62 @@ class AsyncClient:
         body = call.body or b""
         head = [f"{call.method} {call.path} HTTP/1.1", f"Host: {host}",
                 f"Content-Length: {len(body)}"]  # fmt: skip
-        head += [f"{name}: {value}" for name, value in headers(self._token).items()]
+        fields = headers(self._token, keep_alive=True)
+        head += [f"{name}: {value}" for name, value in fields.items()]
         return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+    async def _connect(self) -> _Connection:
+        import anyio
+
+        a = self.address
+        if a.unix_socket:
+            stream: ByteStream = await anyio.connect_unix(a.unix_socket)
+        else:
+            stream = await anyio.connect_tcp(a.host, a.port)
+        return _Connection(stream)
+
+    async def _send(self, call: Call[Any]) -> tuple[int, bytes]:
+        request = self._request_bytes(call)
+        conn = self._idle.pop() if self._idle else None
+        if conn is not None:
+            try:
+                status, raw, keep = await conn.exchange(request)
+            except _NotTaken:
+                await conn.stream.aclose()
+                conn = None
+            except BaseException:
+                await _abandon(conn)
+                raise
+        if conn is None:
+            conn = await self._connect()
+            try:
+                status, raw, keep = await conn.exchange(request)
+            except BaseException:
+                await _abandon(conn)
+                raise
+        if keep:
+            self._idle.append(conn)
+        else:
+            await conn.stream.aclose()
+        return status, raw
 
     async def _call(self, call: Call[R]) -> R:
         import anyio
 
-        # A connection per request, as Client does (see there).
-        a = self.address
         try:
             with anyio.fail_after(self.timeout):
-                if a.unix_socket:
-                    stream: ByteStream = await anyio.connect_unix(a.unix_socket)
-                else:
-                    stream = await anyio.connect_tcp(a.host, a.port)
-                async with stream:
-                    status, raw = await _exchange(stream, self._request_bytes(call))
+                status, raw = await self._send(call)
         except (OSError, TimeoutError, anyio.BrokenResourceError, anyio.EndOfStream,
-                anyio.IncompleteRead, anyio.DelimiterNotFound, ValueError,
-                IndexError) as exc:  # fmt: skip
-            raise unreachable(a, exc) from exc
+                anyio.IncompleteRead, anyio.DelimiterNotFound, ValueError, IndexError,
+                _NotTaken) as exc:  # fmt: skip
+            raise unreachable(self.address, exc) from exc
         return decode(call, status, raw)
 
     async def aclose(self) -> None:
-        """Nothing is held between calls; kept for ``async with``."""
+        """Close the kept-alive connections (a later call opens a new one)."""
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await _abandon(conn)
 
     async def __aenter__(self) -> AsyncClient:
         return self

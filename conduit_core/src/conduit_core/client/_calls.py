@@ -155,7 +155,8 @@ def merge_batches(results: Sequence[BatchResult]) -> BatchResult:
 
 
 def outcome(detail: WorkDetail, data_type: type[T] | None) -> Outcome[T]:
-    """A finished Work's :class:`Outcome`, its last result's data decoded into ``data_type``."""
+    """A finished Work's :class:`Outcome`, its last result's data decoded into ``data_type``
+    (public: :mod:`conduit_core.embed` builds its outcomes with it too)."""
     work = detail.work
     last = detail.attempts[-1] if detail.attempts else None
     result = last.result if last is not None else None

@@ -70,4 +70,5 @@ _BY_STATUS: dict[int, type[ConduitClientError]] = {
 
 
 def error_for(status: int, message: str, code: str) -> ConduitClientError:
+    """The exception for an answer with this HTTP status and stable code."""
     return _BY_STATUS.get(status, ConduitClientError)(message, code=code, status=status)

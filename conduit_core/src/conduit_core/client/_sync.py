@@ -5,7 +5,9 @@ from __future__ import annotations
 import builtins
 import http.client
 import os
+import select
 import socket
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar, overload
@@ -29,13 +31,39 @@ __all__ = ["Client", "headers", "unreachable"]
 R = TypeVar("R")
 T = TypeVar("T")
 
-def headers(token: str) -> dict[str, str]:
-    return {
+def headers(token: str, *, keep_alive: bool = False) -> dict[str, str]:
+    fields = {
         "Authorization": f"Bearer {token}",
         "Accept": "application/json",
         "Content-Type": "application/json",
-        "Connection": "close",
     }
+    if not keep_alive:
+        fields["Connection"] = "close"
+    return fields
+
+
+#: What a kept-alive connection the daemon closed as a request went out raises: the request
+#: was not taken (no answer began), so it is sent again once on a new connection.
+_RESENDABLE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Readable while idle: the daemon closed it (or sent what no request asked for)."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+def _exchange(
+    conn: http.client.HTTPConnection, call: Call[Any], token: str
+) -> tuple[int, bytes, bool]:
+    """Send ``call`` on ``conn``; the status, the body and whether the connection stays open."""
+    conn.request(call.method, call.path, body=call.body, headers=headers(token, keep_alive=True))
+    reply = conn.getresponse()
+    raw = reply.read()
+    return reply.status, raw, not reply.will_close
 
 
 def unreachable(address: Address, exc: BaseException) -> DaemonUnavailable:
@@ -67,8 +95,9 @@ class Client:
 
     ``Client()`` finds the daemon as documented in docs/python.md: ``url``/``token``
     arguments, else ``CONDUIT_URL``/``CONDUIT_TOKEN``, else the config file ``config`` (or
-    ``CONDUIT_CONFIG``, else ./conduit.toml) and its token file. It holds no connection
-    between calls, so threads may share it.
+    ``CONDUIT_CONFIG``, else ./conduit.toml) and its token file. It keeps its connections
+    alive between calls (one per thread calling at once), so threads may share it; ``close()``
+    or a ``with`` block closes them.
     """
 
     def __init__(
@@ -81,6 +110,8 @@ class Client:
     ) -> None:
         self.address, self._token = resolve(url, token, config)
         self.timeout = timeout
+        self._lock = threading.Lock()
+        self._idle: builtins.list[http.client.HTTPConnection] = []
 
     # --- transport -----------------------------------------------------------------------------
 
@@ -90,22 +121,51 @@ class Client:
             return _UnixConnection(a.unix_socket, self.timeout)
         return http.client.HTTPConnection(a.host, a.port, timeout=self.timeout)
 
+    def _take(self) -> tuple[http.client.HTTPConnection, bool]:
+        """An idle kept-alive connection (``True``: reused), else a new one (``False``)."""
+        with self._lock:
+            while self._idle:
+                conn = self._idle.pop()
+                if conn.sock is not None and not _closed_by_peer(conn.sock):
+                    return conn, True
+                conn.close()  # the daemon closed it while idle (its keep-alive timeout)
+        return self._connect(), False
+
+    def _give_back(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._idle.append(conn)
+
     def _call(self, call: Call[R]) -> R:
-        # A connection per request: one the daemon keeps alive answers ~40 ms late (see
-        # docs/python.md), while a new local connection costs well under a millisecond.
-        conn = self._connect()
+        conn, reused = self._take()
         try:
-            conn.request(call.method, call.path, body=call.body, headers=headers(self._token))
-            reply = conn.getresponse()
-            status, raw = reply.status, reply.read()
+            status, raw, keep = _exchange(conn, call, self._token)
+        except _RESENDABLE as exc:
+            conn.close()
+            if not reused:
+                raise unreachable(self.address, exc) from exc
+            # The daemon closed the kept-alive connection as the request went out, without
+            # answering: it did not take the request. Once more, on a new connection.
+            conn, reused = self._connect(), False
+            try:
+                status, raw, keep = _exchange(conn, call, self._token)
+            except (OSError, http.client.HTTPException) as again:
+                conn.close()
+                raise unreachable(self.address, again) from again
         except (OSError, http.client.HTTPException) as exc:
+            conn.close()
             raise unreachable(self.address, exc) from exc
-        finally:
+        if keep:
+            self._give_back(conn)
+        else:
             conn.close()
         return decode(call, status, raw)
 
     def close(self) -> None:
-        """Nothing is held between calls; kept for ``with`` and symmetry with AsyncClient."""
+        """Close the kept-alive connections (a later call opens a new one)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
 
     def __enter__(self) -> Client:
         return self

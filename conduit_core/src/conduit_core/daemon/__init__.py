@@ -10,7 +10,8 @@ if TYPE_CHECKING:
     from conduit_core.daemon._logging import LogFormat, configure_logging
     from conduit_core.daemon._netfs import check_local_filesystem, filesystem_type
     from conduit_core.daemon._paths import DaemonPaths, is_postgres
-    from conduit_core.daemon._routines import check_routine_specs
+    from conduit_core.daemon._pidfile import PidFile, PidRecord
+    from conduit_core.daemon._routines import RoutinesHost, check_routine_specs
     from conduit_core.daemon._run import Daemon
     from conduit_core.daemon._tracing import check_tracing, start_tracing
     from conduit_core.daemon._wake import WAKE_CHANNEL, PgWakeChannel, Waker, notify_sync
@@ -27,6 +28,9 @@ else:  # each part loads on first use: the CLI needs DaemonPaths, not the host l
             "filesystem_type": "_netfs",
             "DaemonPaths": "_paths",
             "is_postgres": "_paths",
+            "PidFile": "_pidfile",
+            "PidRecord": "_pidfile",
+            "RoutinesHost": "_routines",
             "check_routine_specs": "_routines",
             "Daemon": "_run",
             "check_tracing": "_tracing",
@@ -46,6 +50,9 @@ __all__ = [
     "LogFormat",
     "PassStep",
     "PgWakeChannel",
+    "PidFile",
+    "PidRecord",
+    "RoutinesHost",
     "Waker",
     "check_local_filesystem",
     "check_routine_specs",

@@ -119,13 +119,6 @@ def test_every_lazy_export_resolves(package: str) -> None:
     assert json.loads(done.stdout.splitlines()[-1]) == {"missing": [], "extra": []}
 
 
-def test_the_cli_copy_of_the_switch_variables_is_the_contracts() -> None:
-    from conduit_core.cli._main import SWITCH_VARIABLES as cli_copy
-    from conduit_core.extension import SWITCH_VARIABLES
-
-    assert cli_copy == SWITCH_VARIABLES
-
-
 class _WorkPage(BaseHTTPRequestHandler):
     """A stand-in daemon's ``GET /v1/work``: one page holding one Work."""
 

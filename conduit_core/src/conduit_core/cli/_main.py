@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from conduit_core._switch_names import SWITCH_VARIABLES
 from conduit_core._version import __version__
 from conduit_core.cli._approvals import (
     approve_command,
@@ -25,9 +26,6 @@ from conduit_core.errors import ConduitError
 
 __all__ = ["cli", "main"]
 
-#: The test-only switch variables (conduit_core.extension.SWITCH_VARIABLES, which
-#: tests/cli checks this copy against: the CLI's start does not import the extension layer).
-SWITCH_VARIABLES = ("CONDUIT_TEST_UNSAFE", "CONDUIT_TEST_FAULT")
 
 #: Exit status of a command refused because of bad input or a failed check.
 EXIT_ERROR = 1

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Protocol, runtime_checkable
 
+from conduit_core._switch_names import SWITCH_VARIABLES as _SWITCH_VARIABLES
+from conduit_core._switch_names import UNSAFE_VARIABLE
 from conduit_core.errors import ConduitError
 
 __all__ = [
@@ -46,13 +48,15 @@ SWITCH_ENTRY_POINT_GROUP = "conduit.test_switches"
 #: process from starting. ``CONDUIT_TEST_UNSAFE`` names protections (:data:`PROTECTIONS`) to
 #: switch off; ``CONDUIT_TEST_FAULT`` names fault points (``shell.after_spawn:kill``,
 #: ``store.capacity_counted:sleep=0.3``, …).
-SWITCH_VARIABLES = ("CONDUIT_TEST_UNSAFE", "CONDUIT_TEST_FAULT")
+SWITCH_VARIABLES = _SWITCH_VARIABLES
 
 #: The protections a provider may switch off, each for one race detector's negative control.
 PROTECTIONS = {
     "capacity_check": "a claim never refuses for capacity (slots counted, never enforced)",
     "capacity_lock": "on PostgreSQL a claim does not lock the capacity rows it counts, so two "
     "claimers may both count the same free slot (SQLite has one writer by nature: no effect)",
+    "label_filter": "a claim from the ready queue and the expired-attempt read ignore the host's "
+    "labels: a daemon reads the Work of every binding, whatever its requires (host labels)",
     "work_exclusion": "a claim of a named Work (claim_attempt) does not refuse it for being "
     "running, held, without input or with an attempt still holding its slot; the store's "
     "unique index conduit_execution_one_live still refuses a second live attempt, so a "
@@ -115,7 +119,7 @@ def _installed() -> ActiveSwitches:
     unknown = sorted(off - PROTECTIONS.keys())
     if unknown:
         raise ConduitError(
-            f"CONDUIT_TEST_UNSAFE names unknown protection(s) {', '.join(unknown)}; "
+            f"{UNSAFE_VARIABLE} names unknown protection(s) {', '.join(unknown)}; "
             f"known: {', '.join(sorted(PROTECTIONS))}",
             code="test_switch_unknown",
         )

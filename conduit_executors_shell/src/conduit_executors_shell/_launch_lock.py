@@ -20,6 +20,8 @@ from pathlib import Path
 
 import anyio.to_thread
 
+from conduit_core.extension import lock_held
+
 __all__ = ["held_by_a_launch", "launch_lock"]
 
 LOCK_NAME = "launch.lock"
@@ -38,14 +40,4 @@ async def launch_lock(workspace: Path) -> AsyncIterator[None]:
 
 def held_by_a_launch(workspace: Path) -> bool:
     """Whether a launch holds the workspace's launch lock now (no workspace: none can)."""
-    try:
-        fd = os.open(workspace / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    return lock_held(workspace / LOCK_NAME)

@@ -20,7 +20,7 @@ from conduit_core.validation import (
 )
 
 if TYPE_CHECKING:
-    from conduit_core.extension._detached import DetachedJobs
+    from conduit_core.extension._detached import DetachedJobs, lock_held
     from conduit_core.extension._executor import (
         MAX_LAUNCH_INTENT_BYTES,
         MAX_RECOVERY_METADATA_BYTES,
@@ -106,6 +106,7 @@ else:  # each part loads on first use (the CLI's switch check needs only _switch
         __name__,
         {
             "DetachedJobs": "_detached",
+            "lock_held": "_detached",
             "AttemptCallbacks": "_executor",
             "Capability": "_executor",
             "ExecutionContext": "_executor",
@@ -261,4 +262,5 @@ __all__ = [
     "load_manifest",
     "manifest_json_schema",
     "validate_result",
+    "lock_held",
 ]

@@ -70,17 +70,7 @@ class DetachedJobs:
     @staticmethod
     def launch_in_progress(directory: Path) -> bool:
         """Whether a launch (in any process) holds ``directory``'s launch lock now."""
-        try:
-            fd = os.open(_lock_path(directory), os.O_RDWR)
-        except FileNotFoundError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
-        return False
+        return lock_held(_lock_path(directory))
 
     async def start(
         self, directory: Path, command: str, marker: str, env: Mapping[str, str]
@@ -132,3 +122,20 @@ class DetachedJobs:
 
 def _lock_path(directory: Path) -> Path:
     return directory.with_name(f"{directory.name}.launch.lock")
+
+
+def lock_held(path: Path) -> bool:
+    """Whether a process holds an exclusive ``flock`` on ``path`` now (no file: none can).
+    A launch holds its lock from its intent's write to its spawn; recovery asks this to tell a
+    launch still under way from one that never started."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

@@ -24,13 +24,24 @@ import anyio
 import anyio.to_thread
 
 from conduit_core.extension._executor import StopEvidence
+from conduit_core.extension._results import OperationError
 
 __all__ = ["DetachedJobs"]
 
 # The wrapper runs in the background of a shell that exits at once, so the job is never the
-# executor's child (nothing to reap) and outlives it; the status file appears atomically.
+# executor's child (nothing to reap) and outlives it; the status file appears atomically. The
+# wrapper marks that it runs (``started``: it has been exec'd and stays until the status exists)
+# and ends with a builtin so that no shell replaces it by its last command (``mv``): a process in
+# the middle of an exec shows an empty environment, so the job would look gone for an instant.
 _START = 'sh -c "$0" "$1" "$2" &'
-_WRAPPER = 'cd "$0" && sh -c "$1" </dev/null >out 2>&1; echo $? >status.tmp; mv status.tmp status'
+_WRAPPER = (
+    'cd "$0" && : >started && sh -c "$1" </dev/null >out 2>&1;'
+    " echo $? >status.tmp; mv status.tmp status; exit 0"
+)
+#: How long a start waits for its job to show (a marked process or a status) before it gives up.
+_VISIBLE_WITHIN = 30.0
+#: A job found neither running nor finished is looked for again this often before it is gone.
+_GONE_LOOKS = 3
 
 
 class DetachedJobs:
@@ -76,7 +87,14 @@ class DetachedJobs:
         self, directory: Path, command: str, marker: str, env: Mapping[str, str]
     ) -> None:
         """Start ``command`` (sh) detached in ``directory``; call after recording the intent,
-        inside ``launching(directory)``."""
+        inside ``launching(directory)``.
+
+        Returns once the wrapper runs (its ``started`` file, or the status): when the starting
+        shell exits, the backgrounded wrapper may still be being exec'd, and a process mid-exec
+        shows an empty environment. Returning earlier let a ``wait`` (or a recovery's look, once
+        the launch lock is released) find nothing and call a running job vanished, which reran
+        it (the chaos drill's wire duplicate). A job that never shows raises ``launch_unseen``.
+        """
         full = {**env, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), self.marker_env: marker}
         argv = ["sh", "-c", _START, _WRAPPER, str(directory), command]
 
@@ -85,6 +103,16 @@ class DetachedJobs:
             subprocess.run(argv, env=full, start_new_session=True, check=True)
 
         await anyio.to_thread.run_sync(spawn)
+        with anyio.move_on_after(_VISIBLE_WITHIN):
+            while True:
+                if (directory / "started").exists() or self.exit_status(directory) is not None:
+                    return
+                await anyio.sleep(0.005)
+        raise OperationError(
+            "launch_unseen",
+            f"the job started in {directory} showed no process and no status within "
+            f"{_VISIBLE_WITHIN:g} s",
+        )
 
     @staticmethod
     def exit_status(directory: Path) -> int | None:
@@ -95,10 +123,17 @@ class DetachedJobs:
             return None
 
     async def wait(self, directory: Path, marker: str) -> int | None:
-        """The exit status once the job ends; ``None`` when it vanished without one."""
+        """The exit status once the job ends; ``None`` when it vanished without one (found
+        neither running nor finished ``_GONE_LOOKS`` times in a row, 50 ms apart: one empty
+        look may be a process caught mid-exec)."""
+        misses = 0
         while (status := self.exit_status(directory)) is None:
-            if not await anyio.to_thread.run_sync(self.processes, marker):
-                return self.exit_status(directory)  # it may have finished since the first look
+            if await anyio.to_thread.run_sync(self.processes, marker):
+                misses = 0
+            else:
+                misses += 1
+                if misses >= _GONE_LOOKS:
+                    return self.exit_status(directory)  # it may have finished since the look
             await anyio.sleep(0.05)
         return status
 

@@ -142,9 +142,13 @@ class DetachedJobs:
         return bool(self.processes(marker)) or self.exit_status(directory) is not None
 
     async def kill(self, prefix: str, within: float = 10.0) -> StopEvidence:
-        """SIGKILL every process marked ``prefix…`` and prove none is left."""
+        """SIGKILL every process marked ``prefix…`` and prove none is left (``_GONE_LOOKS``
+        empty looks in a row: a process caught mid-exec shows no marker for an instant)."""
         with anyio.move_on_after(within):
-            while pids := await anyio.to_thread.run_sync(self.processes, prefix):
+            misses = 0
+            while misses < _GONE_LOOKS:
+                pids = await anyio.to_thread.run_sync(self.processes, prefix)
+                misses = 0 if pids else misses + 1
                 for pid in pids:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)

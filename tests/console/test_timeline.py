@@ -41,6 +41,10 @@ config = {{ command = 'i=0; while true; do i=$((i+1)); echo tick-$i; echo err-$i
 executor = "python"
 config = {{ function = "tests.pyexec.funcs:run_script", env = {{ PYTHONPATH = "{repo}", PYEXEC_SCRIPT = "echo py-line; echo py-err >&2; sleep 300" }} }}
 
+[bindings.wirechatty]
+executor = "example-wire"
+config = {{ command = 'echo wire-line; echo wire-err >&2; sleep 300' }}
+
 [bindings.boxchatty]
 executor = "container"
 config = {{ image = "{image}", command = 'echo box-line; echo box-err >&2; sleep 300' }}
@@ -230,6 +234,21 @@ def test_live_output_of_a_python_job(d: Daemon) -> None:
     wait_for("py-line", lambda: "py-line" in output(d, job).text)
     assert "py-err" in output(d, job, query="?stream=stderr").text
     d.cli("work", "cancel", job)
+
+
+def test_live_output_of_a_wire_program_job(d: Daemon) -> None:
+    """An out-of-process program that declares the ``output`` capability answers ``output``
+    (the example writes both streams to one file, offered as stdout)."""
+    job = d.submit("wirechatty")
+    d.wait_attempt(job, "running")
+    text = wait_for("wire-line", lambda: (t := output(d, job).text) and "wire-line" in t and t)
+    assert "wire-err" in text
+    stderr = output(d, job, query="?stream=stderr")
+    assert not stderr.available
+    assert stderr.note == "executor 'example-wire' keeps no stderr for this attempt"
+    assert output(d, job, query="?tail=5").text == text[-5:]
+    d.cli("work", "cancel", job)
+    d.wait_status(job, "cancelled")
 
 
 def test_live_output_of_a_container_job(d: Daemon) -> None:

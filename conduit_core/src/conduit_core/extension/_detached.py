@@ -137,6 +137,18 @@ class DetachedJobs:
             await anyio.sleep(0.05)
         return status
 
+    @staticmethod
+    def output_tail(directory: Path, max_bytes: int) -> bytes:
+        """The last ``max_bytes`` bytes the job wrote (stdout and stderr share the file ``out``);
+        empty before it wrote anything."""
+        try:
+            with (directory / "out").open("rb") as out:
+                size = out.seek(0, os.SEEK_END)
+                out.seek(max(size - max_bytes, 0))
+                return out.read(max_bytes)
+        except FileNotFoundError:
+            return b""
+
     def exists(self, directory: Path, marker: str) -> bool:
         """Anything of this launch: a marked process or its exit status."""
         return bool(self.processes(marker)) or self.exit_status(directory) is not None

@@ -47,6 +47,9 @@ class Capability(StrEnum):
     INTERRUPT = "interrupt"
     STOP = "stop"
     ISOLATED = "isolated"
+    #: An out-of-process executor answers ``output`` (an in-process one overrides
+    #: ``output_tail`` instead and needs no capability).
+    OUTPUT = "output"
 
 
 class LaunchPhaseName(StrEnum):

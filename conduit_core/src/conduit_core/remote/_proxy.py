@@ -25,6 +25,7 @@ import msgspec
 
 from conduit_core.errors import LeaseLostError
 from conduit_core.extension import (
+    Capability,
     ExecutionContext,
     Executor,
     ExecutorManifest,
@@ -41,6 +42,7 @@ from conduit_core.extension import (
     validate_result,
 )
 from conduit_core.extension.wire import (
+    MAX_OUTPUT_BYTES,
     AttemptContext,
     Cancel,
     ExecutorMessage,
@@ -48,6 +50,8 @@ from conduit_core.extension.wire import (
     Inject,
     Interrupt,
     Launched,
+    Output,
+    OutputText,
     Recover,
     Replied,
     RequestFailed,
@@ -70,6 +74,8 @@ log = logging.getLogger("conduit.remote")
 
 #: How many program restarts one call rides out before it gives up.
 _MAX_REATTACH = 5
+#: How long an ``output`` request may take (it serves a console poll).
+_OUTPUT_WITHIN = 5.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -375,14 +381,16 @@ class RemoteExecutor(Executor):
             "attempt goes through recovery",
         )
 
-    async def _control(self, build: Callable[[int], msgspec.Struct]) -> ExecutorMessage:
+    async def _control(
+        self, build: Callable[[int], msgspec.Struct], within: float | None = None
+    ) -> ExecutorMessage:
         last: ProgramGone | None = None
         for _ in range(_MAX_REATTACH):
             # A program that does not start fails the control at once: its caller (the daemon's
             # stop/confirm pass, control dispatch) tries again later with a backoff of its own.
             conn = await self.supervisor.connection(wait_for_start=False)
             try:
-                reply = await conn.request(build, within=self._timeout)
+                reply = await conn.request(build, within=within or self._timeout)
             except ProgramGone as exc:
                 last = exc  # stop and inject are idempotent: ask the restarted program
                 continue
@@ -414,6 +422,21 @@ class RemoteExecutor(Executor):
         if not isinstance(reply, Stopped):
             raise _unexpected(reply, "stopped")
         return StopEvidence(verified=reply.verified, detail=reply.detail)
+
+    async def output_tail(self, target: StopTarget, stream: str, max_bytes: int) -> bytes | None:
+        """Asked of a program that declares the ``output`` capability (within ``_OUTPUT_WITHIN``:
+        a console poll never waits on a slow program for long); ``None`` otherwise."""
+        conn = await self.supervisor.connection(wait_for_start=False)
+        if conn.manifest is None or Capability.OUTPUT not in conn.manifest.capabilities:
+            return None
+        most = min(max_bytes, MAX_OUTPUT_BYTES)
+        reply = await self._control(
+            lambda rid: Output(id=rid, target=self._target(target), stream=stream, max_bytes=most),
+            within=_OUTPUT_WITHIN,
+        )
+        if not isinstance(reply, OutputText):
+            raise _unexpected(reply, "output_text")
+        return None if reply.text is None else reply.text.encode()[-most:]
 
     async def inject(self, target: StopTarget, inputs: Sequence[InputEvent]) -> None:
         reply = await self._control(

@@ -74,9 +74,13 @@ class WireExample(ext.Executor):
     async def stop(self, target: ext.StopTarget) -> ext.StopEvidence:
         return await JOBS.kill(f"{key(target.execution_id)}/")
 
+    async def output_tail(self, target: ext.StopTarget, stream: str, most: int) -> bytes | None:
+        found = target.recovery or target.launch_intent  # both streams: one file, as stdout
+        return JOBS.output_tail(Path(found["dir"]), most) if found and stream == "stdout" else None
+
 
 MANIFEST = wire.manifest_for(
-    name="example-wire", generation=1, pool="jobs", capabilities=["stop", "interrupt"],
+    name="example-wire", generation=1, pool="jobs", capabilities=["stop", "interrupt", "output"],
     config_type=Config, result_data=JobData,
 )  # fmt: skip
 

@@ -25,6 +25,7 @@ __all__ = [
     "CORE_MESSAGES",
     "EXECUTOR_MESSAGES",
     "MAX_FRAME_BYTES",
+    "MAX_OUTPUT_BYTES",
     "PROTOCOL_VERSION",
     "AttemptContext",
     "CallbackOk",
@@ -39,6 +40,8 @@ __all__ = [
     "Interrupt",
     "Launched",
     "LeaseLost",
+    "Output",
+    "OutputText",
     "Pin",
     "PersistRecovery",
     "PhaseBegin",
@@ -63,6 +66,8 @@ __all__ = [
 PROTOCOL_VERSION = 1
 #: A frame larger than this (either way) is refused; results and configs are far smaller.
 MAX_FRAME_BYTES = 1024 * 1024
+#: The most output one ``output`` request asks for: escaped as JSON it still fits in a frame.
+MAX_OUTPUT_BYTES = 128 * 1024
 
 RequestId = Annotated[int, msgspec.Meta(ge=1, le=2**53 - 1)]
 Name = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_-]{0,62}$")]
@@ -198,6 +203,17 @@ class Inject(_Message, frozen=True, kw_only=True, tag="inject"):
     inputs: list[InputEvent]
 
 
+class Output(_Message, frozen=True, kw_only=True, tag="output"):
+    """Read only: the last ``max_bytes`` bytes the attempt wrote so far to ``stream``, running or
+    ended (the console's live output polls it). Sent only to a program whose manifest declares
+    the ``output`` capability; answered by ``output_text`` or ``failed``."""
+
+    id: RequestId
+    target: Target
+    stream: Annotated[str, msgspec.Meta(pattern=r"^(stdout|stderr)$")]
+    max_bytes: Annotated[int, msgspec.Meta(ge=1, le=MAX_OUTPUT_BYTES)]
+
+
 class Cancel(_Message, frozen=True, kw_only=True, tag="cancel"):
     """The core no longer wants the reply to ``request`` (a cancelled wait); answered ``replied``.
 
@@ -271,6 +287,14 @@ class Stopped(_Message, frozen=True, kw_only=True, tag="stopped"):
     detail: Text = ""
 
 
+class OutputText(_Message, frozen=True, kw_only=True, tag="output_text"):
+    """Reply to ``output``: the tail as UTF-8 text (undecodable bytes replaced), at most the
+    ``max_bytes`` asked for; ``null`` when the program keeps no such output for the attempt."""
+
+    id: RequestId
+    text: str | None = None
+
+
 class Replied(_Message, frozen=True, kw_only=True, tag="replied"):
     """Reply to ``inject``, ``cancel`` and ``shutdown``."""
 
@@ -319,21 +343,21 @@ class Pin(_Message, frozen=True, kw_only=True, tag="pin"):
 
 
 CoreMessage = (
-    Handshake | Run | Resume | Recover | Wait | Stop | Interrupt | Inject | Cancel | Shutdown
-    | CallbackOk | LeaseLost | CallbackRefused
+    Handshake | Run | Resume | Recover | Wait | Stop | Interrupt | Inject | Output | Cancel
+    | Shutdown | CallbackOk | LeaseLost | CallbackRefused
 )  # fmt: skip
 ExecutorMessage = (
-    HandshakeOk | Launched | Finished | Stopped | Replied | RequestFailed
+    HandshakeOk | Launched | Finished | Stopped | OutputText | Replied | RequestFailed
     | RecordLaunchIntent | PersistRecovery | PhaseBegin | PhaseEnd | Pin
 )  # fmt: skip
 
 #: Every message type, by the side that sends it (the bad-message tests walk these).
 CORE_MESSAGES: tuple[type[msgspec.Struct], ...] = (
-    Handshake, Run, Resume, Recover, Wait, Stop, Interrupt, Inject, Cancel, Shutdown,
+    Handshake, Run, Resume, Recover, Wait, Stop, Interrupt, Inject, Output, Cancel, Shutdown,
     CallbackOk, LeaseLost, CallbackRefused,
 )  # fmt: skip
 EXECUTOR_MESSAGES: tuple[type[msgspec.Struct], ...] = (
-    HandshakeOk, Launched, Finished, Stopped, Replied, RequestFailed,
+    HandshakeOk, Launched, Finished, Stopped, OutputText, Replied, RequestFailed,
     RecordLaunchIntent, PersistRecovery, PhaseBegin, PhaseEnd, Pin,
 )  # fmt: skip
 

@@ -52,6 +52,8 @@ from conduit_core.extension.wire._messages import (
     Interrupt,
     Launched,
     LeaseLost,
+    Output,
+    OutputText,
     PersistRecovery,
     PhaseBegin,
     PhaseEnd,
@@ -331,6 +333,12 @@ class _Server:
             executor = self._executor(message.target.generation)
             await executor.inject(_stop_target(message.target), message.inputs)
             return Replied(id=message.id)
+        if isinstance(message, Output):
+            executor = self._executor(message.target.generation)
+            target, most = _stop_target(message.target), message.max_bytes
+            data = await executor.output_tail(target, message.stream, most)
+            text = None if data is None else data[-most:].decode("utf-8", errors="replace")
+            return OutputText(id=message.id, text=text)
         raise OperationError("wire_unknown_message", f"cannot answer {type(message).__name__}")
 
     async def _wait(self, handle_id: str) -> Result:

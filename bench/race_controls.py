@@ -120,7 +120,13 @@ def configurations(backends: list[str]) -> Iterator[tuple[str, str, str]]:
 def daemon_runs(race: str, switch: str, runs: int) -> list[int]:
     """The peak of each of ``runs`` two-daemon races on one daemon pair (PostgreSQL)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's tests package
-    from tests.daemon.test_capacity_daemons import LIMITS, WIDENED, _run_held_jobs, _start_pair
+    from tests.daemon.test_capacity_daemons import (
+        CONTROL_EXTRA,
+        LIMITS,
+        WIDENED,
+        _run_held_jobs,
+        _start_pair,
+    )
 
     env = {**WIDENED, **({"CONDUIT_TEST_UNSAFE": switch} if switch else {})}
     limit = LIMITS[race]
@@ -128,7 +134,8 @@ def daemon_runs(race: str, switch: str, runs: int) -> list[int]:
         daemons: list[Any] = []
         try:
             pair = _start_pair(Path(tmp), url, daemons, env)
-            return [_run_held_jobs(pair, limit, run=n, jobs=limit.limit + 3) for n in range(runs)]
+            jobs = limit.limit + CONTROL_EXTRA
+            return [_run_held_jobs(pair, limit, run=n, jobs=jobs) for n in range(runs)]
         finally:
             for daemon in daemons:
                 daemon.kill()

@@ -36,13 +36,16 @@ from conduit_core.storage._open import mask_url, open_store, open_store_sync
 from conduit_core.storage._ops_budgets import needs_gates
 from conduit_core.storage._ops_routines import RoutineRun, RoutineUpdate
 from conduit_core.storage._schema import SCHEMA_VERSION
+from conduit_core.storage._sql import EXHAUSTED
 from conduit_core.storage._sqlite import SqliteStore
 from conduit_core.storage._sqlstore import SqlStore
+from conduit_core.storage._work_search import WorkQuery
 
 __all__ = [
     "BUDGET_EXCEEDED",
     "BUDGET_SCHEMA",
     "BUDGET_WARNING",
+    "EXHAUSTED",
     "SCHEMA_VERSION",
     "AdmitRequest",
     "BudgetPolicy",
@@ -69,6 +72,7 @@ __all__ = [
     "StaleDispatchError",
     "Store",
     "WorkChange",
+    "WorkQuery",
     "mask_url",
     "needs_gates",
     "open_store",

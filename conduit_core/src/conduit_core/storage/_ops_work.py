@@ -61,7 +61,7 @@ from conduit_core.storage._unsafe import fault, unsafe
 def create_work(cx: Cx, work: Work, first_input: Event | None) -> Work:
     if find_work(cx, work.id) is not None:
         raise ConduitError(f"work {work.id!r} already exists", code="work_exists")
-    insert_work(cx, msgspec.structs.replace(work, pending_inputs=0, last_attempt=0))
+    insert_work(cx, msgspec.structs.replace(work, pending_inputs=0, last_attempt=0), first_input)
     if first_input is not None:
         accept_event(cx, msgspec.structs.replace(first_input, work_id=work.id, pending=True))
     return load_work(cx, work.id)

@@ -36,7 +36,7 @@ from conduit_core.storage._open import mask_url, open_store, open_store_sync
 from conduit_core.storage._ops_budgets import needs_gates
 from conduit_core.storage._ops_routines import RoutineRun, RoutineUpdate
 from conduit_core.storage._schema import SCHEMA_VERSION
-from conduit_core.storage._sql import EXHAUSTED
+from conduit_core.storage._sql import EXHAUSTED, listed_status
 from conduit_core.storage._sqlite import SqliteStore
 from conduit_core.storage._sqlstore import SqlStore
 from conduit_core.storage._work_search import WorkQuery
@@ -77,5 +77,6 @@ __all__ = [
     "needs_gates",
     "open_store",
     "open_store_sync",
+    "listed_status",
     "refusal_error",
 ]

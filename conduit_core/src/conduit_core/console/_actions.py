@@ -21,6 +21,7 @@ from conduit_core.console._session import Session, action_role
 from conduit_core.errors import ConduitError
 from conduit_core.http import (
     BULK_ACTIONS,
+    DEFAULT_BULK_CAP,
     ApiService,
     BulkRequest,
     CancelRequest,
@@ -35,7 +36,6 @@ from conduit_core.http import (
     release,
     require,
 )
-from conduit_core.http._bulk import DEFAULT_CAP
 from conduit_core.routines import ScheduleChange
 
 __all__ = ["ConsoleActions", "WORK_ACTIONS", "SCHEDULE_ACTIONS", "next_page"]
@@ -160,7 +160,7 @@ class ConsoleActions:
         return page("work_bulk.html", session=session, flashes=session.take_flashes(),
                     nav="work", result=result, action=action, target=target,
                     filter_query=filter_query, ids=ids, reason=reason,
-                    cap=fields.get("cap", DEFAULT_CAP))  # fmt: skip
+                    cap=fields.get("cap", DEFAULT_BULK_CAP))  # fmt: skip
 
     async def schedule_action(self, request: Request, session: Session) -> Response:
         schedule_id: str = request.path_params["id"]

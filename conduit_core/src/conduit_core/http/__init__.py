@@ -19,7 +19,13 @@ if TYPE_CHECKING:
         refuse,
         release,
     )
-    from conduit_core.http._bulk import BULK_ACTIONS, BulkItem, BulkRequest, BulkResult
+    from conduit_core.http._bulk import (
+        BULK_ACTIONS,
+        DEFAULT_BULK_CAP,
+        BulkItem,
+        BulkRequest,
+        BulkResult,
+    )
     from conduit_core.http._client import ApiClient, split_listen
     from conduit_core.http._guard import RequestGuard
     from conduit_core.http._history import HistoryEntry, HistoryPage
@@ -130,6 +136,7 @@ else:  # each part loads on first use: the CLI client needs no HTTP app
             "BulkResult": "_bulk",
             "BulkItem": "_bulk",
             "BULK_ACTIONS": "_bulk",
+            "DEFAULT_BULK_CAP": "_bulk",
             "WorkView": "_schemas",
             "ApiService": "_service",
             "GLOBAL_POOL": "_service",
@@ -207,6 +214,7 @@ __all__ = [
     "BulkResult",
     "BulkItem",
     "BULK_ACTIONS",
+    "DEFAULT_BULK_CAP",
     "WorkView",
     "actor_of",
     "approve",

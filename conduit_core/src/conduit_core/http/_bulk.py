@@ -33,7 +33,7 @@ __all__ = [
     "BULK_ACTIONS",
     "BULK_HANDLERS",
     "BULK_ROUTES",
-    "DEFAULT_CAP",
+    "DEFAULT_BULK_CAP",
     "MAX_CAP",
     "BulkItem",
     "BulkRequest",
@@ -44,7 +44,7 @@ __all__ = [
 log = logging.getLogger("conduit.api")
 
 BULK_ACTIONS = ("cancel", "retry", "approve", "refuse")
-DEFAULT_CAP = 1000
+DEFAULT_BULK_CAP = 1000
 MAX_CAP = 10_000
 #: Ids a dry run shows.
 SHOWN_IDS = 20
@@ -56,7 +56,7 @@ class BulkRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     filter: WorkFilter | None = None
     ids: Annotated[list[WorkId], msgspec.Meta(max_length=MAX_CAP)] | None = None
     dry_run: bool = False
-    cap: Annotated[int, msgspec.Meta(ge=1, le=MAX_CAP)] = DEFAULT_CAP
+    cap: Annotated[int, msgspec.Meta(ge=1, le=MAX_CAP)] = DEFAULT_BULK_CAP
     reason: Reason = ""
 
 

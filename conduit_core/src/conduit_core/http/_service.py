@@ -59,7 +59,7 @@ log = logging.getLogger("conduit.api")
 GLOBAL_POOL = "global"
 MAX_PAGE = 500
 #: Rows one page filtered by an input key reads at most (see ``storage/_work_search``).
-INPUT_SCAN = 20_000
+INPUT_SCAN = 5_000
 
 
 class HostHooks(Protocol):

@@ -272,7 +272,7 @@ class Store(ABC):
         *,
         limit: int = 100,
         after: tuple[int, str] | None = None,
-        scan_limit: int = 20_000,
+        scan_limit: int = 5_000,
     ) -> tuple[list[Work], tuple[int, str] | None]:
         """Work matching ``query`` ordered by (created time, id), after the cursor ``after``,
         and the cursor of the next page (``None``: the last). See ``_work_search``."""

@@ -237,8 +237,10 @@ def first_input_column(first_input: Event | None) -> str | None:
     payload = None if first_input is None else first_input.payload
     if not isinstance(payload, dict):
         return None
+    # Booleans as text, so both backends' JSON operators give ``true``/``false`` alike.
     kept = {
-        k: v for k, v in payload.items()
+        k: (("true" if v else "false") if isinstance(v, bool) else v)
+        for k, v in payload.items()
         if isinstance(k, str) and isinstance(v, str | int | float | bool)
         and len(str(v)) <= INPUT_VALUE_MAX
     }  # fmt: skip

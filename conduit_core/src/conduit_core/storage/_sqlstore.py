@@ -198,7 +198,7 @@ class SqlStore(Store):
         *,
         limit: int = 100,
         after: tuple[int, str] | None = None,
-        scan_limit: int = 20_000,
+        scan_limit: int = 5_000,
     ) -> tuple[list[Work], tuple[int, str] | None]:
         read = self._read if query.input_key is not None else self._read_one  # two SELECTs
         return await read(search_work, query, limit, after, scan_limit)

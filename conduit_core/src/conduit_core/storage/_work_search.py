@@ -5,9 +5,9 @@ row of the previous page (never OFFSET), so page 1000 reads as few rows as page 
 but the input key has an index ending in (created_at_ms, id) (migration ``_V8``): status,
 scope and binding each give one index range; an id prefix is a primary-key range. The input key
 (``input.KEY=VALUE``, a top-level scalar of the Work's first input, kept in ``first_input``) has
-no index: it is checked on the rows the other filters' index yields, in page order, so it is
-fast when matches are common and, on a rare value, bounded by ``scan_limit`` (the page then ends
-early with a cursor to continue from).
+no index: the database checks it (SQLite ``json_extract``, PostgreSQL ``->>``) on the rows the
+other filters' index yields, in page order, so it is fast when matches are common and, on a rare
+value, bounded by ``scan_limit`` rows (the page then ends early with a cursor to continue from).
 """
 
 from __future__ import annotations
@@ -80,29 +80,40 @@ def search_work(
         )
         page = rows[:limit]
         more = len(rows) > limit
-        nxt = (int(page[-1][1]), str(page[-1][2])) if more and page else None
-        return [Codec.work.decode(r[0]) for r in page], nxt
-    # The input filter reads only the small columns of up to ``scan_limit`` rows in page order,
-    # then the records of the matches.
-    rows = cx.rows(
-        f"SELECT created_at_ms, id, first_input FROM conduit_work {where_sql} {order_sql} "
-        "LIMIT ?",
-        (*params, scan_limit),
+        position = (int(page[-1][1]), str(page[-1][2])) if more and page else None
+        return [Codec.work.decode(r[0]) for r in page], position
+    # The input filter: the match is the database's (SQLite ``json_extract``, PostgreSQL
+    # ``->>``) over at most ``scan_limit`` rows in page order, read through the filters' index;
+    # only the matches come back, then their records.
+    scanned = (
+        f"SELECT created_at_ms, id, first_input FROM conduit_work {where_sql} {order_sql} LIMIT ?"
     )
-    matched: list[str] = []
-    last: tuple[int, str] | None = None
-    nxt = None
-    for created, work_id, first_input in rows:
-        if _input_matches(first_input, query.input_key, query.input_value or ""):
-            if len(matched) == limit:
-                nxt = last  # one more match exists: continue after the last shown
-                break
-            matched.append(str(work_id))
-        last = (int(created), str(work_id))
+    value = _INPUT_PG if cx.has_sequences else _INPUT_SQLITE
+    key = query.input_key if cx.has_sequences else f'$."{query.input_key}"'
+    hits = cx.rows(
+        f"SELECT created_at_ms, id FROM ({scanned}) AS s WHERE {value} = ? {order_sql} LIMIT ?",
+        (*params, scan_limit, key, query.input_value or "", limit + 1),
+    )
+    if len(hits) > limit:
+        nxt: tuple[int, str] | None = (int(hits[limit - 1][0]), str(hits[limit - 1][1]))
     else:
-        # Read every row it asked for: there may be more past them.
-        nxt = last if len(rows) == scan_limit else None
-    return _load_in_order(cx, matched), nxt
+        # Fewer matches than a page: continue after the last row read, if it read its bound.
+        reverse = "ASC" if query.newest_first else "DESC"
+        keys = f"SELECT created_at_ms, id FROM conduit_work {where_sql} {order_sql} LIMIT ?"
+        last = cx.rows(
+            f"SELECT created_at_ms, id, (SELECT COUNT(*) FROM ({keys}) AS c) FROM ({keys}) "
+            f"AS s ORDER BY created_at_ms {reverse}, id {reverse} LIMIT 1",
+            (*params, scan_limit, *params, scan_limit),
+        )
+        full = bool(last) and int(last[0][2]) == scan_limit
+        nxt = (int(last[0][0]), str(last[0][1])) if full else None
+    return _load_in_order(cx, [str(h[1]) for h in hits[:limit]]), nxt
+
+
+#: A first input's value of the key as text, per backend (numbers as JSON writes them; booleans
+#: are stored as ``"true"``/``"false"``, see ``_sql.first_input_column``).
+_INPUT_SQLITE = "CAST(json_extract(s.first_input, ?) AS TEXT)"
+_INPUT_PG = "(CAST(s.first_input AS jsonb) ->> ?)"
 
 
 def _load_in_order(cx: Cx, ids: list[str]) -> list[Work]:
@@ -112,22 +123,3 @@ def _load_in_order(cx: Cx, ids: list[str]) -> list[Work]:
     rows = cx.rows(f"SELECT id, data FROM conduit_work WHERE id IN ({marks})", tuple(ids))
     by_id = {str(r[0]): Codec.work.decode(r[1]) for r in rows}
     return [by_id[i] for i in ids if i in by_id]
-
-
-_decoder = msgspec.json.Decoder(dict[str, object])
-
-
-def _input_matches(first_input: str | None, key: str, value: str) -> bool:
-    """Whether the stored first input's ``key`` equals ``value`` as text (``true``/``false``
-    for booleans, a number as JSON writes it)."""
-    if not first_input:
-        return False
-    try:
-        found = _decoder.decode(first_input).get(key)
-    except msgspec.DecodeError:
-        return False
-    if found is None:
-        return False
-    if isinstance(found, bool):
-        return value == ("true" if found else "false")
-    return str(found) == value

@@ -14,9 +14,9 @@ from urllib.parse import urlencode
 
 import anyio
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 
-from conduit_core.console._render import page
+from conduit_core.console._render import SECURITY_HEADERS, page
 from conduit_core.console._session import Session
 from conduit_core.errors import ConduitError, NotFoundError
 from conduit_core.http import (
@@ -136,6 +136,11 @@ class ConsolePages:
                 **_queries(filters, limit, after, page_view)}  # fmt: skip
 
     async def work_list(self, request: Request, session: Session) -> Response:
+        if "input" in request.query_params:  # the form's KEY=VALUE: redirect to the deep link
+            filters, limit, _ = _list_filters(request)
+            query = urlencode({**filters.to_query(), "limit": str(limit)})
+            return RedirectResponse(f"/ui/work?{query}", status_code=303,
+                                    headers=SECURITY_HEADERS)  # fmt: skip
         context = await self._work_page(request)
         config = self.service.config
         return self._page(

@@ -20,8 +20,8 @@ from conduit_core.model import (
     Work,
     WorkKind,
     WorkStatus,
+    listed_status,
 )
-from conduit_core.storage import listed_status
 from conduit_core.validation import ID_MAX_LENGTH, MAX_TEXT_LENGTH, NameStr, WorkIdStr
 
 __all__ = [

@@ -13,13 +13,15 @@ import base64
 import re
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
 from conduit_core.errors import ConduitError
-from conduit_core.model import WorkStatus
-from conduit_core.storage import EXHAUSTED, WorkQuery
+from conduit_core.model import EXHAUSTED, WorkStatus
+
+if TYPE_CHECKING:
+    from conduit_core.storage import WorkQuery
 
 __all__ = [
     "FILTER_PARAMS",
@@ -112,6 +114,8 @@ class WorkFilter(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
     def resolve(self, now_ms: int) -> WorkQuery:
         """The store's query, or a coded error naming the parameter at fault."""
+        from conduit_core.storage import WorkQuery  # server side only: the client stays light
+
         if self.status is not None and self.status not in LISTED_STATES:
             raise _refuse("status", f"{self.status!r} is not one of {', '.join(LISTED_STATES)}",
                           "invalid_status")  # fmt: skip

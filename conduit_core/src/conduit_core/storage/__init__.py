@@ -3,6 +3,7 @@
 The conformance suite every backend passes is :mod:`conduit_core.storage.conformance`.
 """
 
+from conduit_core.model import EXHAUSTED, listed_status
 from conduit_core.storage._admission import (
     BUDGET_EXCEEDED,
     BUDGET_SCHEMA,
@@ -36,7 +37,6 @@ from conduit_core.storage._open import mask_url, open_store, open_store_sync
 from conduit_core.storage._ops_budgets import needs_gates
 from conduit_core.storage._ops_routines import RoutineRun, RoutineUpdate
 from conduit_core.storage._schema import SCHEMA_VERSION
-from conduit_core.storage._sql import EXHAUSTED, listed_status
 from conduit_core.storage._sqlite import SqliteStore
 from conduit_core.storage._sqlstore import SqlStore
 from conduit_core.storage._work_search import WorkQuery

@@ -11,6 +11,7 @@ import msgspec
 
 from conduit_core.errors import ConduitError, NotFoundError
 from conduit_core.model import (
+    EXHAUSTED,
     AttemptSnapshot,
     Event,
     Execution,
@@ -773,7 +774,8 @@ def capacity_refusal(cx: Cx, capacity: CapacityLimits, work: Work) -> ClaimRefus
 
 def work_counts(cx: Cx) -> dict[str, int]:
     """Work per status, and ``startable``: how many ``ready_work`` would return (no rows read)."""
-    counts = {str(status): 0 for status in WorkStatus}
+    # Listed states (the ``status`` column): exhausted ready Work is its own (``listed_status``).
+    counts = {str(status): 0 for status in WorkStatus} | {EXHAUSTED: 0}
     for status, count in cx.rows("SELECT status, COUNT(*) FROM conduit_work GROUP BY status"):
         counts[str(status)] = int(count)
     startable = cx.rows(f"SELECT COUNT(*) FROM conduit_work WHERE claimable = 1 AND {_UNBLOCKED}")

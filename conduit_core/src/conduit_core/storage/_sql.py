@@ -24,6 +24,7 @@ from conduit_core.model import (
     Wait,
     Work,
     WorkStatus,
+    listed_status,
 )
 from conduit_core.storage._schema import (
     META_DDL,
@@ -214,18 +215,6 @@ def is_claimable(work: Work) -> bool:
         and work.pending_inputs > 0
     )
 
-
-def listed_status(work: Work) -> str:
-    """The ``status`` column: the Work's status, except ``exhausted`` for ready Work that waits
-    for a person's retry (retries exhausted under its policy, or a permanent failure), so a
-    search finds it by its own state (the record keeps ``ready`` and the ``blocked_reason``)."""
-    if work.status is WorkStatus.READY and work.blocked_reason is not None:
-        return EXHAUSTED
-    return str(work.status)
-
-
-#: The listed state of ready Work blocked until a person retries it (see ``listed_status``).
-EXHAUSTED = "exhausted"
 
 #: A first input's top-level values kept for search: scalars up to this many characters.
 INPUT_VALUE_MAX = 256

@@ -24,10 +24,8 @@ from typing import Annotated, Any
 import msgspec
 
 from conduit_core.errors import ConduitError
-from conduit_core.http._approvals import SettleRequest, approve, refuse
 from conduit_core.http._schemas import CancelRequest, Reason, RetryRequest, WorkId
 from conduit_core.http._search import WorkFilter
-from conduit_core.http._tokens import actor_of
 
 __all__ = [
     "BULK_ACTIONS",
@@ -123,6 +121,9 @@ async def _act(svc: Any, action: str, work_id: str, reason: str, actor: str | No
     if action == "retry":
         detail = await svc.retry(work_id, RetryRequest(reason=reason), actor=actor)
         return str(detail.work.state or detail.work.status)
+    # Imported here: the runtime they call is the server's, never loaded by the API client.
+    from conduit_core.http._approvals import SettleRequest, approve, refuse
+
     settle = approve if action == "approve" else refuse
     return (await settle(svc, work_id, SettleRequest(reason=reason), actor=actor)).status
 
@@ -150,6 +151,8 @@ async def run_bulk(svc: Any, action: str, req: BulkRequest, *, actor: str | None
 
 def _handler(action: str) -> Any:
     async def handle(svc: Any, request: Any, body: Any) -> msgspec.Struct:
+        from conduit_core.http._tokens import actor_of
+
         return await run_bulk(svc, action, body, actor=actor_of(request))
 
     return handle

@@ -1,7 +1,10 @@
-"""Console page latency on a real daemon holding many Work (all held by the human gate).
+"""Console page latency on a real daemon holding many Work (all held by the human gate), and
+Work search through the API with a million Work in the store (``--fill``).
 
     .venv/bin/python bench/bench_console.py                # 1,000 held Work, 20 requests a page
     .venv/bin/python bench/bench_console.py --work 3000 --requests 50
+    .venv/bin/python bench/bench_console.py --fill 1000000 --store sqlite    # search, 1M Work
+    .venv/bin/python bench/bench_console.py --fill 1000000 --store postgres
 
 Starts ``conduit daemon`` on a fresh SQLite store in a temporary folder with the human gate
 holding every Work (so nothing runs and the Needs-you page lists them all), submits ``--work``
@@ -60,7 +63,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=20)
+    parser.add_argument("--fill", type=int, default=0,
+                        help="search bench: fill the store with this many Work by bulk SQL")
+    parser.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
     args = parser.parse_args()
+    if args.fill:
+        from bench_console_search import run_search_bench
+
+        run_search_bench(args.fill, args.store, args.requests)
+        return
     with tempfile.TemporaryDirectory(prefix="conduit-bench-console-") as tmp:
         root = Path(tmp)
         port = _port()

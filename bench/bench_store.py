@@ -79,7 +79,7 @@ def bulk_load_sqlite(path: Path, n: int) -> None:
 
 
 def _flush_sqlite(conn: Any, chunk: list[tuple[tuple[Any, ...], tuple[Any, ...]]]) -> None:
-    conn.executemany(_WORK_SQL + "(?, ?, ?, ?, ?, ?, ?)", [w for w, _ in chunk])
+    conn.executemany(_WORK_SQL + "(?, ?, ?, ?, ?, ?, ?, ?, ?)", [w for w, _ in chunk])
     conn.executemany(_EXEC_SQL + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [e for _, e in chunk])
     chunk.clear()
 

@@ -36,7 +36,7 @@ def test_a_viewer_sees_no_action_and_a_forged_one_is_refused(
     try:
         assert viewer.login(VIEWER).status_code == 303
         for path in ("/ui/", "/ui/needs-you/list", f"/ui/work/{deploy}", "/ui/routines",
-                     "/ui/schedules"):  # fmt: skip
+                     "/ui/schedules", "/ui/work"):  # fmt: skip
             page = viewer.get(path)
             assert page.status_code == 200, path
             assert not _ACTION_FORM.search(page.text), path
@@ -46,12 +46,20 @@ def test_a_viewer_sees_no_action_and_a_forged_one_is_refused(
         # A forged action with the session's own CSRF token: refused by role, nothing changes.
         for path, fields in ((f"/ui/work/{deploy}/approve", {}),
                              (f"/ui/work/{deploy}/cancel", {}),
-                             ("/ui/schedules/conduit:nightly/pause", {})):  # fmt: skip
+                             ("/ui/schedules/conduit:nightly/pause", {}),
+                             ("/ui/work/bulk", {"action": "cancel", "target": "filter",
+                                                "filter": "status=held", "confirm": "1"})):  # fmt: skip
             forged = viewer.post(path, fields)
             assert forged.status_code == 403, path
             assert "forbidden_role" in forged.text
         assert daemon.show(deploy).work.status == "held"
         assert "paused" not in daemon.cli("routines", "list").stdout
+        # The API's bulk action too: a viewer's token is refused by role, nothing done.
+        status, body = daemon.raw("POST", "/v1/work/bulk/cancel",
+                                  b'{"filter": {"status": "held"}}', token=VIEWER)  # fmt: skip
+        assert status == 403
+        assert body["code"] == "forbidden_role"
+        assert daemon.show(deploy).work.status == "held"
     finally:
         viewer.close()
 
@@ -122,3 +130,36 @@ def test_a_viewer_in_chromium_has_no_buttons_and_a_forged_post_is_refused(
     assert status == 403
     wait_for("the Work to stay held", lambda: daemon.show(deploy).work.status == "held" or None)
     assert daemon.runs(deploy) == 0
+
+
+def test_bulk_approve_and_refuse_of_held_work_record_the_operator(
+    console_daemon: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    import msgspec
+
+    daemon = _start(console_daemon, tmp_path)
+    held = [daemon.submit("deploy", id=f"deploy-{n}") for n in range(3)]
+    for work_id in held:
+        daemon.wait_status(work_id, "held")
+
+    def bulk(action: str, **body: object) -> dict[str, object]:
+        status, answer = daemon.raw("POST", f"/v1/work/bulk/{action}", msgspec.json.encode(body),
+                                    token=OPERATOR)  # fmt: skip
+        assert status == 200, answer
+        return answer
+
+    refused = bulk("refuse", ids=[held[0]], reason="not today")
+    assert refused["results"] == [{"id": held[0], "ok": True, "status": "cancelled",
+                                   "code": None, "error": None}]  # fmt: skip
+    dry = bulk("approve", filter={"status": "held", "binding": "deploy"}, dry_run=True)
+    assert dry["matched"] == 2
+    approved = bulk("approve", filter={"status": "held", "binding": "deploy"}, reason="go")
+    assert approved["succeeded"] == 2
+    assert approved["actor"] == "ops"
+    for work_id in held[1:]:
+        daemon.wait_status(work_id, "completed")
+    # Approving again: each item fails alone with its code (nothing is held any more).
+    again = bulk("approve", ids=held[1:])
+    assert {r["code"] for r in again["results"]} == {"not_held"}  # type: ignore[union-attr,index]
+    gate = [e for w in held for e in events(daemon.store, w) if e.type.startswith("core.gate.")]
+    assert {e.actor for e in gate if e.type != "core.gate.held"} == {"ops"}

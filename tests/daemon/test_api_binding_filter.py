@@ -1,8 +1,10 @@
-"""``ApiService.list_work(binding=…)`` (``GET /v1/work?binding=``, the console's work list) on a
-real SQLite store: exact keyset pages, and a bounded read per page when the binding is rare.
+"""``ApiService.list_work`` (``GET /v1/work``, the console's work list) on a real SQLite store:
+exact keyset pages by binding (an index: ``conduit_work_binding_created``), and a bounded read
+per page when an input-key search matches rarely.
 
-The store keeps no binding index, so a page scans by id; past ``BINDING_SCAN`` rows it ends early
-with ``next`` at the last row read. The test lowers that bound so a rare binding crosses it.
+The input key has no index: a page reads rows in page order, at most ``INPUT_SCAN``, and past
+that ends early with ``next`` (and ``partial``). The test lowers that bound so a rare value
+crosses it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import anyio
 import pytest
 
 from conduit_core.config import parse_config
-from conduit_core.http import ApiService, SubmitRequest, WorkPage
+from conduit_core.http import ApiService, SubmitRequest, WorkFilter, WorkPage
 from conduit_core.http import _service as service_module
 from conduit_core.plugins import Plugins
 from conduit_core.runtime import Scheduler, SchedulerOptions, SystemClock
@@ -32,11 +34,11 @@ executor = "echo"
 """
 
 
-def _pages(service: ApiService, **query: object) -> list[WorkPage]:
+def _pages(service: ApiService, *, limit: int, **query: str) -> list[WorkPage]:
     async def walk() -> list[WorkPage]:
         pages, after = [], None
         while True:
-            page = await service.list_work(after=after, **query)  # type: ignore[arg-type]
+            page = await service.list_work(WorkFilter(**query), limit=limit, after=after)
             pages.append(page)
             if page.next is None:
                 return pages
@@ -56,7 +58,9 @@ def service(tmp_path: Path) -> Iterator[ApiService]:
         # Ids sort as submitted: rare Work at positions 3, 40 and 77 of 80.
         for n in range(80):
             binding = "rare" if n in (3, 40, 77) else "common"
-            await svc.submit(SubmitRequest(binding=binding, id=f"w{n:03d}"))
+            customer = "rare" if n in (3, 40, 77) else "common"
+            await svc.submit(SubmitRequest(binding=binding, id=f"w{n:03d}",
+                                           input={"customer": customer}))  # fmt: skip
         return svc
 
     svc = anyio.run(build)
@@ -65,36 +69,25 @@ def service(tmp_path: Path) -> Iterator[ApiService]:
 
 
 def test_binding_filter_pages_exactly(service: ApiService) -> None:
-    pages = _pages(service, binding="rare", limit=2)
+    pages = _pages(service, binding="rare", limit=2, order="oldest")
     assert [[w.id for w in p.items] for p in pages] == [["w003", "w040"], ["w077"]]
     assert all(w.binding == "rare" for p in pages for w in p.items)
     common = [w.id for p in _pages(service, binding="common", limit=30) for w in p.items]
     assert len(common) == 77
-    assert common == sorted(common)
-    assert _pages(service, binding="nobody") == [WorkPage(items=[], next=None)]
+    assert common == sorted(common, reverse=True)  # newest first (submitted in id order)
+    assert [p.items for p in _pages(service, binding="nobody", limit=10)] == [[]]
 
 
-def test_a_rare_binding_reads_a_bounded_number_of_rows_per_page(
+def test_a_rare_input_value_reads_a_bounded_number_of_rows_per_page(
     service: ApiService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(service_module, "BINDING_SCAN", 25)
-    read: list[int] = []
-    list_work = service.store.list_work
-
-    async def counting(**kwargs: object) -> object:
-        rows = await list_work(**kwargs)  # type: ignore[arg-type]
-        read.append(len(rows))
-        return rows
-
-    monkeypatch.setattr(service.store, "list_work", counting)
-    pages = _pages(service, binding="rare", limit=10)
-    # Each page read at most 25 rows: some pages end early, empty or not, and keep a `next`.
+    monkeypatch.setattr(service_module, "INPUT_SCAN", 25)
+    pages = _pages(service, limit=10, order="oldest", input="customer=rare")
+    # Each page read at most 25 rows: some end early, empty or not, with a `next` and `partial`.
     assert [[w.id for w in p.items] for p in pages] == [["w003"], ["w040"], [], ["w077"]]
-    assert all(p.next is not None for p in pages[:-1])
-    assert sum(read) == 80
-    assert max(read) <= 25
+    assert all(p.next is not None and p.partial for p in pages[:-1])
+    assert pages[-1].next is None
     # Negative control: with the bound high enough, one page holds them all.
-    monkeypatch.setattr(service_module, "BINDING_SCAN", 5000)
-    assert [[w.id for w in p.items] for p in _pages(service, binding="rare", limit=10)] == [
-        ["w003", "w040", "w077"]
-    ]
+    monkeypatch.setattr(service_module, "INPUT_SCAN", 5000)
+    pages = _pages(service, limit=10, order="oldest", input="customer=rare")
+    assert [[w.id for w in p.items] for p in pages] == [["w003", "w040", "w077"]]

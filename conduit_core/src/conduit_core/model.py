@@ -16,6 +16,7 @@ import msgspec
 from conduit_core.extension import Capability, PhaseOutcome, Result
 
 __all__ = [
+    "EXHAUSTED",
     "AttemptSnapshot",
     "BudgetLedger",
     "ConfigGeneration",
@@ -47,6 +48,7 @@ __all__ = [
     "WorkKind",
     "WorkStatus",
     "WorkTemplate",
+    "listed_status",
 ]
 
 MAX_SEGMENTS = 50
@@ -112,6 +114,19 @@ class Work(Record, frozen=True, kw_only=True):
     pending_inputs: int = 0
     #: The named API token (``[[tokens]]``) whose cancel (or refusal) ended the Work.
     cancelled_by: str | None = None
+
+
+#: The listed state of ready Work blocked until a person retries it (see ``listed_status``).
+EXHAUSTED = "exhausted"
+
+
+def listed_status(work: Work) -> str:
+    """What the Work list shows and searches: the Work's status, except ``exhausted`` for ready
+    Work that waits for a person's retry (retries exhausted under its policy, or a permanent
+    failure); the record keeps ``ready`` and the ``blocked_reason``."""
+    if work.status is WorkStatus.READY and work.blocked_reason is not None:
+        return EXHAUSTED
+    return str(work.status)
 
 
 class Event(Record, frozen=True, kw_only=True):

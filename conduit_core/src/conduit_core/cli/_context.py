@@ -24,6 +24,8 @@ if TYPE_CHECKING:  # the CLI imports the heavy layers in the commands that use t
     from conduit_core.http import (
         BatchSubmitRequest,
         BatchSubmitResult,
+        BulkRequest,
+        BulkResult,
         CancelRequest,
         CapacityView,
         ConfirmStoppedRequest,
@@ -36,9 +38,9 @@ if TYPE_CHECKING:  # the CLI imports the heavy layers in the commands that use t
         RetryRequest,
         SubmitRequest,
         WorkDetail,
+        WorkFilter,
         WorkPage,
     )
-    from conduit_core.model import WorkStatus
 
 __all__ = [
     "CONFIG_ENV",
@@ -63,14 +65,9 @@ class Api(Protocol):
     async def submit(self, req: SubmitRequest) -> WorkDetail: ...
     async def submit_batch(self, req: BatchSubmitRequest) -> BatchSubmitResult: ...
     async def list_work(
-        self,
-        *,
-        status: WorkStatus | None = None,
-        scope: str | None = None,
-        binding: str | None = None,
-        limit: int = 100,
-        after: str | None = None,
+        self, filters: WorkFilter | None = None, *, limit: int = 100, after: str | None = None
     ) -> WorkPage: ...
+    async def bulk(self, action: str, req: BulkRequest) -> BulkResult: ...
     async def show(self, work_id: str) -> WorkDetail: ...
     async def send_input(self, work_id: str, req: InputRequest) -> EventView: ...
     async def inject(self, work_id: str, req: InputRequest) -> EventView: ...

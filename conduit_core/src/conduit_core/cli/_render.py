@@ -39,6 +39,7 @@ STATUS_STYLE = {
     "held": "magenta",
     "completed": "green",
     "failed": "red",
+    "exhausted": "red",
     "timed_out": "red",
     "handoff": "green",
     "cancelled": "dim",
@@ -76,7 +77,7 @@ def work_table(items: list[WorkView]) -> Table:
     for work in items:
         table.add_row(
             work.id,
-            _status(str(work.status)),
+            _status(work.state or str(work.status)),
             work.binding,
             work.scope,
             str(work.last_attempt),

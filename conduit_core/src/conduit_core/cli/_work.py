@@ -6,11 +6,12 @@ import getpass
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from conduit_core.cli._choices import WORK_KINDS, WORK_STATUSES
+from conduit_core.cli._bulk_actions import bulk_group
+from conduit_core.cli._choices import WORK_KINDS
 from conduit_core.cli._context import (
     Api,
     call,
@@ -22,6 +23,7 @@ from conduit_core.cli._context import (
     print_json,
     run,
 )
+from conduit_core.cli._filters import filter_options, work_filter
 from conduit_core.errors import ConduitError
 
 if TYPE_CHECKING:
@@ -109,32 +111,24 @@ def submit(
         _watch(detail.work.id, config_path, as_json, timeout=None)
 
 
+work_group.add_command(bulk_group)
+
+
 @work_group.command("list")
-@click.option("--status", type=click.Choice(WORK_STATUSES))
-@click.option("--scope")
-@click.option("--binding")
+@filter_options
 @click.option("--limit", type=click.IntRange(1, 500), default=100, show_default=True)
-@click.option("--after", help="Start after this Work id (the previous page's last).")
+@click.option("--after", help="The previous page's cursor (printed as `more: --after …`).")
 @config_option
 @json_option
-def list_work(
-    status: str | None,
-    scope: str | None,
-    binding: str | None,
-    limit: int,
-    after: str | None,
-    config_path: Path | None,
-    as_json: bool,
-) -> None:
-    """List Work, oldest first (by id)."""
+def list_work(limit: int, after: str | None, config_path: Path | None, as_json: bool,
+              **filters: Any) -> None:  # fmt: skip
+    """Search Work, newest first (the filters of GET /v1/work and the console)."""
     from conduit_core.cli._render import console, work_table
-    from conduit_core.model import WorkStatus
+
+    chosen = work_filter(filters)
 
     async def go(api: Api) -> object:
-        return await api.list_work(
-            status=WorkStatus(status) if status else None, scope=scope, binding=binding,
-            limit=limit, after=after,
-        )  # fmt: skip
+        return await api.list_work(chosen, limit=limit, after=after)
 
     page = call(config_path, go)
     if as_json:
@@ -145,9 +139,9 @@ def list_work(
     assert isinstance(page, WorkPage)
     out = console()
     if not page.items:
-        out.print("no work")
-        return
-    out.print(work_table(page.items))
+        out.print("no work" + (" in the rows read so far" if page.partial else ""))
+    else:
+        out.print(work_table(page.items))
     if page.next:
         out.print(f"more: --after {page.next}", style="dim")
 

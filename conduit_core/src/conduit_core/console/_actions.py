@@ -9,24 +9,28 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote
 
 import msgspec
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from conduit_core.console._pages import Schedules
-from conduit_core.console._render import SECURITY_HEADERS
+from conduit_core.console._render import SECURITY_HEADERS, page
 from conduit_core.console._session import Session, action_role
 from conduit_core.errors import ConduitError
 from conduit_core.http import (
+    BULK_ACTIONS,
+    DEFAULT_BULK_CAP,
     ApiService,
+    BulkRequest,
     CancelRequest,
     ConfirmStoppedRequest,
     InputRequest,
     InterruptRequest,
     RetryRequest,
     SettleRequest,
+    WorkFilter,
     approve,
     refuse,
     release,
@@ -124,6 +128,39 @@ class ConsoleActions:
             message = f"{action} requested for {work_id} (now {detail.work.status})"
         session.flash("ok", message)
         return _redirect(next_page(form, f"/ui/work/{_quote(work_id)}"))
+
+    async def work_bulk(self, request: Request, session: Session) -> Response:
+        """A bulk action over the selected rows or everything matching the list's filter: first
+        a dry run (the count, the first ids, a confirm button), then, confirmed, per-item
+        results. The API's bulk operation does both (``http/_bulk``)."""
+        form: dict[str, str] = request.state.form
+        action = form.get("action", "")
+        if action not in BULK_ACTIONS:
+            raise ConduitError(f"action: {action!r} is not one of {', '.join(BULK_ACTIONS)}",
+                               code="invalid_body")  # fmt: skip
+        require(session.principal, action_role(action), f"the console's bulk {action}")
+        target = form.get("target", "selected")
+        filter_query = form.get("filter", "")
+        reason = form.get("reason", "").strip()
+        fields: dict[str, Any] = {"reason": reason, "dry_run": form.get("confirm") != "1"}
+        if form.get("cap", "").isdigit():
+            fields["cap"] = int(form["cap"])
+        ids = [i for i in form.get("ids", "").split("\n") if i]
+        if target == "filter":
+            fields["filter"] = WorkFilter.from_query(dict(parse_qsl(filter_query)))
+        elif ids:
+            fields["ids"] = ids
+        else:
+            raise ConduitError("select rows first, or act on all Work matching the filter",
+                               code="invalid_body")  # fmt: skip
+        if action == "refuse" and not reason and not fields["dry_run"]:
+            raise ConduitError("reason: say why you refuse (it is recorded)", code="invalid_body")
+        result = await self.service.bulk(action, _convert(fields, BulkRequest),
+                                         actor=session.principal.name)  # fmt: skip
+        return page("work_bulk.html", session=session, flashes=session.take_flashes(),
+                    nav="work", result=result, action=action, target=target,
+                    filter_query=filter_query, ids=ids, reason=reason,
+                    cap=fields.get("cap", DEFAULT_BULK_CAP))  # fmt: skip
 
     async def schedule_action(self, request: Request, session: Session) -> Response:
         schedule_id: str = request.path_params["id"]

@@ -38,8 +38,10 @@ _STATIC = {
     "console.css": "text/css",
     "favicon.svg": "image/svg+xml",
 }
-#: Form fields one request may carry (the largest form has four).
+#: Form fields one request may carry (the largest form has nine, besides its picked rows).
 _MAX_FIELDS = 20
+#: Rows a bulk form may pick (the largest page); their ``ids`` values are kept, one per line.
+_MAX_PICKED = 200
 
 Handler = Callable[[Request, Session], Awaitable[Response]]
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -49,10 +51,15 @@ def read_form(raw: bytes) -> dict[str, str]:
     """An ``application/x-www-form-urlencoded`` body (the one encoding the console's forms use)."""
     try:
         text = raw.decode("utf-8")
-        parsed = parse_qs(text, keep_blank_values=True, max_num_fields=_MAX_FIELDS)
+        parsed = parse_qs(text, keep_blank_values=True, max_num_fields=_MAX_FIELDS + _MAX_PICKED)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ConduitError(f"unreadable form: {exc}", code="invalid_body") from exc
-    return {name: values[-1] for name, values in parsed.items()}
+    if len(parsed) > _MAX_FIELDS or len(parsed.get("ids", ())) > _MAX_PICKED:
+        raise ConduitError("unreadable form: too many fields", code="invalid_body")
+    form = {name: values[-1] for name, values in parsed.items()}
+    if "ids" in parsed:
+        form["ids"] = "\n".join(parsed["ids"])
+    return form
 
 
 def _same_origin(request: Request) -> bool:
@@ -217,6 +224,7 @@ def create_console(
         get("/ui/work/{id}/artifacts/{attempt:int}/{name}", pages.artifact),
         get("/ui/work/{id}/history", pages.work_history),
         get("/ui/work/{id}/attempts/{attempt:int}/output/{stream}", pages.output),
+        post("/ui/work/bulk", actions.work_bulk),
         post("/ui/work/{id}/{action}", actions.work_action),
         get("/ui/routines", pages.routines),
         get("/ui/routines/{id}", pages.routine),

@@ -14,12 +14,21 @@ from urllib.parse import urlencode
 
 import anyio
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 
-from conduit_core.console._render import page
+from conduit_core.console._render import SECURITY_HEADERS, page
 from conduit_core.console._session import Session
 from conduit_core.errors import ConduitError, NotFoundError
-from conduit_core.http import OUTPUT_STREAMS, ApiService, WorkPage, check_stream, list_needs_you
+from conduit_core.http import (
+    BULK_ACTIONS,
+    LISTED_STATES,
+    OUTPUT_STREAMS,
+    ApiService,
+    WorkFilter,
+    WorkPage,
+    check_stream,
+    list_needs_you,
+)
 from conduit_core.http.describe import (
     attempt_outcome,
     latest_artifacts,
@@ -27,7 +36,6 @@ from conduit_core.http.describe import (
     segment_marks,
     work_note,
 )
-from conduit_core.model import WorkStatus
 from conduit_core.routines import ConduitRoutineSource, ScheduleMultiplexer
 
 __all__ = ["MAX_ARTIFACT_BYTES", "NEEDS_SHOWN", "ConsolePages", "Schedules", "routine_source"]
@@ -59,34 +67,33 @@ def routine_source(schedules: ScheduleMultiplexer) -> ConduitRoutineSource:
     raise ConduitError("this daemon serves no conduit Routines", code="not_found")
 
 
-def _list_filters(request: Request) -> dict[str, str]:
-    """The work list's query (status, scope, binding, limit, after), each checked."""
-    query = request.query_params
-    out: dict[str, str] = {}
-    for name in ("status", "scope", "binding", "after"):
-        value = query.get(name, "").strip()
-        if value:
-            out[name] = value
-    if "status" in out and out["status"] not in {s.value for s in WorkStatus}:
-        allowed = ", ".join(s.value for s in WorkStatus)
-        raise ConduitError(f"status {out['status']!r} is not one of {allowed}",
-                           code="invalid_query")  # fmt: skip
-    limit = query.get("limit", "50")
+def _list_filters(request: Request) -> tuple[WorkFilter, int, str | None]:
+    """The work list's filter (the API's query model: every filter a deep link), page size and
+    cursor. The form's ``input`` field (``KEY=VALUE``) stands for ``input.KEY=VALUE``."""
+    params = {k: v.strip() for k, v in request.query_params.items() if k not in ("input",)}
+    typed = request.query_params.get("input", "").strip()
+    if typed:
+        key, _, value = typed.partition("=")
+        params[f"input.{key}"] = value
+    filters = WorkFilter.from_query(params, also=("limit", "after"))
+    limit = params.get("limit", "50")
     if not limit.isdigit() or int(limit) not in _PAGE_SIZES:
         raise ConduitError(
             f"limit {limit!r} is not one of {', '.join(map(str, _PAGE_SIZES))}",
             code="invalid_query",
         )
-    out["limit"] = limit
-    return out
+    return filters, int(limit), params.get("after") or None
 
 
-def _queries(filters: dict[str, str], page_view: WorkPage) -> dict[str, str]:
-    """This page's query (what its rows poll) and the next page's."""
-    following = {k: v for k, v in filters.items() if k != "after"}
-    if page_view.next is not None:
-        following["after"] = page_view.next
-    return {"query": urlencode(filters), "next_query": urlencode(following)}
+def _queries(filters: WorkFilter, limit: int, after: str | None,
+             page_view: WorkPage) -> dict[str, str]:  # fmt: skip
+    """This page's query (what its rows poll), the next page's, and the filter's alone (a deep
+    link, and what a bulk action over "all matching" sends)."""
+    base = {**filters.to_query(), "limit": str(limit)}
+    this = {**base, **({"after": after} if after else {})}
+    following = {**base, **({"after": page_view.next} if page_view.next else {})}
+    return {"query": urlencode(this), "next_query": urlencode(following),
+            "filter_query": urlencode(filters.to_query())}  # fmt: skip
 
 
 class ConsolePages:
@@ -121,30 +128,29 @@ class ConsolePages:
 
     # --- work -----------------------------------------------------------------------------------
 
-    async def _work_page(self, request: Request) -> tuple[dict[str, str], WorkPage]:
-        filters = _list_filters(request)
-        page_view = await self.service.list_work(
-            status=WorkStatus(filters["status"]) if "status" in filters else None,
-            scope=filters.get("scope"),
-            binding=filters.get("binding"),
-            limit=int(filters["limit"]),
-            after=filters.get("after"),
-        )
-        return filters, page_view
+    async def _work_page(self, request: Request) -> dict[str, Any]:
+        filters, limit, after = _list_filters(request)
+        page_view = await self.service.list_work(filters, limit=limit, after=after)
+        return {"filters": filters, "limit": limit, "after": after, "page": page_view,
+                "input_text": filters.input or "",
+                **_queries(filters, limit, after, page_view)}  # fmt: skip
 
     async def work_list(self, request: Request, session: Session) -> Response:
-        filters, page_view = await self._work_page(request)
+        if "input" in request.query_params:  # the form's KEY=VALUE: redirect to the deep link
+            filters, limit, _ = _list_filters(request)
+            query = urlencode({**filters.to_query(), "limit": str(limit)})
+            return RedirectResponse(f"/ui/work?{query}", status_code=303,
+                                    headers=SECURITY_HEADERS)  # fmt: skip
+        context = await self._work_page(request)
         config = self.service.config
         return self._page(
-            "work_list.html", session, "work", filters=filters, page=page_view,
-            statuses=[s.value for s in WorkStatus], scopes=sorted(config.scopes),
-            bindings=sorted(config.bindings), sizes=_PAGE_SIZES, **_queries(filters, page_view),
+            "work_list.html", session, "work", statuses=list(LISTED_STATES),
+            scopes=sorted(config.scopes), bindings=sorted(config.bindings), sizes=_PAGE_SIZES,
+            actions=BULK_ACTIONS, **context,
         )  # fmt: skip
 
     async def work_rows(self, request: Request, session: Session) -> Response:
-        filters, page_view = await self._work_page(request)
-        return self._fragment("_work_rows.html", session, filters=filters, page=page_view,
-                              **_queries(filters, page_view))  # fmt: skip
+        return self._fragment("_work_rows.html", session, **await self._work_page(request))
 
     async def _work_context(self, work_id: str) -> dict[str, Any]:
         """Everything the Work page's live part shows: it is re-rendered whole every 2 s, so its

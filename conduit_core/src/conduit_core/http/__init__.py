@@ -19,6 +19,13 @@ if TYPE_CHECKING:
         refuse,
         release,
     )
+    from conduit_core.http._bulk import (
+        BULK_ACTIONS,
+        DEFAULT_BULK_CAP,
+        BulkItem,
+        BulkRequest,
+        BulkResult,
+    )
     from conduit_core.http._client import ApiClient, split_listen
     from conduit_core.http._guard import RequestGuard
     from conduit_core.http._history import HistoryEntry, HistoryPage
@@ -55,6 +62,7 @@ if TYPE_CHECKING:
         WorkPage,
         WorkView,
     )
+    from conduit_core.http._search import LISTED_STATES, WorkFilter
     from conduit_core.http._service import GLOBAL_POOL, ApiService, HostHooks, NoHost, new_work_id
     from conduit_core.http._token import ensure_token, read_token
     from conduit_core.http._tokens import (
@@ -122,6 +130,13 @@ else:  # each part loads on first use: the CLI client needs no HTTP app
             "Waiting": "_schemas",
             "WorkDetail": "_schemas",
             "WorkPage": "_schemas",
+            "WorkFilter": "_search",
+            "LISTED_STATES": "_search",
+            "BulkRequest": "_bulk",
+            "BulkResult": "_bulk",
+            "BulkItem": "_bulk",
+            "BULK_ACTIONS": "_bulk",
+            "DEFAULT_BULK_CAP": "_bulk",
             "WorkView": "_schemas",
             "ApiService": "_service",
             "GLOBAL_POOL": "_service",
@@ -193,6 +208,13 @@ __all__ = [
     "Waiting",
     "WorkDetail",
     "WorkPage",
+    "WorkFilter",
+    "LISTED_STATES",
+    "BulkRequest",
+    "BulkResult",
+    "BulkItem",
+    "BULK_ACTIONS",
+    "DEFAULT_BULK_CAP",
     "WorkView",
     "actor_of",
     "approve",

@@ -20,6 +20,7 @@ from starlette.routing import Match, Route
 
 from conduit_core.errors import STORE_OUTAGE_CODES, ConduitError, LeaseLostError, StoreError
 from conduit_core.http._approvals import APPROVAL_HANDLERS, APPROVAL_ROUTES
+from conduit_core.http._bulk import BULK_HANDLERS, BULK_ROUTES
 from conduit_core.http._guard import RequestGuard, bearer_check
 from conduit_core.http._history import HistoryPage
 from conduit_core.http._output import OutputTail, check_stream, check_tail
@@ -39,6 +40,7 @@ from conduit_core.http._schemas import (
     WorkDetail,
     WorkPage,
 )
+from conduit_core.http._search import SEARCH_QUERY, WorkFilter
 from conduit_core.http._service import ApiService
 from conduit_core.http._tokens import (
     LoginThrottle,
@@ -47,7 +49,6 @@ from conduit_core.http._tokens import (
     principal_of,
     require,
 )
-from conduit_core.model import WorkStatus
 from conduit_core.validation import MAX_DEPTH, TooDeepError, check_depth
 
 __all__ = [
@@ -64,13 +65,16 @@ __all__ = [
 
 log = logging.getLogger("conduit.http")
 
-_UNPROCESSABLE = frozenset({"unknown_binding", "unknown_scope", "unknown_executor"})
+_UNPROCESSABLE = frozenset(
+    {"unknown_binding", "unknown_scope", "unknown_executor", "over_cap"}
+)
 _UNAVAILABLE = frozenset({"store_unreachable", "store_unavailable", "daemon_stopping"})
 #: The caller's own request is wrong (its shape, a number, an id, its nesting).
 _BAD_REQUEST = frozenset(
     {
         "invalid_json", "invalid_body", "invalid_query", "too_deep", "invalid_id",
         "invalid_name", "invalid_number", "invalid_value", "invalid_text", "too_many_items",
+        "invalid_status", "invalid_time", "invalid_cursor", "invalid_filter", "invalid_bulk",
     }
 )  # fmt: skip
 #: The page sizes ``limit`` may ask for; outside them a request is refused, not clamped.
@@ -152,18 +156,14 @@ ROUTES: tuple[ApiRoute, ...] = (
         200,
         BatchSubmitRequest,
     ),
+    # Before the ``/v1/work/{id}/…`` templates, which ``/v1/work/bulk/cancel`` also matches.
+    *(ApiRoute(*route) for route in BULK_ROUTES),
     ApiRoute(
         "GET",
         "/v1/work",
-        "List Work by id (keyset pagination)",
+        "Search Work, newest first by default (keyset pages on created time and id)",
         WorkPage,
-        query=(
-            ("status", WorkStatus, "only Work in this status"),
-            ("scope", str, "only Work in this scope"),
-            ("binding", str, "only Work of this binding"),
-            ("limit", int, "page size (1-500, default 100)"),
-            ("after", str, "the previous page's `next`"),
-        ),
+        query=SEARCH_QUERY,
     ),
     ApiRoute("GET", "/v1/work/{id}", "Work with attempts, segments, holds, waiting", WorkDetail),
     ApiRoute("POST", "/v1/work/{id}/input", "Send an input event", EventView, 202, InputRequest),
@@ -272,24 +272,10 @@ def page_limit(raw: str) -> int:
 
 def _query(request: Request) -> dict[str, Any]:
     params = request.query_params
-    unknown = sorted(set(params) - {"status", "scope", "binding", "limit", "after"})
-    if unknown:
-        raise ConduitError(f"unknown query parameter {unknown[0]!r}", code="invalid_query")
-    out: dict[str, Any] = {}
-    if "status" in params:
-        try:
-            out["status"] = WorkStatus(params["status"])
-        except ValueError as exc:
-            allowed = ", ".join(s.value for s in WorkStatus)
-            raise ConduitError(
-                f"query parameter 'status': {params['status']!r} is not one of {allowed}",
-                code="invalid_query",
-            ) from exc
-    for name in ("scope", "binding"):
-        if name in params:
-            out[name] = params[name]
-    if "after" in params:
-        out["after"] = params["after"]
+    out: dict[str, Any] = {
+        "filters": WorkFilter.from_query(params, also=("limit", "after")),
+        "after": params.get("after") or None,
+    }
     if "limit" in params:
         out["limit"] = page_limit(params["limit"])
     return out
@@ -391,6 +377,7 @@ _HANDLERS: dict[tuple[str, str], Handler] = {
     ("GET", "/v1/capacity"): _capacity,
     ("GET", "/v1/health"): _health,
     **APPROVAL_HANDLERS,
+    **BULK_HANDLERS,
 }
 
 

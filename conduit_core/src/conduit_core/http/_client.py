@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 import msgspec
 
 from conduit_core.errors import ConduitError
+from conduit_core.http._bulk import BulkRequest, BulkResult
 from conduit_core.http._history import HistoryPage
 from conduit_core.http._output import OutputTail
 from conduit_core.http._schemas import (
@@ -31,7 +32,7 @@ from conduit_core.http._schemas import (
     WorkDetail,
     WorkPage,
 )
-from conduit_core.model import WorkStatus
+from conduit_core.http._search import WorkFilter
 
 __all__ = ["ApiClient", "split_listen"]
 
@@ -125,24 +126,16 @@ class ApiClient:
         return self.request("POST", "/v1/work/batch", req, BatchSubmitResult)
 
     async def list_work(
-        self,
-        *,
-        status: WorkStatus | None = None,
-        scope: str | None = None,
-        binding: str | None = None,
-        limit: int = 100,
-        after: str | None = None,
+        self, filters: WorkFilter | None = None, *, limit: int = 100, after: str | None = None
     ) -> WorkPage:
-        query: dict[str, Any] = {"limit": limit}
-        if status is not None:
-            query["status"] = str(status)
-        if scope is not None:
-            query["scope"] = scope
-        if binding is not None:
-            query["binding"] = binding
+        query: dict[str, Any] = {**(filters or WorkFilter()).to_query(), "limit": limit}
         if after is not None:
             query["after"] = after
         return self.request("GET", f"/v1/work?{urlencode(query)}", None, WorkPage)
+
+    async def bulk(self, action: str, req: BulkRequest) -> BulkResult:
+        """``POST /v1/work/bulk/{action}``: each Work acted on alone (see docs/http.md)."""
+        return self.request("POST", f"/v1/work/bulk/{action}", req, BulkResult)
 
     async def show(self, work_id: str) -> WorkDetail:
         return self.request("GET", f"/v1/work/{_quote(work_id)}", None, WorkDetail)

@@ -109,7 +109,7 @@ def _event_entry(event: Event, consumed_by: dict[str, int]) -> HistoryEntry:
         )  # fmt: skip
         return HistoryEntry(
             at_ms=event.accepted_at_ms, kind="input", summary=f"input {event.type} ({where})",
-            actor=recorded_actor(payload), attempt=taken, ref=event.id,
+            actor=recorded_actor(payload) or event.actor, attempt=taken, ref=event.id,
         )  # fmt: skip
     kind, text = known
     attempt = None
@@ -124,8 +124,9 @@ def _event_entry(event: Event, consumed_by: dict[str, int]) -> HistoryEntry:
         elif kind == "stop_confirmed":
             text = f"stop confirmed for epoch {payload.get('epoch')} ({payload.get('execution')})"
     return HistoryEntry(
-        at_ms=event.accepted_at_ms, kind=kind, summary=text, actor=recorded_actor(payload),
-        reason=_reason(payload), attempt=attempt, ref=event.id,
+        at_ms=event.accepted_at_ms, kind=kind, summary=text,
+        actor=recorded_actor(payload) or event.actor, reason=_reason(payload), attempt=attempt,
+        ref=event.id,
     )  # fmt: skip
 
 

@@ -20,6 +20,7 @@ from conduit_core.model import (
     Work,
     WorkKind,
     WorkStatus,
+    listed_status,
 )
 from conduit_core.validation import ID_MAX_LENGTH, MAX_TEXT_LENGTH, NameStr, WorkIdStr
 
@@ -159,6 +160,9 @@ class WorkView(_Response, frozen=True, kw_only=True):
     pending_inputs: int = 0
     #: The name of the token whose cancel (or refusal) ended it.
     cancelled_by: str | None = None
+    #: What the Work list shows and filters on: ``status``, or ``exhausted`` for ready Work
+    #: blocked until a person's retry (retries exhausted, or a permanent failure).
+    state: str = ""
 
 
 class AttemptView(_Response, frozen=True, kw_only=True):
@@ -192,8 +196,11 @@ class WorkDetail(_Response, frozen=True, kw_only=True):
 
 class WorkPage(_Response, frozen=True, kw_only=True):
     items: list[WorkView]
-    #: Pass as ``after`` for the next page; ``null`` on the last one.
+    #: Pass as ``after`` for the next page (an opaque cursor); ``null`` on the last one.
     next: str | None = None
+    #: An input-key search read its bound of rows before filling the page: more may match
+    #: past ``next``.
+    partial: bool = False
 
 
 class BatchItemResult(_Response, frozen=True, kw_only=True):
@@ -315,6 +322,7 @@ def work_view(work: Work) -> WorkView:
         retry_pending=work.retry_timer_id is not None,
         pending_inputs=work.pending_inputs,
         cancelled_by=work.cancelled_by,
+        state=listed_status(work),
     )
 
 

@@ -18,6 +18,7 @@ import msgspec
 from conduit_core._version import __version__
 from conduit_core.config import Config
 from conduit_core.errors import ConduitError, NotFoundError
+from conduit_core.http._bulk import BulkRequest, BulkResult, run_bulk
 from conduit_core.http._history import CANCELLED, INTERRUPTED, HistoryPage, build_history, page_of
 from conduit_core.http._ids import new_work_id
 from conduit_core.http._output import OutputTail
@@ -45,6 +46,7 @@ from conduit_core.http._schemas import (
     attempt_view,
     work_view,
 )
+from conduit_core.http._search import WorkFilter, decode_cursor, encode_cursor
 from conduit_core.model import Event, Execution, Work, WorkStatus
 from conduit_core.runtime import JOBS_POOL, Scheduler
 from conduit_core.storage import Claim, Store
@@ -56,8 +58,8 @@ log = logging.getLogger("conduit.api")
 #: The name capacity reports for executors without a pool (``settings.concurrency``).
 GLOBAL_POOL = "global"
 MAX_PAGE = 500
-#: Rows one binding-filtered page reads at most (see ``ApiService._list_by_binding``).
-BINDING_SCAN = 5000
+#: Rows one page filtered by an input key reads at most (see ``storage/_work_search``).
+INPUT_SCAN = 5_000
 
 
 class HostHooks(Protocol):
@@ -127,50 +129,24 @@ class ApiService:
     # --- reads -----------------------------------------------------------------------------
 
     async def list_work(
-        self,
-        *,
-        status: WorkStatus | None = None,
-        scope: str | None = None,
-        binding: str | None = None,
-        limit: int = 100,
-        after: str | None = None,
+        self, filters: WorkFilter | None = None, *, limit: int = 100, after: str | None = None
     ) -> WorkPage:
-        limit = max(1, min(limit, MAX_PAGE))
-        if binding is not None:
-            return await self._list_by_binding(status, scope, binding, limit, after)
-        items = await self.store.list_work(status=status, scope=scope, limit=limit + 1, after=after)
-        more = len(items) > limit
-        items = items[:limit]
-        return WorkPage(
-            items=[work_view(w) for w in items], next=items[-1].id if more and items else None
+        """Work matching ``filters``, newest first unless ``order=oldest``, in keyset pages
+        (``after``: the previous page's ``next``); see ``http/_search``."""
+        query = (filters or WorkFilter()).resolve(self._now())
+        cursor = None if after is None else decode_cursor(after)
+        items, nxt = await self.store.search_work(
+            query, limit=max(1, min(limit, MAX_PAGE)), after=cursor, scan_limit=INPUT_SCAN
         )
+        return WorkPage(items=[work_view(w) for w in items], next=encode_cursor(nxt),
+                        partial=query.input_key is not None and nxt is not None
+                        and len(items) < limit)  # fmt: skip
 
-    async def _list_by_binding(
-        self, status: WorkStatus | None, scope: str | None, binding: str, limit: int,
-        after: str | None,
-    ) -> WorkPage:  # fmt: skip
-        """Filter by binding while paging the store by id (the store keeps no binding index).
-
-        A page reads at most :data:`BINDING_SCAN` rows: past that it ends early with ``next`` at
-        the last row read, so a rare binding among many rows costs bounded pages, never one
-        unbounded read. Keyset paging stays exact either way.
-        """
-        found: list[Work] = []
-        cursor, scanned = after, 0
-        while scanned < BINDING_SCAN:
-            want = min(MAX_PAGE, BINDING_SCAN - scanned)
-            batch = await self.store.list_work(status=status, scope=scope, limit=want, after=cursor)
-            for work in batch:
-                cursor, scanned = work.id, scanned + 1
-                if work.binding == binding:
-                    found.append(work)
-                    if len(found) > limit:
-                        return WorkPage(
-                            items=[work_view(w) for w in found[:limit]], next=found[limit - 1].id
-                        )
-            if len(batch) < want:  # the store has no more rows
-                return WorkPage(items=[work_view(w) for w in found], next=None)
-        return WorkPage(items=[work_view(w) for w in found], next=cursor)
+    async def bulk(
+        self, action: str, req: BulkRequest, *, actor: str | None = None
+    ) -> BulkResult:
+        """``cancel``, ``retry``, ``approve`` or ``refuse`` many Work, each alone (``_bulk``)."""
+        return await run_bulk(self, action, req, actor=actor)
 
     async def show(self, work_id: str) -> WorkDetail:
         work = await self.store.get_work(work_id)

@@ -3,6 +3,7 @@
 The conformance suite every backend passes is :mod:`conduit_core.storage.conformance`.
 """
 
+from conduit_core.model import EXHAUSTED, listed_status
 from conduit_core.storage._admission import (
     BUDGET_EXCEEDED,
     BUDGET_SCHEMA,
@@ -38,11 +39,13 @@ from conduit_core.storage._ops_routines import RoutineRun, RoutineUpdate
 from conduit_core.storage._schema import SCHEMA_VERSION
 from conduit_core.storage._sqlite import SqliteStore
 from conduit_core.storage._sqlstore import SqlStore
+from conduit_core.storage._work_search import WorkQuery
 
 __all__ = [
     "BUDGET_EXCEEDED",
     "BUDGET_SCHEMA",
     "BUDGET_WARNING",
+    "EXHAUSTED",
     "SCHEMA_VERSION",
     "AdmitRequest",
     "BudgetPolicy",
@@ -69,9 +72,11 @@ __all__ = [
     "StaleDispatchError",
     "Store",
     "WorkChange",
+    "WorkQuery",
     "mask_url",
     "needs_gates",
     "open_store",
     "open_store_sync",
+    "listed_status",
     "refusal_error",
 ]

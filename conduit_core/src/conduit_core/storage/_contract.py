@@ -42,6 +42,7 @@ from conduit_core.model import (
     WorkStatus,
 )
 from conduit_core.storage._admission import AdmitRequest, BudgetPolicy, GateFilter, PendingUsage
+from conduit_core.storage._work_search import WorkQuery
 
 if TYPE_CHECKING:
     from conduit_core.storage._routine_records import (
@@ -263,6 +264,18 @@ class Store(ABC):
         after: str | None = None,
     ) -> list[Work]:
         """Work ordered by id, after the id ``after`` (keyset pagination)."""
+
+    @abstractmethod
+    async def search_work(
+        self,
+        query: WorkQuery,
+        *,
+        limit: int = 100,
+        after: tuple[int, str] | None = None,
+        scan_limit: int = 5_000,
+    ) -> tuple[list[Work], tuple[int, str] | None]:
+        """Work matching ``query`` ordered by (created time, id), after the cursor ``after``,
+        and the cursor of the next page (``None``: the last). See ``_work_search``."""
 
     @abstractmethod
     async def update_work(self, work_id: str, change: WorkChange, *, now_ms: int) -> Work:

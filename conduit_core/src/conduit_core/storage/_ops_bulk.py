@@ -35,10 +35,10 @@ _CHUNK = 1_000
 
 #: New Work rows, ``work_params`` each (one set-based statement where the backend has arrays).
 _INSERT_WORK = SetWrite(
-    f"INSERT INTO conduit_work ({WORK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    f"INSERT INTO conduit_work ({WORK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
     f"INSERT INTO conduit_work ({WORK_COLUMNS}) "
     "SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::int[], %b::bigint[], "
-    "%b::text[], %b::text[])",
+    "%b::text[], %b::text[], %b::bigint[], %b::text[])",
 )
 #: New event rows, ``_event_row`` each.
 _INSERT_EVENT = SetWrite(
@@ -76,7 +76,7 @@ def create_works(cx: Cx, items: Sequence[tuple[Work, Event | None]]) -> list[Wor
         cx, "conduit_event", "delivery_id", [e.delivery_id for _, e in items if e is not None]
     )
     results: list[Work | ConduitError] = []
-    works: list[Work] = []
+    works: list[tuple[Work, Event | None]] = []
     inputs: list[Event] = []
     for work, first_input in items:
         if work.id in taken:
@@ -89,10 +89,10 @@ def create_works(cx: Cx, items: Sequence[tuple[Work, Event | None]]) -> list[Wor
             delivered.add(first_input.delivery_id)
             inputs.append(msgspec.structs.replace(first_input, work_id=work.id, pending=True))
         stored = msgspec.structs.replace(work, pending_inputs=int(fresh), last_attempt=0)
-        works.append(stored)
+        works.append((stored, first_input if fresh else None))
         results.append(stored)
     if works:
-        write_rows(cx, _INSERT_WORK, [work_params(w) for w in works])
+        write_rows(cx, _INSERT_WORK, [work_params(w, e) for w, e in works])
     _insert_numbered(cx, inputs)
     return results
 

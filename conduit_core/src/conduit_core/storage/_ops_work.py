@@ -11,6 +11,7 @@ import msgspec
 
 from conduit_core.errors import ConduitError, NotFoundError
 from conduit_core.model import (
+    EXHAUSTED,
     AttemptSnapshot,
     Event,
     Execution,
@@ -61,7 +62,7 @@ from conduit_core.storage._unsafe import fault, unsafe
 def create_work(cx: Cx, work: Work, first_input: Event | None) -> Work:
     if find_work(cx, work.id) is not None:
         raise ConduitError(f"work {work.id!r} already exists", code="work_exists")
-    insert_work(cx, msgspec.structs.replace(work, pending_inputs=0, last_attempt=0))
+    insert_work(cx, msgspec.structs.replace(work, pending_inputs=0, last_attempt=0), first_input)
     if first_input is not None:
         accept_event(cx, msgspec.structs.replace(first_input, work_id=work.id, pending=True))
     return load_work(cx, work.id)
@@ -773,7 +774,8 @@ def capacity_refusal(cx: Cx, capacity: CapacityLimits, work: Work) -> ClaimRefus
 
 def work_counts(cx: Cx) -> dict[str, int]:
     """Work per status, and ``startable``: how many ``ready_work`` would return (no rows read)."""
-    counts = {str(status): 0 for status in WorkStatus}
+    # Listed states (the ``status`` column): exhausted ready Work is its own (``listed_status``).
+    counts = {str(status): 0 for status in WorkStatus} | {EXHAUSTED: 0}
     for status, count in cx.rows("SELECT status, COUNT(*) FROM conduit_work GROUP BY status"):
         counts[str(status)] = int(count)
     startable = cx.rows(f"SELECT COUNT(*) FROM conduit_work WHERE claimable = 1 AND {_UNBLOCKED}")

@@ -121,8 +121,47 @@ _V6 = (
 # Applies to pages written from now on (SQLite has no such setting).
 _V7 = (PerBackend(None, "ALTER TABLE conduit_execution SET (fillfactor = 70)"),)
 
+# Work search (the console and ``GET /v1/work``): newest first by created time with keyset pages.
+# ``created_at_ms`` and ``first_input`` (the first input's top-level scalars, for ``input.KEY``)
+# are columns written once at insert; ``status`` holds the listed state, ``exhausted`` for ready
+# Work blocked until a person's retry. Each filter has an index ending in (created_at_ms, id), so
+# a page is one index range read whatever its depth; the two (status|scope, id) indexes they
+# replace served only the old id-ordered listing.
+_V8 = (
+    "ALTER TABLE conduit_work ADD COLUMN created_at_ms BIGINT NOT NULL DEFAULT 0",
+    "ALTER TABLE conduit_work ADD COLUMN first_input TEXT",
+    PerBackend(
+        "UPDATE conduit_work SET created_at_ms = json_extract(data, '$.created_at_ms')",
+        "UPDATE conduit_work SET created_at_ms = ((data::jsonb) ->> 'created_at_ms')::bigint",
+    ),
+    PerBackend(
+        "UPDATE conduit_work SET status = 'exhausted' WHERE status = 'ready' "
+        "AND json_extract(data, '$.blocked_reason') IS NOT NULL",
+        "UPDATE conduit_work SET status = 'exhausted' WHERE status = 'ready' "
+        "AND (data::jsonb) ->> 'blocked_reason' IS NOT NULL",
+    ),
+    PerBackend(
+        "UPDATE conduit_work SET first_input = f.payload FROM ("
+        "SELECT work_id, json_extract(data, '$.payload') AS payload, MIN(seq) FROM conduit_event "
+        "WHERE work_id IS NOT NULL GROUP BY work_id) AS f "
+        "WHERE f.work_id = conduit_work.id AND json_type(f.payload) = 'object'",
+        "UPDATE conduit_work SET first_input = f.payload::text FROM ("
+        "SELECT DISTINCT ON (work_id) work_id, (data::jsonb) -> 'payload' AS payload "
+        "FROM conduit_event WHERE work_id IS NOT NULL ORDER BY work_id, seq) AS f "
+        "WHERE f.work_id = conduit_work.id AND jsonb_typeof(f.payload) = 'object'",
+    ),
+    "DROP INDEX conduit_work_status",
+    "DROP INDEX conduit_work_scope",
+    "CREATE INDEX conduit_work_created ON conduit_work (created_at_ms, id)",
+    "CREATE INDEX conduit_work_status_created ON conduit_work (status, created_at_ms, id)",
+    "CREATE INDEX conduit_work_scope_created ON conduit_work (scope, created_at_ms, id)",
+    "CREATE INDEX conduit_work_binding_created ON conduit_work (binding, created_at_ms, id)",
+)
+
 #: Ordered forward migrations; ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.
-MIGRATIONS: tuple[tuple[str | PerBackend, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+MIGRATIONS: tuple[tuple[str | PerBackend, ...], ...] = (
+    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8,
+)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 #: Every table a conduit store owns (the meta table is created before any migration).

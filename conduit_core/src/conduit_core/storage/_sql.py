@@ -24,6 +24,7 @@ from conduit_core.model import (
     Wait,
     Work,
     WorkStatus,
+    listed_status,
 )
 from conduit_core.storage._schema import (
     META_DDL,
@@ -215,26 +216,50 @@ def is_claimable(work: Work) -> bool:
     )
 
 
-def work_params(work: Work) -> tuple[Any, ...]:
+#: A first input's top-level values kept for search: scalars up to this many characters.
+INPUT_VALUE_MAX = 256
+
+
+def first_input_column(first_input: Event | None) -> str | None:
+    """The searchable part of a Work's first input (``input.KEY=VALUE``): the payload's
+    top-level scalar values as a JSON object, or ``None`` when it has none."""
+    payload = None if first_input is None else first_input.payload
+    if not isinstance(payload, dict):
+        return None
+    # Booleans as text, so both backends' JSON operators give ``true``/``false`` alike.
+    kept = {
+        k: (("true" if v else "false") if isinstance(v, bool) else v)
+        for k, v in payload.items()
+        if isinstance(k, str) and isinstance(v, str | int | float | bool)
+        and len(str(v)) <= INPUT_VALUE_MAX
+    }  # fmt: skip
+    return _encoder.encode(kept).decode() if kept else None
+
+
+def work_params(work: Work, first_input: Event | None = None) -> tuple[Any, ...]:
     """Column values of a Work row, in table order (also used by bulk loaders)."""
     return (
         work.id,
-        str(work.status),
+        listed_status(work),
         work.scope,
         int(is_claimable(work)),
         work.updated_at_ms,
         dump(work),
         work.binding,
+        work.created_at_ms,
+        first_input_column(first_input),
     )
 
 
-#: The columns ``work_params`` gives, in its order.
-WORK_COLUMNS = "id, status, scope, claimable, ready_since, data, binding"
+#: The columns ``work_params`` gives, in its order (the last two are written once, at insert).
+WORK_COLUMNS = (
+    "id, status, scope, claimable, ready_since, data, binding, created_at_ms, first_input"
+)
 
 
-def insert_work(cx: Cx, work: Work) -> None:
-    cx.run(f"INSERT INTO conduit_work ({WORK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-           work_params(work))  # fmt: skip
+def insert_work(cx: Cx, work: Work, first_input: Event | None = None) -> None:
+    cx.run(f"INSERT INTO conduit_work ({WORK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+           work_params(work, first_input))  # fmt: skip
 
 
 SAVE_WORK_SQL = (

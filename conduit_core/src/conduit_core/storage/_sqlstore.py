@@ -51,6 +51,7 @@ from conduit_core.storage._contract import (
 from conduit_core.storage._group_commit import GroupCommit, Operation
 from conduit_core.storage._sql import ONE_STATEMENT_FROM, Cx, load_execution, load_work
 from conduit_core.storage._threads import StoreThreads
+from conduit_core.storage._work_search import WorkQuery, search_work
 
 T = TypeVar("T")
 #: Remembered attempts (``SqlStore._known``) beyond this are forgotten at once (all of them).
@@ -190,6 +191,17 @@ class SqlStore(Store):
         after: str | None = None,
     ) -> list[Work]:
         return await self._read_one(ops.list_work, status, scope, limit, after)
+
+    async def search_work(
+        self,
+        query: WorkQuery,
+        *,
+        limit: int = 100,
+        after: tuple[int, str] | None = None,
+        scan_limit: int = 5_000,
+    ) -> tuple[list[Work], tuple[int, str] | None]:
+        read = self._read if query.input_key is not None else self._read_one  # two SELECTs
+        return await read(search_work, query, limit, after, scan_limit)
 
     async def update_work(self, work_id: str, change: WorkChange, *, now_ms: int) -> Work:
         return await self._write(ops.update_work, work_id, change, now_ms)

@@ -18,6 +18,7 @@ import msgspec
 from conduit_core._version import __version__
 from conduit_core.config import Config
 from conduit_core.errors import ConduitError, NotFoundError
+from conduit_core.http._daemons import DaemonList, DrainView, drain, list_daemons, missing_labels
 from conduit_core.http._history import CANCELLED, INTERRUPTED, HistoryPage, build_history, page_of
 from conduit_core.http._ids import new_work_id
 from conduit_core.http._output import OutputTail
@@ -82,6 +83,9 @@ class HostHooks(Protocol):
     def stop_state(self, execution_id: str) -> str | None:
         """Where the host's stop of this ended attempt is: under way, or why it failed last."""
 
+    def drain(self) -> None:
+        """Claim nothing new, let the running attempts finish, then stop."""
+
 
 @dataclass
 class NoHost:
@@ -107,6 +111,11 @@ class NoHost:
 
     def stop_state(self, execution_id: str) -> str | None:
         return None
+
+    def drain(self) -> None:
+        raise ConduitError(
+            "no daemon runs for this config: there is nothing to drain", code="daemon_not_running"
+        )
 
 
 class ApiService:
@@ -265,6 +274,14 @@ class ApiService:
             )
         if work.pending_inputs <= 0:
             return None  # idle until its next input: not waiting for a slot
+        missing = await missing_labels(self, work)
+        if missing is not None:
+            return Waiting(
+                code="waiting_label",
+                message=f"waiting for label {', '.join(missing)}: no live daemon has "
+                f"{'it' if len(missing) == 1 else 'them all'}",
+                limit_name=f"label:{','.join(missing)}",
+            )
         refusal = await self.store.capacity_refusal(self.scheduler.capacity(), work)
         if refusal is None:
             return None
@@ -331,6 +348,14 @@ class ApiService:
                 for supervisor in self.scheduler.plugins.programs()
             ],
         )
+
+    async def daemons(self) -> DaemonList:
+        """The daemons on the store (``GET /v1/daemons``)."""
+        return await list_daemons(self)
+
+    async def drain(self) -> DrainView:
+        """Drain the daemon this service runs in (``POST /v1/daemon/drain``)."""
+        return await drain(self)
 
     # --- writes ----------------------------------------------------------------------------
 

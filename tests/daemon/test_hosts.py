@@ -81,7 +81,8 @@ def test_work_no_live_daemon_can_run_waits_for_its_label(
     daemon.wait_status(done, "completed")
     assert ran_on(daemon.side)[done] == [daemon.name]
     detail = daemon.show(tpu)
-    assert str(detail.work.status) == "ready" and not detail.attempts
+    assert str(detail.work.status) == "ready"
+    assert not detail.attempts
     assert detail.waiting is not None
     assert detail.waiting.code == "waiting_label"
     assert detail.waiting.message.startswith("waiting for label tpu")
@@ -140,5 +141,6 @@ def test_a_daemon_not_seen_lately_is_lost(make_daemon: Callable[..., Daemon], st
     # The label of a lost daemon does not count: the tpu Work waits for it.
     tpu = daemon.submit("tpu", id="needs-tpu")
     detail = daemon.show(tpu)
-    assert detail.waiting is not None and detail.waiting.code == "waiting_label"
+    assert detail.waiting is not None
+    assert detail.waiting.code == "waiting_label"
     assert "lost" in daemon.cli("daemons").stdout

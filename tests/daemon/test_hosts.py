@@ -8,7 +8,6 @@ file says which daemon started each job, whatever the scheduler believes.
 from __future__ import annotations
 
 import signal
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -90,7 +89,8 @@ def test_work_no_live_daemon_can_run_waits_for_its_label(
     # A Work whose label a live daemon has says nothing of labels while it waits.
     listed = daemon.cli("daemons").stdout
     assert daemon.name not in listed  # ids are owners, the table shows them with the host
-    assert "gpu" in listed and "running" in listed
+    assert "gpu" in listed
+    assert "running" in listed
 
 
 @pytest.mark.parametrize("how", ["cli", "sigusr1"])
@@ -112,7 +112,8 @@ def test_drain_lets_the_running_job_finish_then_exits_0(
     wait_for("conduit daemons to show the daemon draining", shows_draining)
     # Submitted while it drains: accepted, never claimed by the draining daemon.
     later = daemon.submit("ok", id="after-drain")
-    assert daemon.proc is not None and daemon.proc.poll() is None
+    assert daemon.proc is not None
+    assert daemon.proc.poll() is None
     daemon.release(held)
     assert daemon.wait_exit(timeout=30) == 0
     assert daemon.runs(held, "end") == 1

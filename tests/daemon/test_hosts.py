@@ -28,12 +28,17 @@ config = {{ command = 'echo "$CONDUIT_WORK_ID {name}" >> {side}' }}
 executor = "shell"
 requires = ["tpu"]
 config = {{ command = 'echo "$CONDUIT_WORK_ID {name}" >> {side}' }}
+
+[bindings.gpu-held]
+executor = "shell"
+requires = ["gpu"]
+config = {{ command = 'echo "$CONDUIT_WORK_ID start" >> {side}; while test ! -e {root}/release.$CONDUIT_WORK_ID; do sleep 0.05; done; echo "$CONDUIT_WORK_ID end" >> {side}' }}
 """
 
 
 def labelled(make_daemon: Callable[..., Daemon], labels: list[str], **settings: object) -> Daemon:
     daemon = make_daemon(**settings)
-    extra = LABELLED.format(name=daemon.name, side=daemon.side)
+    extra = LABELLED.format(name=daemon.name, side=daemon.side, root=daemon.root)
     daemon.write_config(settings_extra=f"labels = {labels!r}".replace("'", '"'), extra=extra)
     return daemon
 
@@ -67,6 +72,46 @@ def test_a_label_pins_work_to_the_daemon_that_has_it(
     assert any(f"work={w} " in plain.log() for w in others)
     started = [line for line in plain.log().splitlines() if "attempt start" in line]
     assert not [line for line in started if "work=g" in line]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("store", [pytest.param("postgres", id="postgres")], indirect=True)
+def test_an_attempt_is_recovered_only_by_a_daemon_with_the_label(
+    make_daemon: Callable[..., Daemon], store: str
+) -> None:
+    """The labelled daemon dies mid-job: the other daemon, its passes going on past the lease's
+    expiry, leaves the attempt alone (a recovery may relaunch); a labelled one adopts it."""
+    gpu = labelled(make_daemon, ["gpu"], lease=2).start()
+    plain = labelled(make_daemon, [], lease=2).start()
+    job = gpu.submit("gpu-held", id="gpu-job")
+    gpu.wait_attempt(job, "running")
+    gpu.kill()
+    wait_for("the lease to expire", lambda: "expired" if _lease_expired(plain, job) else None)
+    # Submitted after the expiry: once the plain daemon started it, a pass of the plain daemon
+    # ran its recovery step (before its claim step) with the attempt recoverable.
+    after = plain.submit("ok", id="after-expiry")
+    plain.wait_status(after, "completed")
+    assert "attempt recover" not in plain.log()
+    assert plain.show(job).attempts[-1].epoch == 1
+    rescuer = labelled(make_daemon, ["gpu"], lease=2).start()
+    wait_for("the labelled daemon to adopt the job",
+             lambda: plain.show(job).attempts[-1].epoch == 2)  # fmt: skip
+    assert "attempt recover" in rescuer.log()
+    rescuer.release(job)
+    rescuer.wait_status(job, "completed")
+    assert rescuer.runs(job, "start") == 1
+    assert rescuer.runs(job, "end") == 1
+
+
+def _lease_expired(daemon: Daemon, work_id: str) -> bool:
+    import psycopg
+
+    with psycopg.connect(daemon.store, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT expires_at_ms < (EXTRACT(EPOCH FROM clock_timestamp()) * 1000) "
+            "FROM conduit_lease WHERE work_id = %s", (work_id,),
+        ).fetchone()  # fmt: skip
+    return bool(row and row[0])
 
 
 def test_work_no_live_daemon_can_run_waits_for_its_label(

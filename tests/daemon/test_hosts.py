@@ -167,6 +167,9 @@ def test_drain_lets_the_running_job_finish_then_exits_0(
     shown = daemon.cli("work", "show", held).stdout
     assert "completed" in shown
     assert "ready" in daemon.cli("work", "show", later).stdout
+    refused = daemon.cli("daemon", "drain", check=False)
+    assert refused.returncode == 1
+    assert "daemon_not_running" in refused.stderr
 
 
 def test_a_daemon_not_seen_lately_is_lost(make_daemon: Callable[..., Daemon], store: str) -> None:

@@ -154,6 +154,8 @@ def test_drain_lets_the_running_job_finish_then_exits_0(
         return "draining" in daemon.cli("daemons").stdout
 
     wait_for("conduit daemons to show the daemon draining", shows_draining)
+    health = daemon.raw("GET", "/v1/health")[1]
+    assert (health["status"], health["draining"], health["labels"]) == ("draining", True, ["gpu"])
     # Submitted while it drains: accepted, never claimed by the draining daemon.
     later = daemon.submit("ok", id="after-drain")
     assert daemon.proc is not None

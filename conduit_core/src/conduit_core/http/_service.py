@@ -65,6 +65,8 @@ class HostHooks(Protocol):
     """What the API needs from a running host loop (the daemon); :class:`NoHost` without one."""
 
     stopping: bool
+    #: Draining: claims nothing new, stops once its running attempts have ended.
+    draining: bool
 
     def wake(self) -> None:
         """A write happened: run a pass now (and tell other daemons sharing the store)."""
@@ -92,6 +94,7 @@ class NoHost:
     """The CLI's direct mode: no loop to wake; a daemon finds the writes on its next rescan."""
 
     stopping: bool = False
+    draining: bool = False
     pending_resumed: list[Claim] = field(default_factory=list)
 
     def wake(self) -> None:
@@ -333,7 +336,9 @@ class ApiService:
     async def health(self) -> Health:
         latest = await self.store.latest_config_generation()  # proves the store answers
         return Health(
-            status="stopping" if self.host.stopping else "ok",
+            status=(
+                "stopping" if self.host.stopping else "draining" if self.host.draining else "ok"
+            ),
             version=__version__,
             owner=self.scheduler.options.owner,
             store=self.store.url,
@@ -342,6 +347,8 @@ class ApiService:
             ),
             running_attempts=self.host.running_count(),
             stopping=self.host.stopping,
+            draining=self.host.draining,
+            labels=sorted(self.scheduler.options.labels),
             ready_depth=await self.store.ready_depth(),
             programs=[
                 msgspec.convert(supervisor.state(), ProgramView)

@@ -349,3 +349,16 @@ def test_capacity_page_says_what_the_api_says(console: Console) -> None:
     jobs = next(p for p in api["pools"] if p["name"] == "jobs")
     team = next(s for s in api["scopes"] if s["name"] == "team")
     assert (jobs["in_use"], jobs["limit"], team["in_use"], team["limit"]) == (1, 4, 1, 2)
+
+
+def test_capacity_page_lists_the_daemons_on_the_store(console: Console) -> None:
+    console.login()
+    status, api = console.daemon.raw("GET", "/v1/daemons")
+    assert status == 200
+    (row,) = api["daemons"]
+    page = console.get("/ui/capacity/live").text
+    cells = re.search(rf'<tr data-daemon="{re.escape(row["id"])}">(.*?)</tr>', page, re.S)
+    assert cells, page
+    assert re.findall(r"<td>(.*?)</td>", cells.group(1))[:5] == [
+        row["id"], row["host"], "-", "running", str(row["load"])
+    ]

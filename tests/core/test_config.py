@@ -65,6 +65,54 @@ def test_digest_is_stable_and_changes_with_content() -> None:
     assert parse_config(GOOD.replace("concurrency = 3", "concurrency = 5")).digest != a.digest
 
 
+def test_labels_and_requires_decode_and_join_the_digest_only_when_set() -> None:
+    plain = parse_config(GOOD)
+    # Written before labels existed: the digest (and so the config generation) is unchanged.
+    assert plain.digest == "3d5c68b9b8296ebf10bd5efb6b7b5da130c8f86592e4be0b7c046f5252074006"
+    assert plain.settings.labels == []
+    assert plain.bindings["build"].requires == []
+    labelled = GOOD.replace("lease_seconds = 30", 'lease_seconds = 30\nlabels = ["gpu", "eu"]')
+    required = GOOD.replace('executor = "echo"\ngeneration = 1',
+                            'executor = "echo"\ngeneration = 1\nrequires = ["gpu"]')  # fmt: skip
+    assert parse_config(labelled).settings.labels == ["gpu", "eu"]
+    assert parse_config(required).bindings["old"].requires == ["gpu"]
+    assert len({plain.digest, parse_config(labelled).digest, parse_config(required).digest}) == 3
+
+
+@pytest.mark.parametrize(
+    ("setting", "field"),
+    [
+        ('labels = [""]', "$.settings.labels[0]"),
+        ('labels = ["has space"]', "$.settings.labels[0]"),
+        ('labels = ["gpu", "gpu"]', "$.settings.labels[1]"),
+        ('labels = "gpu"', "$.settings.labels"),
+        ("labels = [1]", "$.settings.labels[0]"),
+    ],
+)
+def test_a_bad_label_is_refused_with_its_field(setting: str, field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(GOOD.replace("lease_seconds = 30", f"lease_seconds = 30\n{setting}"))
+    assert info.value.code == "invalid_label"
+    assert field in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("setting", "field"),
+    [
+        ('requires = [""]', "$.bindings.old.requires[0]"),
+        ('requires = "gpu"', "$.bindings.old.requires"),
+        ('requires = ["a", "b", "a"]', "$.bindings.old.requires[2]"),
+    ],
+)
+def test_a_bad_requires_is_refused_with_its_field(setting: str, field: str) -> None:
+    old = 'executor = "echo"\ngeneration = 1'
+    doc = GOOD.replace(old, f"{old}\n{setting}")
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc)
+    assert info.value.code == "invalid_label"
+    assert field in info.value.message
+
+
 @pytest.mark.parametrize(
     ("doc", "expected"),
     [

@@ -190,9 +190,13 @@ def test_the_digest_of_a_config_without_pools_is_unchanged() -> None:
     settings = msgspec.to_builtins(config.settings)
     del settings["metrics"], settings["tracing"]  # the Settings fields of before
     del settings["http"]["wrong_token_limit"]  # nor http.wrong_token_limit, unless set
+    del settings["labels"]  # nor settings.labels
+    bindings = msgspec.to_builtins(config.bindings)
+    for binding in bindings.values():
+        del binding["requires"]  # nor a binding's requires
     old = hashlib.sha256(
         msgspec.json.encode(
-            [settings, config.scopes, config.bindings, config.routines, config.budgets],
+            [settings, config.scopes, bindings, config.routines, config.budgets],
             order="sorted",
         )
     ).hexdigest()
@@ -202,6 +206,8 @@ def test_the_digest_of_a_config_without_pools_is_unchanged() -> None:
     assert parse_config("[settings]\nmetrics.open = true\n" + BINDING).digest != old
     assert parse_config("[settings]\ntracing.enabled = true\n" + BINDING).digest != old
     assert parse_config("[settings]\nmetrics.open = false\n" + BINDING).digest == old
+    assert parse_config('[settings]\nlabels = ["gpu"]\n' + BINDING).digest != old
+    assert parse_config("[settings]\nlabels = []\n" + BINDING).digest == old
 
 
 class _PooledPlugins:

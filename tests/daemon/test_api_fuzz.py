@@ -76,12 +76,13 @@ def test_the_fuzzer_finds_nothing_against_the_served_document(
     assert done.returncode != 0, done.stdout[-6000:]
     assert "drifted_field" in done.stdout
 
-    # The document as served: every operation, every check, every phase.
+    # The document as served: every operation, every check, every phase; but drain, which
+    # would take the daemon under test down (tests/daemon/test_hosts.py drains for real).
     (tmp_path / "openapi.json").write_text(json.dumps(served))
-    operations = sum(len(ops) for ops in served["paths"].values())
+    operations = sum(len(ops) for ops in served["paths"].values()) - 1
     done = schemathesis(
         daemon, tmp_path / "openapi.json", "--max-examples", str(EXAMPLES),
-        "--max-time", str(40 + 10 * EXAMPLES),
+        "--max-time", str(40 + 10 * EXAMPLES), "--exclude-path", "/v1/daemon/drain",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-12000:] + done.stderr[-3000:]
     assert f"Tested: {operations}" in done.stdout, done.stdout[-3000:]

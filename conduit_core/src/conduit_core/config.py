@@ -61,6 +61,9 @@ PositiveInt = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
 PositiveSeconds = Annotated[float, msgspec.Meta(gt=0, le=MAX_SECONDS)]
 Delay = Annotated[float, msgspec.Meta(ge=0, le=MAX_SECONDS)]
 Unit = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
+#: A host label (``settings.labels``, a binding's ``requires``): letters, digits, ``_ . : / -``.
+LABEL_PATTERN = r"^[A-Za-z0-9_.:/-]{1,64}$"
+_LABEL = re.compile(LABEL_PATTERN)
 
 ROOT_SCOPE = "root"
 MAX_RETRY_DELAYS = 100
@@ -123,6 +126,9 @@ class Settings(_Section, frozen=True, kw_only=True):
     #: How long the daemon gives one stop, interrupt or inject it starts on its own; each runs
     #: off the host loop's pass, so only that attempt waits (tried again after a backoff).
     executor_call_timeout_seconds: PositiveSeconds = 60.0
+    #: What this daemon's host has (``["gpu", "eu"]``): it starts only the Work of bindings
+    #: whose ``requires`` are all among them (see docs/daemon.md, "Host labels").
+    labels: list[str] = msgspec.field(default_factory=list)
     http: HttpSettings = HttpSettings()
     metrics: MetricsSettings = MetricsSettings()
     tracing: TracingSettings = TracingSettings()
@@ -198,6 +204,8 @@ class Binding(_Section, frozen=True, kw_only=True):
     terminal_on_exhaustion: bool = False
     control_fallback: Literal["queue", "drop"] = "queue"
     handoff: Literal["stop", "continue"] = "stop"
+    #: Host labels a daemon must have (``settings.labels``) to start this binding's Work.
+    requires: list[str] = msgspec.field(default_factory=list)
 
 
 class RoutineSpec(_Section, frozen=True, kw_only=True):
@@ -324,6 +332,9 @@ def parse_config(data: bytes | str, *, source: str = "conduit.toml") -> Config:
             f"{source}: $.settings.retry_delays_seconds: at most {MAX_RETRY_DELAYS} delays"
         )
     _check_store(settings.store, source)
+    _check_labels(settings.labels, "$.settings.labels", source)
+    for name, binding in bindings.items():
+        _check_labels(binding.requires, f"{_path('$.bindings', name)}.requires", source)
     scopes = {ROOT_SCOPE: Scope(), **scopes}
     _check_scopes(scopes, source)
     _check_bindings(bindings, scopes, source)
@@ -331,7 +342,9 @@ def parse_config(data: bytes | str, *, source: str = "conduit.toml") -> Config:
     _check_budgets(budgets, scopes, source)
     # pools, executors, plugins and the later settings join the digest only when declared, so
     # existing configs keep their digest (and config generation).
-    digested: list[Any] = [_digested(settings), scopes, bindings, routines, budgets]
+    digested: list[Any] = [
+        _digested(settings), scopes, _digested_bindings(bindings), routines, budgets
+    ]
     if pools:
         digested.append(pools)
     if executors:
@@ -376,7 +389,11 @@ def _check_tokens(tokens: list[TokenSpec], source: str) -> None:
 
 #: Settings that joined later: they join the digest only when set, so configs written before
 #: them keep their digest (and config generation) across the upgrade.
-_DIGESTED_WHEN_SET = {"metrics": MetricsSettings(), "tracing": TracingSettings()}
+_DIGESTED_WHEN_SET: dict[str, Any] = {
+    "metrics": MetricsSettings(),
+    "tracing": TracingSettings(),
+    "labels": [],
+}
 _HTTP_DIGESTED_WHEN_SET = {"wrong_token_limit": HttpSettings().wrong_token_limit}
 
 
@@ -389,6 +406,29 @@ def _digested(settings: Settings) -> dict[str, Any]:
         if getattr(settings.http, name) == value:
             del out["http"][name]
     return out
+
+
+def _digested_bindings(bindings: dict[str, Binding]) -> dict[str, Any]:
+    """The bindings as digested: ``requires`` joined later, so only when set."""
+    out: dict[str, Any] = msgspec.to_builtins(bindings)
+    for name, binding in bindings.items():
+        if not binding.requires:
+            del out[name]["requires"]
+    return out
+
+
+def _check_labels(labels: list[str], field: str, source: str) -> None:
+    for index, label in enumerate(labels):
+        if not _LABEL.match(label):
+            raise ConfigError(
+                f"{source}: {field}[{index}]: {label!r} is not a label (1 to 64 letters, digits, "
+                "'_', '.', ':', '/' or '-')",
+                code="invalid_label",
+            )
+        if label in labels[:index]:
+            raise ConfigError(
+                f"{source}: {field}[{index}]: {label!r} is listed twice", code="invalid_label"
+            )
 
 
 def plugin_configs(config: Config, plugins: Plugins) -> dict[str, object]:
@@ -477,6 +517,7 @@ def _path(prefix: str, key: str) -> str:
 
 
 _BOUND = re.compile(r"^Expected `(?:float|int)` [<>]=? ")
+_LABEL_FIELD = re.compile(r"\.(?:labels|requires)(?:\[\d+\])?`$")
 
 
 def _convert(value: Any, typ: type[T], path: str, source: str) -> T:
@@ -490,6 +531,8 @@ def _convert(value: Any, typ: type[T], path: str, source: str) -> T:
         if "- at `" not in message:
             message = f"{message} - at `{path}`"
         code = "invalid_number" if _BOUND.match(message) else None
+        if _LABEL_FIELD.search(message):
+            code = "invalid_label"
         raise ConfigError(f"{source}: {message}", code=code) from exc
 
 

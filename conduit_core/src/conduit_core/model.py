@@ -23,6 +23,10 @@ __all__ = [
     "ControlIntent",
     "ControlKind",
     "ControlStatus",
+    "DAEMON_HEARTBEAT_MS",
+    "DAEMON_LOST_AFTER_MS",
+    "DaemonRecord",
+    "DaemonState",
     "ErrorFallback",
     "Event",
     "Execution",
@@ -472,3 +476,45 @@ class Routine(Record, frozen=True, kw_only=True):
     updated_at_ms: int
     #: The named API token (``[[tokens]]``) whose pause, resume, run now or edit last changed it.
     changed_by: str | None = None
+
+
+# --- Daemons ---------------------------------------------------------------------------------
+
+
+#: How often a daemon writes its registry row (on a pass of its host loop, at most this often).
+DAEMON_HEARTBEAT_MS = 5_000
+#: A running or draining daemon whose row is older than this is shown as ``lost``.
+DAEMON_LOST_AFTER_MS = 30_000
+
+
+class DaemonState(StrEnum):
+    RUNNING = "running"
+    #: Claims nothing new; its running attempts finish, then it exits.
+    DRAINING = "draining"
+    STOPPED = "stopped"
+    #: Not stored: a running or draining daemon whose heartbeat is too old (read-side only).
+    LOST = "lost"
+
+
+class DaemonRecord(Record, frozen=True, kw_only=True):
+    """A daemon on the store (the registry ``conduit daemons`` lists): written at its start,
+    on its heartbeat (a pass of its host loop, every few seconds) and at its exit."""
+
+    #: The daemon's lease owner id (``host/pid/random``).
+    id: str
+    host: str
+    pid: int
+    labels: list[str] = []
+    state: DaemonState = DaemonState.RUNNING
+    #: Attempts it runs now (started, recovered or resumed by it, still observed).
+    load: int = 0
+    started_at_ms: int
+    last_seen_ms: int
+
+    def state_at(self, now_ms: int) -> DaemonState:
+        """Its state as a reader tells it: ``lost`` once its heartbeat is too old."""
+        if self.state is not DaemonState.STOPPED and now_ms - self.last_seen_ms > (
+            DAEMON_LOST_AFTER_MS
+        ):
+            return DaemonState.LOST
+        return self.state

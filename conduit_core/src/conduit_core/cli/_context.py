@@ -29,6 +29,8 @@ if TYPE_CHECKING:  # the CLI imports the heavy layers in the commands that use t
         CancelRequest,
         CapacityView,
         ConfirmStoppedRequest,
+        DaemonList,
+        DrainView,
         EventView,
         Health,
         HistoryPage,
@@ -81,6 +83,8 @@ class Api(Protocol):
     async def output(self, work_id: str, attempt: int, stream: str, tail: int) -> OutputTail: ...
     async def capacity(self) -> CapacityView: ...
     async def health(self) -> Health: ...
+    async def daemons(self) -> DaemonList: ...
+    async def drain(self) -> DrainView: ...
 
 
 def config_option(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,4 +1,4 @@
-"""``conduit daemon`` and ``conduit reload``."""
+"""``conduit daemon`` (and ``daemon drain``), ``conduit daemons`` and ``conduit reload``."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import click
 
-from conduit_core.cli._context import CONFIG_ENV, config_option, load
+from conduit_core.cli._context import CONFIG_ENV, call, config_option, json_option, load
 from conduit_core.errors import ConduitError
 
-__all__ = ["daemon_command", "reload_command"]
+__all__ = ["daemon_command", "daemons_command", "reload_command"]
 
 
-@click.command("daemon")
+@click.group("daemon", invoke_without_command=True)
 @config_option
 @click.option(
     "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
@@ -28,13 +28,18 @@ __all__ = ["daemon_command", "reload_command"]
     show_default=True,
     help="Seconds between rescans of the store (the safety net behind wake-ups).",
 )
+@click.pass_context
 def daemon_command(
-    config_path: Path | None, log_format: str, log_level: str, rescan_s: float
+    ctx: click.Context, config_path: Path | None, log_format: str, log_level: str, rescan_s: float
 ) -> None:
     """Run the host loop and the HTTP API until SIGTERM/SIGINT (a second one exits at once).
 
     SIGHUP (or `conduit reload`) reloads the config: new attempts use it, live ones keep theirs.
+    SIGUSR1 (or `conduit daemon drain`) drains it: no new claims, its running attempts finish,
+    then it exits 0.
     """
+    if ctx.invoked_subcommand is not None:
+        return
     import anyio
 
     from conduit_core.daemon import Daemon, configure_logging, tune_garbage_collection
@@ -58,3 +63,36 @@ def reload_command(config_path: Path | None) -> None:
         )
     os.kill(pid, signal.SIGHUP)
     click.echo(f"reload requested (pid {pid})")
+
+
+@daemon_command.command("drain")
+@config_option
+@json_option
+def drain_command(config_path: Path | None, as_json: bool) -> None:
+    """Drain the running daemon (POST /v1/daemon/drain): it claims nothing new, lets its
+    running attempts finish, then exits 0."""
+    from conduit_core.cli._context import print_json
+
+    view = call(config_path, lambda api: api.drain())
+    if as_json:
+        print_json(view)
+        return
+    click.echo(
+        f"draining {view.owner}: {view.running_attempts} running attempt(s) finish, "
+        "then it exits"
+    )
+
+
+@click.command("daemons")
+@config_option
+@json_option
+def daemons_command(config_path: Path | None, as_json: bool) -> None:
+    """The daemons on the store: host, pid, labels, state, load, last seen."""
+    from conduit_core.cli._context import print_json
+    from conduit_core.cli._render import console, daemons_table
+
+    listed = call(config_path, lambda api: api.daemons())
+    if as_json:
+        print_json(listed)
+        return
+    console().print(daemons_table(listed.daemons))

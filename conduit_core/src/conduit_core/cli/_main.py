@@ -17,7 +17,7 @@ from conduit_core.cli._approvals import (
     release_command,
 )
 from conduit_core.cli._config import config_group
-from conduit_core.cli._daemon import daemon_command, reload_command
+from conduit_core.cli._daemon import daemon_command, daemons_command, reload_command
 from conduit_core.cli._doctor import doctor_command
 from conduit_core.cli._plugins import plugins_group
 from conduit_core.cli._routines import routines_group
@@ -59,6 +59,7 @@ def cli(ctx: click.Context) -> None:
 cli.add_command(plugins_group)
 cli.add_command(config_group)
 cli.add_command(daemon_command)
+cli.add_command(daemons_command)
 cli.add_command(reload_command)
 cli.add_command(work_group)
 cli.add_command(capacity_command)

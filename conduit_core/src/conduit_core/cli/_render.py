@@ -9,7 +9,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from conduit_core.http import CapacityView, WorkDetail, WorkView
+from conduit_core.http import CapacityView, DaemonView, WorkDetail, WorkView
 from conduit_core.http.describe import (
     attempt_outcome,
     latest_artifacts,
@@ -23,6 +23,7 @@ __all__ = [
     "capacity_table",
     "clock",
     "console",
+    "daemons_table",
     "status_line",
     "work_detail",
     "work_table",
@@ -43,6 +44,9 @@ STATUS_STYLE = {
     "timed_out": "red",
     "handoff": "green",
     "cancelled": "dim",
+    "draining": "yellow",
+    "stopped": "dim",
+    "lost": "red",
 }
 
 
@@ -175,3 +179,18 @@ def capacity_table(view: CapacityView) -> Table:
 
 def _max(limit: int | None) -> str:
     return "-" if limit is None else str(limit)
+
+
+def daemons_table(daemons: list[DaemonView]) -> Table | Text:
+    if not daemons:
+        return Text("no daemon has run on this store", style="dim")
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("DAEMON", "HOST", "PID", "LABELS", "STATE", "LOAD", "STARTED", "LAST SEEN"):
+        table.add_column(column)
+    for d in daemons:
+        table.add_row(
+            d.id, d.host, str(d.pid), ",".join(d.labels) or "-",
+            Text(d.state, style=STATUS_STYLE.get(d.state, "")), str(d.load),
+            clock(d.started_at_ms), clock(d.last_seen_ms),
+        )  # fmt: skip
+    return table

@@ -256,8 +256,10 @@ class ConsolePages:
 
     async def capacity(self, request: Request, session: Session) -> Response:
         view = await self.service.capacity()
-        return self._page("capacity.html", session, "capacity", view=view)
+        daemons = await self.service.daemons()
+        return self._page("capacity.html", session, "capacity", view=view, daemons=daemons)
 
     async def capacity_live(self, request: Request, session: Session) -> Response:
         view = await self.service.capacity()
-        return self._fragment("_capacity_live.html", session, view=view)
+        daemons = await self.service.daemons()
+        return self._fragment("_capacity_live.html", session, view=view, daemons=daemons)

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from conduit_core.daemon._netfs import check_local_filesystem, filesystem_type
     from conduit_core.daemon._paths import DaemonPaths, is_postgres
     from conduit_core.daemon._pidfile import PidFile, PidRecord
+    from conduit_core.daemon._registry import DaemonRegistry
     from conduit_core.daemon._routines import RoutinesHost, check_routine_specs
     from conduit_core.daemon._run import Daemon
     from conduit_core.daemon._tracing import check_tracing, start_tracing
@@ -30,6 +31,7 @@ else:  # each part loads on first use: the CLI needs DaemonPaths, not the host l
             "is_postgres": "_paths",
             "PidFile": "_pidfile",
             "PidRecord": "_pidfile",
+            "DaemonRegistry": "_registry",
             "RoutinesHost": "_routines",
             "check_routine_specs": "_routines",
             "Daemon": "_run",
@@ -46,6 +48,7 @@ __all__ = [
     "WAKE_CHANNEL",
     "Daemon",
     "DaemonPaths",
+    "DaemonRegistry",
     "HostLoop",
     "LogFormat",
     "PassStep",

@@ -64,6 +64,8 @@ class HostLoop:
         self.recover_batch = recover_batch
         self.waker = waker or Waker()
         self.stopping = False
+        #: Set by :meth:`drain`: no new claims or recoveries; stops once nothing runs here.
+        self.draining = False
         self.passes = 0
         self.running: dict[str, _Running] = {}
         self._on_wake = on_wake
@@ -135,6 +137,10 @@ class HostLoop:
                 task_status.started()
                 while not self.stopping:
                     await self.run_pass()
+                    if self.draining and not self.running:
+                        log.info("drained: no attempt runs here any more; stopping")
+                        self.stop()
+                        break
                     await self.waker.wait(self.outage.pause_s(await self._sleep_s()))
                 await self._release_running()
                 self._tasks.close()  # the pool's idle tasks end; the group's wait is for the busy
@@ -180,7 +186,7 @@ class HostLoop:
             ("release interrupted", self._release_interrupted),
             ("fire timers", self._fire_timers),
         ]
-        if not self.stopping:
+        if not self.stopping and not self.draining:
             steps += [("recover", self._recover), ("claim", self._claim)]
         steps += [
             ("confirm stops", self._confirm),
@@ -261,7 +267,7 @@ class HostLoop:
         joins the settlement's group-commit batch and takes the slot it frees (one transaction,
         not a settlement and then a pass's claim). The pass the attempt's end wakes still runs.
         """
-        if self.stopping or self.outage.down or self._tasks is None:
+        if self.stopping or self.draining or self.outage.down or self._tasks is None:
             return
         if self._claiming_with_settlement:
             return  # the claim under way takes every slot its batch frees
@@ -423,7 +429,17 @@ class HostLoop:
             log.warning("stop after lost lease failed execution=%s epoch=%s: %s",
                         lease.execution_id, lease.epoch, exc.message)  # fmt: skip
 
-    # --- graceful stop -------------------------------------------------------------------------
+    # --- drain and graceful stop ---------------------------------------------------------------
+
+    def drain(self) -> None:
+        """Claim and recover nothing new; let the attempts running here finish (their leases
+        renewed as ever), then stop (the loop returns; a daemon exits 0). Idempotent."""
+        if self.draining or self.stopping:
+            return
+        self.draining = True
+        log.info("draining: no new claims; %d running attempt(s) finish first",
+                 len(self.running))  # fmt: skip
+        self.waker.poke()
 
     def stop(self) -> None:
         """Stop claiming; the loop then releases the leases of running attempts and returns."""

@@ -44,7 +44,7 @@ EXIT_FORCED = 1
 
 
 class _Server(uvicorn.Server):
-    """uvicorn without its own signal handlers: the daemon owns SIGTERM/SIGINT/SIGHUP."""
+    """uvicorn without its own signal handlers: the daemon owns SIGTERM/SIGINT/SIGHUP/SIGUSR1."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
@@ -233,10 +233,15 @@ class Daemon:
         tg.cancel_scope.cancel()
 
     async def _signals(self, host: HostLoop) -> None:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        watched = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+        with anyio.open_signal_receiver(*watched) as signals:
             async for signum in signals:
                 if signum == signal.SIGHUP:
                     await self.reload()
+                    continue
+                if signum == signal.SIGUSR1:
+                    log.info("SIGUSR1: draining")
+                    host.drain()
                     continue
                 name = signal.Signals(signum).name
                 if host.stopping:

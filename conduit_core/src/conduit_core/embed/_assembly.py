@@ -24,6 +24,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from conduit_core.config import Config, check_against_plugins, load_config, plugin_configs
 from conduit_core.daemon import (
     DaemonPaths,
+    DaemonRegistry,
     HostLoop,
     PgWakeChannel,
     PidFile,
@@ -180,6 +181,13 @@ class Assembly:
         )  # fmt: skip
         host.add_attempt_listener(self._attempt_ended)
         self.host = host
+        registry = DaemonRegistry(host)
+        try:
+            await registry.write()
+        except ConduitError as exc:  # its heartbeat writes it once the store answers
+            log.warning("daemon registry: start not recorded: [%s] %s", exc.code, exc.message)
+        host.add_step("daemon registry", registry.heartbeat)
+        stack.push_async_callback(registry.stopped)  # after the host loop has returned
         self.service = ApiService(self.config, scheduler, host)
         if self.with_routines:
             self.routines = RoutinesHost(store, scheduler, self.clock, host, self.config)

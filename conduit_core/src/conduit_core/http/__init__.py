@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         BulkResult,
     )
     from conduit_core.http._client import ApiClient, split_listen
+    from conduit_core.http._daemons import DaemonList, DaemonView, DrainView, daemon_views
     from conduit_core.http._guard import RequestGuard
     from conduit_core.http._history import HistoryEntry, HistoryPage
     from conduit_core.http._metrics import (
@@ -97,6 +98,10 @@ else:  # each part loads on first use: the CLI client needs no HTTP app
             "release": "_approvals",
             "ApiClient": "_client",
             "split_listen": "_client",
+            "DaemonList": "_daemons",
+            "DaemonView": "_daemons",
+            "DrainView": "_daemons",
+            "daemon_views": "_daemons",
             "RequestGuard": "_guard",
             "HistoryEntry": "_history",
             "HistoryPage": "_history",
@@ -173,6 +178,9 @@ __all__ = [
     "CapacityView",
     "ConfirmStoppedRequest",
     "DEFAULT_TOKEN_NAME",
+    "DaemonList",
+    "DaemonView",
+    "DrainView",
     "ErrorBody",
     "EventView",
     "GLOBAL_POOL",
@@ -221,6 +229,7 @@ __all__ = [
     "check_stream",
     "client_address",
     "create_app",
+    "daemon_views",
     "ensure_token",
     "list_needs_you",
     "load_tokens",

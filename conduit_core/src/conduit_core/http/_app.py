@@ -21,6 +21,7 @@ from starlette.routing import Match, Route
 from conduit_core.errors import STORE_OUTAGE_CODES, ConduitError, LeaseLostError, StoreError
 from conduit_core.http._approvals import APPROVAL_HANDLERS, APPROVAL_ROUTES
 from conduit_core.http._bulk import BULK_HANDLERS, BULK_ROUTES
+from conduit_core.http._daemons import DAEMON_HANDLERS, DAEMON_ROUTES
 from conduit_core.http._guard import RequestGuard, bearer_check
 from conduit_core.http._history import HistoryPage
 from conduit_core.http._output import OutputTail, check_stream, check_tail
@@ -131,6 +132,7 @@ ADMIN_ROUTES = frozenset(
         ("POST", "/v1/work/{id}/confirm-stopped"),
         ("POST", "/v1/schedules"),
         ("DELETE", "/v1/schedules/{id}"),
+        ("POST", "/v1/daemon/drain"),
     }
 )
 
@@ -218,6 +220,8 @@ ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute("GET", "/v1/health", "Daemon and store health", Health),
     # Held Work: needs-you, approve/refuse (human gate), release (budget); see _approvals.
     *(ApiRoute(*route) for route in APPROVAL_ROUTES),
+    # The daemons on the store, and drain (see _daemons).
+    *(ApiRoute(*route) for route in DAEMON_ROUTES),
 )
 
 _ENCODER = msgspec.json.Encoder()
@@ -378,6 +382,7 @@ _HANDLERS: dict[tuple[str, str], Handler] = {
     ("GET", "/v1/health"): _health,
     **APPROVAL_HANDLERS,
     **BULK_HANDLERS,
+    **DAEMON_HANDLERS,
 }
 
 

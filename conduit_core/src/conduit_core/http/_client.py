@@ -14,6 +14,7 @@ import msgspec
 
 from conduit_core.errors import ConduitError
 from conduit_core.http._bulk import BulkRequest, BulkResult
+from conduit_core.http._daemons import DaemonList, DrainView
 from conduit_core.http._history import HistoryPage
 from conduit_core.http._output import OutputTail
 from conduit_core.http._schemas import (
@@ -178,6 +179,12 @@ class ApiClient:
 
     async def health(self) -> Health:
         return self.request("GET", "/v1/health", None, Health)
+
+    async def daemons(self) -> DaemonList:
+        return self.request("GET", "/v1/daemons", None, DaemonList)
+
+    async def drain(self) -> DrainView:
+        return self.request("POST", "/v1/daemon/drain", None, DrainView)
 
 
 def _quote(part: str) -> str:

@@ -297,6 +297,10 @@ class Health(_Response, frozen=True, kw_only=True):
     config_generation: int
     running_attempts: int = 0
     stopping: bool = False
+    #: Draining: no new claims; it exits once its running attempts have ended.
+    draining: bool = False
+    #: This daemon's host labels (``settings.labels``).
+    labels: list[str] = []
     #: Work that could start now, per binding (the queue's depth; bindings with none left out).
     ready_depth: dict[str, int] = {}
     #: This daemon's executor programs (``[executors.NAME]`` and packaged ones), by executor.

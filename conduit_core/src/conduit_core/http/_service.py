@@ -19,6 +19,7 @@ from conduit_core._version import __version__
 from conduit_core.config import Config
 from conduit_core.errors import ConduitError, NotFoundError
 from conduit_core.http._bulk import BulkRequest, BulkResult, run_bulk
+from conduit_core.http._daemons import DaemonList, DrainView, drain, list_daemons, missing_labels
 from conduit_core.http._history import CANCELLED, INTERRUPTED, HistoryPage, build_history, page_of
 from conduit_core.http._ids import new_work_id
 from conduit_core.http._output import OutputTail
@@ -66,6 +67,8 @@ class HostHooks(Protocol):
     """What the API needs from a running host loop (the daemon); :class:`NoHost` without one."""
 
     stopping: bool
+    #: Draining: claims nothing new, stops once its running attempts have ended.
+    draining: bool
 
     def wake(self) -> None:
         """A write happened: run a pass now (and tell other daemons sharing the store)."""
@@ -84,12 +87,16 @@ class HostHooks(Protocol):
     def stop_state(self, execution_id: str) -> str | None:
         """Where the host's stop of this ended attempt is: under way, or why it failed last."""
 
+    def drain(self) -> None:
+        """Claim nothing new, let the running attempts finish, then stop."""
+
 
 @dataclass
 class NoHost:
     """The CLI's direct mode: no loop to wake; a daemon finds the writes on its next rescan."""
 
     stopping: bool = False
+    draining: bool = False
     pending_resumed: list[Claim] = field(default_factory=list)
 
     def wake(self) -> None:
@@ -109,6 +116,11 @@ class NoHost:
 
     def stop_state(self, execution_id: str) -> str | None:
         return None
+
+    def drain(self) -> None:
+        raise ConduitError(
+            "no daemon runs for this config: there is nothing to drain", code="daemon_not_running"
+        )
 
 
 class ApiService:
@@ -241,6 +253,14 @@ class ApiService:
             )
         if work.pending_inputs <= 0:
             return None  # idle until its next input: not waiting for a slot
+        missing = await missing_labels(self, work)
+        if missing is not None:
+            return Waiting(
+                code="waiting_label",
+                message=f"waiting for label {', '.join(missing)}: no live daemon has "
+                f"{'it' if len(missing) == 1 else 'them all'}",
+                limit_name=f"label:{','.join(missing)}",
+            )
         refusal = await self.store.capacity_refusal(self.scheduler.capacity(), work)
         if refusal is None:
             return None
@@ -292,7 +312,9 @@ class ApiService:
     async def health(self) -> Health:
         latest = await self.store.latest_config_generation()  # proves the store answers
         return Health(
-            status="stopping" if self.host.stopping else "ok",
+            status=(
+                "stopping" if self.host.stopping else "draining" if self.host.draining else "ok"
+            ),
             version=__version__,
             owner=self.scheduler.options.owner,
             store=self.store.url,
@@ -301,12 +323,22 @@ class ApiService:
             ),
             running_attempts=self.host.running_count(),
             stopping=self.host.stopping,
+            draining=self.host.draining,
+            labels=sorted(self.scheduler.options.labels),
             ready_depth=await self.store.ready_depth(),
             programs=[
                 msgspec.convert(supervisor.state(), ProgramView)
                 for supervisor in self.scheduler.plugins.programs()
             ],
         )
+
+    async def daemons(self) -> DaemonList:
+        """The daemons on the store (``GET /v1/daemons``)."""
+        return await list_daemons(self)
+
+    async def drain(self) -> DrainView:
+        """Drain the daemon this service runs in (``POST /v1/daemon/drain``)."""
+        return await drain(self)
 
     # --- writes ----------------------------------------------------------------------------
 

@@ -52,6 +52,11 @@ class SchedulerOptions:
     #: How long a host gives one stop, interrupt or inject it starts on its own (the daemon's
     #: stop/confirm pass and control dispatch) before it gives up and tries again later.
     executor_call_timeout_ms: int = 60_000
+    #: This host's labels (``settings.labels``): it starts and recovers only the Work of
+    #: bindings whose ``requires`` are all among them.
+    labels: frozenset[str] = frozenset()
+    #: The bindings whose ``requires`` this host lacks (derived from ``bindings``/``labels``).
+    lacking_bindings: tuple[str, ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
         # Copy the mappings so a caller mutating theirs cannot change a running scheduler.
@@ -61,6 +66,11 @@ class SchedulerOptions:
         object.__setattr__(self, "budgets", tuple(self.budgets))
         object.__setattr__(self, "pool_limits", dict(self.pool_limits))
         object.__setattr__(self, "binding_pools", dict(self.binding_pools))
+        object.__setattr__(self, "labels", frozenset(self.labels))
+        lacking = sorted(
+            name for name, b in self.bindings.items() if not self.labels.issuperset(b.requires)
+        )
+        object.__setattr__(self, "lacking_bindings", tuple(lacking))
 
     @classmethod
     def from_config(
@@ -86,6 +96,7 @@ class SchedulerOptions:
             budgets=tuple(config.budgets),
             pool_limits={name: pool.concurrency for name, pool in config.pools.items()},
             executor_call_timeout_ms=int(settings.executor_call_timeout_seconds * 1000),
+            labels=frozenset(settings.labels),
         )
 
     def executor_state_dir(self, executor: str) -> str | None:
@@ -100,6 +111,7 @@ class SchedulerOptions:
             scope_limits=dict(self.scope_limits),
             scope_parents=dict(self.scope_parents),
             binding_pools=dict(self.binding_pools),
+            skip_bindings=self.lacking_bindings,
         )
 
     def scope_chain(self, scope: str) -> tuple[str, ...]:

@@ -120,7 +120,7 @@ class Recovery:
         skipped)."""
         now = self.clock.now_ms()
         expired = await self.store.expired_attempts(now_ms=now, limit=limit)
-        return await self._claim([ex.id for ex in expired], now, "recovery")
+        return await self._claim(self._runnable(expired), now, "recovery")
 
     async def take_over(self, owner: str) -> int:
         """Release every lease of ``owner`` in one transaction; returns how many.
@@ -135,7 +135,15 @@ class Recovery:
         """Claim every held recovery now, without waiting for its backoff (a start or a reload
         may have brought the pinned generation back)."""
         held = await self.store.held_recoveries()
-        return await self._claim([ex.id for ex in held], self.clock.now_ms(), "held recovery")
+        return await self._claim(self._runnable(held), self.clock.now_ms(), "held recovery")
+
+    def _runnable(self, attempts: list[Execution]) -> list[str]:
+        """The ids of the attempts this host may recover: a recovery may relaunch, so an attempt
+        of a binding requiring a label this host lacks is left to a host that has it."""
+        lacking = self.options.lacking_bindings
+        if not lacking:
+            return [ex.id for ex in attempts]
+        return [ex.id for ex in attempts if ex.snapshot.binding not in lacking]
 
     async def _claim(self, execution_ids: list[str], now: int, what: str) -> list[Claim]:
         # Set-based: one store write claims a whole chunk (a few statements, not a few per

@@ -26,6 +26,7 @@ from conduit_core.model import (
     ConfigGeneration,
     ControlIntent,
     ControlStatus,
+    DaemonRecord,
     Event,
     Execution,
     ExecutionStatus,
@@ -105,6 +106,10 @@ class CapacityLimits(msgspec.Struct, frozen=True, kw_only=True):
     #: queue reads only the Work of bindings that have a free slot, at most as many rows as
     #: there are free slots; without it (empty) the claim is sized by the free slots overall.
     binding_pools: dict[str, str | None] = {}
+    #: Bindings this claimer may not start (it lacks a host label they require): their Work is
+    #: never read by its claims from the ready queue, and a claim of one by id is refused
+    #: (``missing_label``).
+    skip_bindings: tuple[str, ...] = ()
 
     def ancestry(self, scope: str) -> list[str]:
         """``scope`` and its ancestors, nearest first (cycles are cut)."""
@@ -731,6 +736,18 @@ class Store(ABC):
 
     @abstractmethod
     async def latest_config_generation(self) -> ConfigGeneration | None: ...
+
+    # --- The daemon registry ------------------------------------------------------------------
+
+    @abstractmethod
+    async def record_daemon(self, daemon: DaemonRecord) -> None:
+        """Insert or replace the registry row of ``daemon.id`` (its start, heartbeat or exit);
+        rows not written for a week are dropped."""
+
+    @abstractmethod
+    async def list_daemons(self) -> list[DaemonRecord]:
+        """Every daemon in the registry, by id, as last written (``lost`` is the reader's call,
+        from ``last_seen_ms``)."""
 
     @abstractmethod
     async def put_routine(self, routine: Routine) -> None: ...

@@ -314,10 +314,12 @@ class ReadySlice(NamedTuple):
 
 class ReadySlices(NamedTuple):
     """The reads a claim makes of the ready queue (one per pool with a free slot), none of
-    them of ``skip_scopes`` (a limit of the scope or of an ancestor of it is full)."""
+    them of ``skip_scopes`` (a limit of the scope or of an ancestor of it is full) nor of
+    ``skip_bindings`` (the claimer lacks a host label they require)."""
 
     parts: tuple[ReadySlice, ...]
     skip_scopes: tuple[str, ...] = ()
+    skip_bindings: tuple[str, ...] = ()
 
 
 def capacity_sized(slots: Slots, limit: int) -> ReadySlices | None:
@@ -329,9 +331,10 @@ def capacity_sized(slots: Slots, limit: int) -> ReadySlices | None:
     read, locked or refused row by row. When the count was taken without the limits' locks it
     is an estimate; every claim is still checked against the locked count (``refusal``).
     """
-    if unsafe("capacity_check"):
-        return ReadySlices((ReadySlice(limit),))  # a race detector's negative control (_unsafe)
     limits = slots.limits
+    if unsafe("capacity_check"):
+        # A race detector's negative control (_unsafe): capacity only, labels still hold.
+        return ReadySlices((ReadySlice(limit),), skip_bindings=limits.skip_bindings)
 
     def free_in(key: str | None) -> int:
         cap = limits.global_limit if key is None else limits.pool_limits[key]
@@ -341,6 +344,8 @@ def capacity_sized(slots: Slots, limit: int) -> ReadySlices | None:
     if limits.binding_pools:
         by_key: dict[str | None, list[str]] = {}
         for binding, pool in sorted(limits.binding_pools.items()):
+            if binding in limits.skip_bindings:
+                continue
             by_key.setdefault(slots.pool_key(pool), []).append(binding)
         for key, bindings in by_key.items():
             if (n := free_in(key)) > 0:
@@ -357,7 +362,7 @@ def capacity_sized(slots: Slots, limit: int) -> ReadySlices | None:
     if full:
         known = {*limits.scope_limits, *limits.scope_parents, *limits.scope_parents.values()}
         skip = tuple(sorted(s for s in known if full.intersection(limits.ancestry(s))))
-    return ReadySlices(tuple(parts), skip)
+    return ReadySlices(tuple(parts), skip, limits.skip_bindings)
 
 
 def sized_batch(
@@ -417,6 +422,8 @@ def claim_refusal(
     """
     if work is None:
         return ClaimRefusal(work_id=work_id, code="not_found", message=f"unknown work {work_id!r}")
+    if slots is not None and work.binding in slots.limits.skip_bindings:
+        return missing_label(work)
     if unsafe("work_exclusion"):  # a race detector's negative control (see _unsafe)
         return None if slots is None else slots.refusal(work_id, pool, work.scope)
     reason = ineligibility(work)
@@ -433,6 +440,15 @@ def claim_refusal(
     if slots is not None:
         return slots.refusal(work_id, pool, work.scope)
     return None
+
+
+def missing_label(work: Work) -> ClaimRefusal:
+    """The refusal of a claim by a host that lacks a label ``work``'s binding requires."""
+    return ClaimRefusal(
+        work_id=work.id,
+        code="missing_label",
+        message=f"work {work.id!r}: this host lacks a label binding {work.binding!r} requires",
+    )
 
 
 def _slot_holder(cx: Cx, work_id: str) -> str | None:
@@ -692,10 +708,12 @@ def lock_ready_work_rows_later(
     skip = ""
     if only.skip_scopes:
         skip = f" AND w.scope NOT IN ({', '.join('?' for _ in only.skip_scopes)})"
+    if only.skip_bindings:
+        skip += f" AND w.binding NOT IN ({', '.join('?' for _ in only.skip_bindings)})"
     reads = []
     for part in only.parts:
         filters = skip
-        params: tuple[object, ...] = only.skip_scopes
+        params: tuple[object, ...] = (*only.skip_scopes, *only.skip_bindings)
         if part.bindings is not None:
             filters += f" AND w.binding IN ({', '.join('?' for _ in part.bindings)})"
             params += part.bindings

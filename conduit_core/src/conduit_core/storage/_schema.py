@@ -158,9 +158,16 @@ _V8 = (
     "CREATE INDEX conduit_work_binding_created ON conduit_work (binding, created_at_ms, id)",
 )
 
+# Host labels and drain: the daemon registry (``conduit daemons``), one row per daemon start,
+# written at its start, on its heartbeat and at its exit.
+_V9 = (
+    """CREATE TABLE conduit_daemon (
+        id TEXT PRIMARY KEY, last_seen BIGINT NOT NULL, data TEXT NOT NULL)""",
+)
+
 #: Ordered forward migrations; ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.
 MIGRATIONS: tuple[tuple[str | PerBackend, ...], ...] = (
-    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8,
+    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -181,6 +188,7 @@ TABLES = (
     "conduit_routine",
     "conduit_routine_run",
     "conduit_budget_pending",
+    "conduit_daemon",
 )
 
 META_DDL = "CREATE TABLE IF NOT EXISTS conduit_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"

@@ -13,6 +13,7 @@ from conduit_core.model import (
     BudgetLedger,
     ConfigGeneration,
     ControlIntent,
+    DaemonRecord,
     Event,
     Execution,
     Hold,
@@ -152,6 +153,7 @@ class Codec:
     #: An overflowed ledger reads as exhausted: it refuses its own budget's Work, nothing else.
     ledger = _Repairing(BudgetLedger, {"used": {"used": AMOUNT_CEILING, "exceeded": True}})
     generation = msgspec.json.Decoder(ConfigGeneration)
+    daemon = msgspec.json.Decoder(DaemonRecord)
     #: A stored non-finite grace (accepted before issue 17) reads as the default.
     routine = _Repairing(Routine, {"grace_seconds": {"grace_seconds": 60.0}})
 

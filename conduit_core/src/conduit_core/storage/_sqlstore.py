@@ -14,6 +14,7 @@ from conduit_core.model import (
     ConfigGeneration,
     ControlIntent,
     ControlStatus,
+    DaemonRecord,
     Event,
     Execution,
     Hold,
@@ -31,6 +32,7 @@ from conduit_core.storage import _ops_attempts as att
 from conduit_core.storage import _ops_budgets as _budgets
 from conduit_core.storage import _ops_bulk as bulk
 from conduit_core.storage import _ops_controls as controls
+from conduit_core.storage import _ops_daemons as daemons
 from conduit_core.storage import _ops_misc as misc
 from conduit_core.storage import _ops_routines as rt
 from conduit_core.storage import _ops_work as ops
@@ -496,6 +498,12 @@ class SqlStore(Store):
 
     async def latest_config_generation(self) -> ConfigGeneration | None:
         return await self._read_one(misc.latest_config_generation)
+
+    async def record_daemon(self, daemon: DaemonRecord) -> None:
+        await self._write(daemons.record_daemon, daemon)
+
+    async def list_daemons(self) -> list[DaemonRecord]:
+        return await self._read_one(daemons.list_daemons)
 
     async def put_routine(self, routine: Routine) -> None:
         await self._write(misc.put_routine, routine)

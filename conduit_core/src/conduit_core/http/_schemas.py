@@ -21,7 +21,7 @@ from conduit_core.model import (
     WorkKind,
     WorkStatus,
 )
-from conduit_core.validation import ID_MAX_LENGTH, MAX_TEXT_LENGTH, NameStr, WorkIdStr
+from conduit_core.validation import ID_MAX_LENGTH, MAX_TEXT_LENGTH, NameStr, Priority, WorkIdStr
 
 __all__ = [
     "MAX_BATCH_ITEMS",
@@ -78,6 +78,9 @@ class SubmitRequest(_Request, frozen=True, kw_only=True):
     kind: WorkKind = WorkKind.TASK
     input: Any = None
     id: WorkId | None = None
+    #: Claim order, -10 to 10, higher first (aged: a point is a minute of waiting); default:
+    #: the binding's ``priority``.
+    priority: Priority | None = None
 
 
 #: Items one ``POST /v1/work/batch`` takes at most (more is refused whole: ``too_many_items``).
@@ -139,7 +142,7 @@ class Waiting(_Response, frozen=True, kw_only=True):
 
     code: str
     message: str
-    #: The pool, ``global`` or ``scope:<id>`` whose limit held it back.
+    #: The pool, ``global``, ``scope:<id>`` or ``key:<key>`` whose limit held it back.
     limit_name: str = ""
 
 
@@ -159,6 +162,10 @@ class WorkView(_Response, frozen=True, kw_only=True):
     pending_inputs: int = 0
     #: The name of the token whose cancel (or refusal) ended it.
     cancelled_by: str | None = None
+    priority: int = 0
+    #: Its binding's ``concurrency_key`` rendered over its first input, and that key's limit.
+    concurrency_key: str | None = None
+    key_limit: int = 1
 
 
 class AttemptView(_Response, frozen=True, kw_only=True):
@@ -315,6 +322,9 @@ def work_view(work: Work) -> WorkView:
         retry_pending=work.retry_timer_id is not None,
         pending_inputs=work.pending_inputs,
         cancelled_by=work.cancelled_by,
+        priority=work.priority,
+        concurrency_key=work.concurrency_key,
+        key_limit=work.key_limit,
     )
 
 

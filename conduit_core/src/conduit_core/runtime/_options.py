@@ -100,6 +100,7 @@ class SchedulerOptions:
             scope_limits=dict(self.scope_limits),
             scope_parents=dict(self.scope_parents),
             binding_pools=dict(self.binding_pools),
+            concurrency_keys=any(b.concurrency_key for b in self.bindings.values()),
         )
 
     def scope_chain(self, scope: str) -> tuple[str, ...]:

@@ -104,6 +104,10 @@ class CapacityLimits(msgspec.Struct, frozen=True, kw_only=True):
     #: queue reads only the Work of bindings that have a free slot, at most as many rows as
     #: there are free slots; without it (empty) the claim is sized by the free slots overall.
     binding_pools: dict[str, str | None] = {}
+    #: Whether a binding declares a concurrency key: a claim then reads from the ready queue
+    #: only Work whose key has room (``_keys.READY_KEY_FILTER``), so a key at its limit never
+    #: crowds other keys' Work out of a claim. Keys are enforced whatever this says.
+    concurrency_keys: bool = False
 
     def ancestry(self, scope: str) -> list[str]:
         """``scope`` and its ancestors, nearest first (cycles are cut)."""

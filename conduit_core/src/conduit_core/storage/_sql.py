@@ -215,6 +215,18 @@ def is_claimable(work: Work) -> bool:
     )
 
 
+#: How much earlier one point of priority makes a Work ready (docs/runtime.md, "Priorities").
+PRIORITY_STEP_MS = 60_000
+
+
+def ready_rank(work: Work) -> int:
+    """The Work's place in the ready queue (its ``ready_since`` column): when it last changed,
+    a minute earlier per point of priority. One sort key computed when the row is written, so
+    a claim stays one scan of the ready index, and a Work of low priority still overtakes
+    every later one once it has waited ``PRIORITY_STEP_MS`` per point of difference."""
+    return work.updated_at_ms - PRIORITY_STEP_MS * work.priority
+
+
 def work_params(work: Work) -> tuple[Any, ...]:
     """Column values of a Work row, in table order (also used by bulk loaders)."""
     return (
@@ -222,19 +234,24 @@ def work_params(work: Work) -> tuple[Any, ...]:
         str(work.status),
         work.scope,
         int(is_claimable(work)),
-        work.updated_at_ms,
+        ready_rank(work),
         dump(work),
         work.binding,
+        work.concurrency_key,
+        work.key_limit,
     )
 
 
 #: The columns ``work_params`` gives, in its order.
-WORK_COLUMNS = "id, status, scope, claimable, ready_since, data, binding"
+WORK_COLUMNS = (
+    "id, status, scope, claimable, ready_since, data, binding, concurrency_key, key_limit"
+)
+#: ``VALUES`` placeholders for one row of ``WORK_COLUMNS``.
+WORK_MARKS = "(?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 
 def insert_work(cx: Cx, work: Work) -> None:
-    cx.run(f"INSERT INTO conduit_work ({WORK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-           work_params(work))  # fmt: skip
+    cx.run(f"INSERT INTO conduit_work ({WORK_COLUMNS}) VALUES {WORK_MARKS}", work_params(work))
 
 
 SAVE_WORK_SQL = (
@@ -317,24 +334,28 @@ def execution_params(ex: Execution) -> tuple[Any, ...]:
         ex.snapshot.pool,
         ex.scope,
         dump(ex),
+        ex.concurrency_key,
     )
 
 
+#: The columns ``execution_params`` gives, in its order.
+EXECUTION_COLUMNS = (
+    "id, work_id, attempt, epoch, status, live, holds_slot, pool, scope, data, concurrency_key"
+)
+
 #: A new attempt row, at revision 0 (the column's default).
 INSERT_EXECUTION_SQL = (
-    "INSERT INTO conduit_execution "
-    "(id, work_id, attempt, epoch, status, live, holds_slot, pool, scope, data) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO conduit_execution ({EXECUTION_COLUMNS}) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
 #: New attempt rows, ``execution_params`` each.
 INSERT_EXECUTION = SetWrite(
     INSERT_EXECUTION_SQL,
-    "INSERT INTO conduit_execution "
-    "(id, work_id, attempt, epoch, status, live, holds_slot, pool, scope, data) "
+    f"INSERT INTO conduit_execution ({EXECUTION_COLUMNS}) "
     "SELECT * FROM unnest(%b::text[], %b::text[], %b::int[], %b::int[], %b::text[], %b::int[], "
-    "%b::int[], %b::text[], %b::text[], %b::text[])",
+    "%b::int[], %b::text[], %b::text[], %b::text[], %b::text[])",
 )
 
 

@@ -106,7 +106,8 @@ class CapacityLimits(msgspec.Struct, frozen=True, kw_only=True):
     binding_pools: dict[str, str | None] = {}
     #: Whether a binding declares a concurrency key: a claim then reads from the ready queue
     #: only Work whose key has room (``_keys.READY_KEY_FILTER``), so a key at its limit never
-    #: crowds other keys' Work out of a claim. Keys are enforced whatever this says.
+    #: crowds other keys' Work out of a claim. Keys are enforced whatever this says, wherever
+    #: limits are given (a claim with ``capacity=None`` checks no limit, keys neither).
     concurrency_keys: bool = False
 
     def ancestry(self, scope: str) -> list[str]:

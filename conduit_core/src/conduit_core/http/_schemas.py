@@ -70,8 +70,11 @@ class _Response(msgspec.Struct, frozen=True, kw_only=True):
 # --- requests ---------------------------------------------------------------------------------
 
 
-class SubmitRequest(_Request, frozen=True, kw_only=True):
-    """Create Work for ``binding`` with its first input (``input`` becomes its payload)."""
+class SubmitRequest(_Request, frozen=True, kw_only=True, omit_defaults=True):
+    """Create Work for ``binding`` with its first input (``input`` becomes its payload).
+
+    Fields left at their defaults are not sent (a CLI still talks to a daemon that predates
+    one, ``priority`` say)."""
 
     binding: NameStr
     scope: NameStr | None = None

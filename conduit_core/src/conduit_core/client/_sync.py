@@ -190,6 +190,7 @@ class Client:
 
         With an ``id``, a resend is refused (:class:`Conflict`, ``work_exists``); with
         ``exist_ok=True`` it returns the stored Work instead (an idempotent submit).
+        ``priority`` (-10 to 10; ``None``: the binding's): claimed higher first, aged.
         """
         item = SubmitItem(
             binding=binding, input=input, scope=scope, kind=kind, id=id, priority=priority

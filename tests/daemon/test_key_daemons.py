@@ -54,16 +54,18 @@ def start_daemons(
     *,
     count: int | None = None,
     slots: int = 32,
+    gated: bool = False,
 ) -> list[Daemon]:
     """Two daemons on PostgreSQL, one on SQLite (or ``count``); ``slots``: the capacity, by
-    default far above the keys' limits."""
+    default far above the keys' limits; ``gated``: each claim asks the test plugin's start
+    gates (two transactions: ``admit_ready``, then ``admit_attempts``)."""
     count = count or (2 if "://" in store else 1)
     started = []
     for name in ("d1", "d2")[:count]:
         daemon = Daemon(root, store, name=name, extra=_key_config(root), concurrency=slots,
                         job_concurrency=slots)  # fmt: skip
         daemons.append(daemon)
-        started.append(daemon.start(rescan=0.2, env={**UNGATED, **(env or {})}))
+        started.append(daemon.start(rescan=0.2, env={**({} if gated else UNGATED), **(env or {})}))
     return started
 
 
@@ -100,10 +102,11 @@ def run_keyed_jobs(started: list[Daemon], run: int = 0) -> dict[str, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("gated", [False, True], ids=["ungated", "gated"])
 def test_no_key_ever_runs_more_jobs_than_its_limit(
-    tmp_path: Path, store: str, daemons: list[Daemon]
+    tmp_path: Path, store: str, daemons: list[Daemon], gated: bool
 ) -> None:
-    peaks = run_keyed_jobs(start_daemons(tmp_path, store, daemons))
+    peaks = run_keyed_jobs(start_daemons(tmp_path, store, daemons, gated=gated))
     assert all(p <= KEY_LIMIT for p in peaks.values()), f"peaks {peaks}, key_limit {KEY_LIMIT}"
     assert max(peaks.values()) == KEY_LIMIT, f"peaks {peaks}: no key reached its limit"
 

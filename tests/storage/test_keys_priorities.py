@@ -122,3 +122,30 @@ async def test_higher_priority_first_and_aging_lets_low_priority_through(store_u
         # older: T0 - 6 min + 5 min = T0 - 1 min; hi: T0 + 1 min - 5 min = T0 - 4 min;
         # old: T0 - 5 min + 5 min = T0; lo: T0 (id order breaks the tie: "lo" < "old").
         assert order == ["hi", "older", "lo", "old"]
+
+
+async def test_a_parked_attempt_resumes_only_when_its_key_has_room(store_url: str) -> None:
+    """A parked attempt holds no slot, so another Work of its key may start meanwhile; its
+    resume is then refused for the key (a capacity refusal: the wait stays) until that ends."""
+    from conduit_core.errors import CapacityError
+    from conduit_core.model import ExecutionStatus, Wait, WorkStatus
+    from conduit_core.storage import AttemptEnd
+
+    async with await open_store(store_url) as store:
+        for i in range(2):
+            work = _keyed(f"a{i}", "a", at=T0 + i)
+            await store.create_work(work, first_input=make_input(f"{work.id}-in"))
+        (first,) = [c for c in await _claim(store, 10) if isinstance(c, Claim)]
+        wait = Wait(execution_id=first.execution.id, work_id=first.work.id, event_type="go",
+                    created_at_ms=T0)  # fmt: skip
+        await store.finish_attempt(
+            first.lease, AttemptEnd(status=ExecutionStatus.PARKED, remaining_budget_ms=500),
+            now_ms=T0 + 20, work=lambda w: msgspec.structs.replace(w, status=WorkStatus.WAITING),
+            wait=wait,
+        )  # fmt: skip
+        assert _claimed(await _claim(store, 10)) == ["a1"]  # the key's slot was free
+        with pytest.raises(CapacityError) as refused:
+            await store.resume_attempt(first.execution.id, owner="o", now_ms=T0 + 30,
+                                       lease_ms=30_000, wake_event_id="e", capacity=ROOMY)  # fmt: skip
+        assert refused.value.code == "concurrency_key"
+        assert await store.matching_waits(event_type="go", correlation_key=None) == [wait]

@@ -910,7 +910,7 @@ def refusal_error(refusal: ClaimRefusal) -> ConduitError:
     """The exception a single claim raises for a batched refusal."""
     from conduit_core.errors import CapacityError, NotFoundError
 
-    if refusal.code.startswith("capacity_"):
+    if refusal.code.startswith("capacity_") or refusal.code == "concurrency_key":
         return CapacityError(refusal.message, code=refusal.code, limit_name=refusal.limit_name)
     if refusal.code == "not_found":
         return NotFoundError("work", refusal.work_id)

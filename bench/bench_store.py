@@ -25,7 +25,13 @@ import msgspec
 
 from conduit_core.model import Execution, ExecutionStatus, Segment, Work, WorkStatus
 from conduit_core.storage import AttemptEnd, Claim, SqlStore, open_store
-from conduit_core.storage._sql import WORK_COLUMNS, execution_params, work_params
+from conduit_core.storage._sql import (
+    EXECUTION_COLUMNS,
+    WORK_COLUMNS,
+    WORK_MARKS,
+    execution_params,
+    work_params,
+)
 from conduit_core.storage.conformance import make_input, make_work, snapshot
 
 PG_URL = os.environ.get(
@@ -55,10 +61,7 @@ def finished_rows(n: int) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
 
 
 _WORK_SQL = f"INSERT INTO conduit_work ({WORK_COLUMNS}) VALUES "
-_EXEC_SQL = (
-    "INSERT INTO conduit_execution "
-    "(id, work_id, attempt, epoch, status, live, holds_slot, pool, scope, data) VALUES "
-)
+_EXEC_SQL = f"INSERT INTO conduit_execution ({EXECUTION_COLUMNS}) VALUES "
 
 
 def bulk_load_sqlite(path: Path, n: int) -> None:
@@ -79,8 +82,8 @@ def bulk_load_sqlite(path: Path, n: int) -> None:
 
 
 def _flush_sqlite(conn: Any, chunk: list[tuple[tuple[Any, ...], tuple[Any, ...]]]) -> None:
-    conn.executemany(_WORK_SQL + "(?, ?, ?, ?, ?, ?, ?, ?, ?)", [w for w, _ in chunk])
-    conn.executemany(_EXEC_SQL + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [e for _, e in chunk])
+    conn.executemany(_WORK_SQL + WORK_MARKS, [w for w, _ in chunk])
+    conn.executemany(_EXEC_SQL + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [e for _, e in chunk])
     chunk.clear()
 
 
@@ -96,8 +99,7 @@ def bulk_load_postgres(url: str, n: int) -> None:
                 work_copy.write_row(work)
                 executions.append(ex)
         with cur.copy(
-            "COPY conduit_execution (id, work_id, attempt, epoch, status, live, holds_slot, "
-            "pool, scope, data) FROM STDIN"
+            f"COPY conduit_execution ({EXECUTION_COLUMNS}) FROM STDIN"
         ) as exec_copy:
             for ex in executions:
                 exec_copy.write_row(ex)

@@ -17,12 +17,18 @@ widened in both (``CONDUIT_TEST_FAULT=store.capacity_counted:sleep=0.3``), no st
 (each claim one transaction, as the test runs them); one daemon pair per configuration,
 ``--runs`` runs on it.
 
+With ``--keys``: tests/daemon/test_key_daemons.py's race between two real daemons on
+PostgreSQL (24 short shell jobs over 3 concurrency keys of limit 2, interleaved in one batch; a
+violation is more jobs of one key alive at once than its limit, read from the jobs' own
+start/end lines), with every protection on and with ``key_check`` off; one daemon pair per
+configuration, ``--runs`` runs on it.
+
 With every protection on the count must be 0; with one switched off (``CONDUIT_TEST_UNSAFE``,
 see conduit_core/extension/_switches.py) the target is at least 19 of 20. The switch works only
 where the test-only plugin is installed (the test venv; elsewhere the store refuses to open with
 it set), so run it with the test venv's Python:
 
-    .venv/bin/python bench/race_controls.py --runs 20 [--daemons]
+    .venv/bin/python bench/race_controls.py --runs 20 [--daemons | --keys]
 """
 
 from __future__ import annotations
@@ -159,6 +165,38 @@ def main_daemons(args: argparse.Namespace) -> None:
             )
 
 
+def key_runs(switch: str, runs: int) -> list[int]:
+    """The highest per-key peak of each of ``runs`` two-daemon key races (PostgreSQL)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's tests package
+    from tests.daemon.test_key_daemons import run_keyed_jobs, start_daemons
+
+    env = {"CONDUIT_TEST_UNSAFE": switch} if switch else None
+    with tempfile.TemporaryDirectory() as tmp, fresh_store("postgres") as url:
+        daemons: list[Any] = []
+        try:
+            started = start_daemons(Path(tmp), url, daemons, env)
+            return [max(run_keyed_jobs(started, run=n).values()) for n in range(runs)]
+        finally:
+            for daemon in daemons:
+                daemon.kill()
+
+
+def main_keys(args: argparse.Namespace) -> None:
+    from tests.daemon.test_key_daemons import KEY_LIMIT
+
+    for switch in ("", "key_check"):
+        if args.switch is not None and (switch or "-") not in args.switch:
+            continue
+        started = time.monotonic()
+        peaks = key_runs(switch, args.runs)
+        print(
+            f"keys     off={switch or '-':15} detector failed in "
+            f"{sum(p > KEY_LIMIT for p in peaks):2}/{args.runs} runs (key_limit {KEY_LIMIT}, "
+            f"peaks {sorted(set(peaks))}, {time.monotonic() - started:.0f} s)",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
@@ -171,7 +209,13 @@ def main() -> None:
                         help="only these configurations ('-' = every protection on)")  # fmt: skip
     parser.add_argument("--daemons", action="store_true",
                         help="race two daemons (PostgreSQL), not racer processes")  # fmt: skip
+    parser.add_argument("--keys", action="store_true",
+                        help="race two daemons on concurrency keys (PostgreSQL)")  # fmt: skip
     args = parser.parse_args()
+    if args.keys:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        main_keys(args)
+        return
     if args.daemons:
         main_daemons(args)
         return

@@ -362,3 +362,33 @@ def test_capacity_page_lists_the_daemons_on_the_store(console: Console) -> None:
     assert re.findall(r"<td>(.*?)</td>", cells.group(1))[:5] == [
         row["id"], row["host"], "-", "running", str(row["load"])
     ]
+
+
+def test_a_work_page_shows_its_priority_and_key_escaped_and_what_it_waits_for(
+    console_daemon: Callable[..., Daemon],
+) -> None:
+    """A Work waiting for its concurrency key shows the key (escaped: it comes from the input),
+    its limit, its priority and the waiting reason."""
+    more = """
+[bindings.per-customer]
+executor = "shell"
+concurrency_key = "{customer}"
+config = { command = 'sleep 300', stop_grace_seconds = 1 }
+"""
+    console = Console(console_daemon(more=more))
+    try:
+        _logged_in(console)
+        key = "<b>acme</b>"
+        first = console.daemon.submit("per-customer", input={"customer": key}, priority=2)
+        console.daemon.wait_status(first, "running")
+        second = console.daemon.submit("per-customer", input={"customer": key})
+        wait_for("the second to wait for its key", lambda: (
+            (w := console.daemon.show(second).waiting) is not None
+            and w.code == "concurrency_key"))  # fmt: skip
+        page = console.get(f"/ui/work/{second}").text
+        assert "<b>acme</b>" not in page
+        assert "key <b id=\"work-key\">&lt;b&gt;acme&lt;/b&gt;</b> (at most 1 at once)" in page
+        assert "waiting for key" in page
+        assert 'priority <b id="work-priority">2</b>' in console.get(f"/ui/work/{first}").text
+    finally:
+        console.close()

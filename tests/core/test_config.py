@@ -211,3 +211,28 @@ def test_cli_version(run_cli) -> None:  # type: ignore[no-untyped-def]
     proc = run_cli("--version")
     assert proc.returncode == 0
     assert proc.stdout.strip() == f"conduit, version {__version__}"
+
+
+@pytest.mark.parametrize(
+    ("key", "problem"),
+    [("{customer", "write each input field as {name}"), ("{a.b}", "write each input field"),
+     ("", "1 to 256 printable characters")],
+    ids=["open-brace", "dotted", "empty"],
+)  # fmt: skip
+def test_a_bad_concurrency_key_template_is_refused_naming_the_field(key: str, problem: str) -> None:
+    doc = f"[bindings.b]\nexecutor = 'echo'\nconcurrency_key = '{key}'\n"
+    with pytest.raises(ConfigError) as caught:
+        parse_config(doc, source="k.toml")
+    assert caught.value.code == "invalid_concurrency_key"
+    assert "k.toml: $.bindings.b.concurrency_key: " in caught.value.message
+    assert problem in caught.value.message
+
+
+def test_priorities_and_key_limits_are_bounded_and_default() -> None:
+    config = parse_config("[bindings.b]\nexecutor = 'echo'\n", source="p.toml")
+    assert (config.bindings["b"].priority, config.bindings["b"].key_limit) == (0, 1)
+    assert config.bindings["b"].concurrency_key is None
+    for doc in ("priority = 11", "priority = -11", "key_limit = 0"):
+        with pytest.raises(ConfigError) as caught:
+            parse_config(f"[bindings.b]\nexecutor = 'echo'\n{doc}\n", source="p.toml")
+        assert caught.value.code == "invalid_number", doc

@@ -14,8 +14,14 @@ from conduit_core.storage.conformance import T0, make_input, make_work, snapshot
 
 pytestmark = pytest.mark.anyio
 
-#: What V6 added, undone: the store then looks like one a V5 conduit left.
+#: What V6 added (and the later migrations that touch the same tables), undone: the store then
+#: looks like one a V5 conduit left.
 UNDO_V6 = (
+    # Concurrency keys (issue 36).
+    "DROP INDEX conduit_execution_key",
+    "ALTER TABLE conduit_execution DROP COLUMN concurrency_key",
+    "ALTER TABLE conduit_work DROP COLUMN concurrency_key",
+    "ALTER TABLE conduit_work DROP COLUMN key_limit",
     "DROP INDEX conduit_work_ready_binding",
     "ALTER TABLE conduit_work DROP COLUMN binding",
 )

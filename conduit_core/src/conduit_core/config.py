@@ -23,8 +23,10 @@ from conduit_core.validation import (
     NAME_PATTERN,
     ROUTINE_ID_PATTERN,
     InvalidValueError,
+    Priority,
     check_name,
     check_timezone,
+    concurrency_key_fields,
     decode_toml,
 )
 
@@ -206,6 +208,12 @@ class Binding(_Section, frozen=True, kw_only=True):
     handoff: Literal["stop", "continue"] = "stop"
     #: Host labels a daemon must have (``settings.labels``) to start this binding's Work.
     requires: list[str] = msgspec.field(default_factory=list)
+    #: Claim order of its Work (higher first, aged: docs/runtime.md); a submit may set its own.
+    priority: Priority = 0
+    #: A template over the first input (``"{customer}"``): at most ``key_limit`` attempts of
+    #: Work with one rendered key hold a slot at once, across every daemon.
+    concurrency_key: str | None = None
+    key_limit: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] = 1
 
 
 class RoutineSpec(_Section, frozen=True, kw_only=True):
@@ -606,6 +614,11 @@ def _check_bindings(bindings: dict[str, Binding], scopes: dict[str, Scope], sour
         field = _path("$.bindings", name)
         if binding.scope not in scopes:
             raise ConfigError(f"{source}: {field}.scope: unknown scope {binding.scope!r}")
+        if binding.concurrency_key is not None:
+            try:
+                concurrency_key_fields(binding.concurrency_key, f"{field}.concurrency_key")
+            except InvalidValueError as exc:
+                raise ConfigError(f"{source}: {exc.message}", code=exc.code) from exc
         delays = binding.retry_delays_seconds or []
         if len(delays) > MAX_RETRY_DELAYS:
             raise ConfigError(

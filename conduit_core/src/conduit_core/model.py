@@ -118,6 +118,13 @@ class Work(Record, frozen=True, kw_only=True):
     pending_inputs: int = 0
     #: The named API token (``[[tokens]]``) whose cancel (or refusal) ended the Work.
     cancelled_by: str | None = None
+    #: Claim order: each point of priority counts as a minute of waiting (docs/runtime.md,
+    #: "Priorities"); from the submit, else the binding's ``priority``.
+    priority: int = 0
+    #: The binding's ``concurrency_key`` rendered over the first input at submit: at most
+    #: ``key_limit`` attempts of Work with this key hold a slot at once, across every daemon.
+    concurrency_key: str | None = None
+    key_limit: int = 1
 
 
 #: The listed state of ready Work blocked until a person retries it (see ``listed_status``).
@@ -316,6 +323,8 @@ class Execution(Record, frozen=True, kw_only=True):
     charged: dict[str, float] = {}
     #: The epoch (segment) ``charged`` belongs to: a resumed segment reports its own usage.
     charged_epoch: int = 0
+    #: Its Work's concurrency key (kept in a column: the key limit counts attempts by it).
+    concurrency_key: str | None = None
     started_at_ms: int
     ended_at_ms: int | None = None
 

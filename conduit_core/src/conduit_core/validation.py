@@ -25,6 +25,9 @@ from conduit_core.errors import ConduitError
 
 __all__ = [
     "AMOUNT_CEILING",
+    "KEY_MAX_LENGTH",
+    "PRIORITY_MAX",
+    "PRIORITY_MIN",
     "ID_MAX_LENGTH",
     "MAX_AMOUNT",
     "MAX_BODY_BYTES",
@@ -43,6 +46,7 @@ __all__ = [
     "InvalidNumberError",
     "InvalidValueError",
     "NameStr",
+    "Priority",
     "Seconds",
     "TooDeepError",
     "TooLargeError",
@@ -55,9 +59,11 @@ __all__ = [
     "check_timezone",
     "check_toml_keys",
     "check_work_id",
+    "concurrency_key_fields",
     "decode_bounded",
     "decode_toml",
     "finite_number",
+    "render_concurrency_key",
     "saturating_add",
 ]
 
@@ -104,6 +110,71 @@ _TOML_SEGMENT = r"""(?:[A-Za-z0-9_-]++|"[^"\n]*+"|'[^'\n]*+')"""
 _TOML_DEEP_KEY = re.compile(
     rf"(?<![A-Za-z0-9_-]){_TOML_SEGMENT}(?:[ \t]*\.[ \t]*{_TOML_SEGMENT}){{{MAX_DEPTH}}}"
 )
+
+#: The range of a Work's or a binding's ``priority`` (higher starts first; 0 is the default).
+PRIORITY_MIN: Final = -10
+PRIORITY_MAX: Final = 10
+#: Longest rendered concurrency key.
+KEY_MAX_LENGTH: Final = 256
+Priority = Annotated[int, msgspec.Meta(ge=PRIORITY_MIN, le=PRIORITY_MAX)]
+
+_KEY_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def concurrency_key_fields(template: str, field: str) -> list[str]:
+    """The input fields a ``concurrency_key`` template names (``"{customer}"``), in order;
+    ``InvalidValueError`` (``invalid_concurrency_key``) for a brace that is not ``{name}`` or
+    a template outside the bounds of a key."""
+    rest = _KEY_FIELD.sub("", template)
+    if "{" in rest or "}" in rest:
+        raise InvalidValueError(
+            field, f"{template!r}: write each input field as {{name}} (letters, digits, _)",
+            code="invalid_concurrency_key",
+        )
+    if not template or len(template) > KEY_MAX_LENGTH or _CONTROL.search(template):
+        raise InvalidValueError(
+            field, f"a key template has 1 to {KEY_MAX_LENGTH} printable characters",
+            code="invalid_concurrency_key",
+        )
+    return _KEY_FIELD.findall(template)
+
+
+def render_concurrency_key(template: str, payload: Any) -> str:
+    """The key ``template`` names for a Work whose first input is ``payload``: each ``{name}``
+    replaced by the input's top-level field ``name`` (a string, an integer or a boolean).
+
+    Refused with a ``ConduitError`` naming the field: ``concurrency_key_field_missing`` when
+    the input is not an object or lacks it, ``invalid_concurrency_key`` when its value is of
+    another type or the key comes out longer than :data:`KEY_MAX_LENGTH`."""
+    names = concurrency_key_fields(template, "concurrency_key")
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if not isinstance(payload, dict) or name not in payload:
+            raise ConduitError(
+                f"$.input.{name}: the binding's concurrency_key {template!r} needs field "
+                f"{name!r} of the first input",
+                code="concurrency_key_field_missing",
+            )
+        found = payload[name]
+        if isinstance(found, bool):
+            return "true" if found else "false"
+        if isinstance(found, str | int):
+            return str(found)
+        raise ConduitError(
+            f"$.input.{name}: a concurrency key field is a string, an integer or a boolean, "
+            f"not {type(found).__name__}",
+            code="invalid_concurrency_key",
+        )
+
+    key = _KEY_FIELD.sub(value, template) if names else template
+    if len(key) > KEY_MAX_LENGTH:
+        raise ConduitError(
+            f"$.input: the concurrency key is {len(key)} characters, at most {KEY_MAX_LENGTH}",
+            code="invalid_concurrency_key",
+        )
+    return key
+
 
 #: For msgspec Structs: a Work id, a name, a bounded duration, a bounded usage amount, a count.
 WorkIdStr = Annotated[str, msgspec.Meta(pattern=WORK_ID_PATTERN)]

@@ -46,13 +46,19 @@ def work_group() -> None:
 @click.option("--scope", help="Run in this scope (default: the binding's).")
 @click.option("--kind", type=click.Choice(WORK_KINDS), help="Default: task.")
 @click.option("--id", "work_id", help="The Work id (default: generated, time-ordered).")
+@click.option(
+    "--priority",
+    type=click.IntRange(-10, 10),
+    help="Claim order, -10 to 10, higher first; each point counts as a minute of waiting "
+    "(default: the binding's priority).",
+)
 @click.option("--watch", "watch_after", is_flag=True, help="Then watch it until it ends.")
 @click.option(
     "--from",
     "from_file",
     type=click.Path(path_type=Path, dir_okay=False, allow_dash=True),
     help="Submit one Work per line of this JSON Lines file (each line a submit body: binding, "
-    "input, scope, kind, id; `-` reads stdin). A bad line submits nothing.",
+    "input, scope, kind, id, priority; `-` reads stdin). A bad line submits nothing.",
 )
 @config_option
 @json_option
@@ -62,6 +68,7 @@ def submit(
     scope: str | None,
     kind: str | None,
     work_id: str | None,
+    priority: int | None,
     watch_after: bool,
     from_file: Path | None,
     config_path: Path | None,
@@ -71,7 +78,7 @@ def submit(
     if from_file is not None:
         given = [name for name, value in (
             ("BINDING", binding), ("--input", input_json), ("--scope", scope), ("--kind", kind),
-            ("--id", work_id), ("--watch", watch_after),
+            ("--id", work_id), ("--priority", priority is not None), ("--watch", watch_after),
         ) if value]  # fmt: skip
         if given:
             raise click.UsageError(
@@ -93,6 +100,7 @@ def submit(
         kind=WorkKind(kind or "task"),
         input=parse_json_option(input_json, "--input"),
         id=work_id,
+        priority=priority,
     )
 
     async def go() -> WorkDetail:

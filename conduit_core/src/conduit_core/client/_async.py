@@ -188,8 +188,11 @@ class AsyncClient:
         kind: str = "task",
         id: str | None = None,
         exist_ok: bool = False,
+        priority: int | None = None,
     ) -> WorkDetail:
-        item = SubmitItem(binding=binding, input=input, scope=scope, kind=kind, id=id)
+        item = SubmitItem(
+            binding=binding, input=input, scope=scope, kind=kind, id=id, priority=priority
+        )
         try:
             return await self._call(Calls.submit(item))
         except Conflict as exc:

@@ -184,13 +184,17 @@ class Client:
         kind: str = "task",
         id: str | None = None,
         exist_ok: bool = False,
+        priority: int | None = None,
     ) -> WorkDetail:
         """Create Work for ``binding`` with ``input`` as its first input's payload.
 
         With an ``id``, a resend is refused (:class:`Conflict`, ``work_exists``); with
         ``exist_ok=True`` it returns the stored Work instead (an idempotent submit).
+        ``priority`` (-10 to 10; ``None``: the binding's): claimed higher first, aged.
         """
-        item = SubmitItem(binding=binding, input=input, scope=scope, kind=kind, id=id)
+        item = SubmitItem(
+            binding=binding, input=input, scope=scope, kind=kind, id=id, priority=priority
+        )
         try:
             return self._call(Calls.submit(item))
         except Conflict as exc:

@@ -43,6 +43,8 @@ class SubmitItem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     scope: str | None = None
     kind: str = "task"
     id: str | None = None
+    #: -10 to 10, higher starts first (aged); ``None``: the binding's priority.
+    priority: int | None = None
 
 
 class WorkView(msgspec.Struct, frozen=True, kw_only=True):
@@ -62,6 +64,9 @@ class WorkView(msgspec.Struct, frozen=True, kw_only=True):
     blocked_reason: str | None = None
     retry_pending: bool = False
     pending_inputs: int = 0
+    priority: int = 0
+    concurrency_key: str | None = None
+    key_limit: int = 1
 
     @property
     def terminal(self) -> bool:

@@ -79,7 +79,7 @@ class Embedded:
 
     def submit(self, binding: str, input: Any = None, **fields: Any) -> WorkDetail:
         """As :meth:`conduit_core.client.Client.submit` (``scope``, ``kind``, ``id``,
-        ``exist_ok``)."""
+        ``exist_ok``, ``priority``)."""
         detail: WorkDetail = self._call(self.scheduler.submit, binding, input, **fields)
         return detail
 

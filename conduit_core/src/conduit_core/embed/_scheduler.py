@@ -81,9 +81,12 @@ class EmbeddedScheduler(Assembly):
         kind: str = "task",
         id: str | None = None,
         exist_ok: bool = False,
+        priority: int | None = None,
     ) -> WorkDetail:
         """As :meth:`conduit_core.client.Client.submit`."""
-        item = SubmitItem(binding=binding, input=input, scope=scope, kind=kind, id=id)
+        item = SubmitItem(
+            binding=binding, input=input, scope=scope, kind=kind, id=id, priority=priority
+        )
         try:
             detail = await self._api().submit(_request(item))
         except ConduitError as exc:

@@ -55,6 +55,8 @@ PROTECTIONS = {
     "capacity_check": "a claim never refuses for capacity (slots counted, never enforced)",
     "capacity_lock": "on PostgreSQL a claim does not lock the capacity rows it counts, so two "
     "claimers may both count the same free slot (SQLite has one writer by nature: no effect)",
+    "key_check": "a claim never refuses for a concurrency key, and reads Work of every key from "
+    "the ready queue (keys counted, never enforced)",
     "label_filter": "a claim from the ready queue and the expired-attempt read ignore the host's "
     "labels: a daemon reads the Work of every binding, whatever its requires (host labels)",
     "work_exclusion": "a claim of a named Work (claim_attempt) does not refuse it for being "

@@ -66,9 +66,11 @@ __all__ = [
 
 log = logging.getLogger("conduit.http")
 
-_UNPROCESSABLE = frozenset(
-    {"unknown_binding", "unknown_scope", "unknown_executor", "over_cap"}
-)
+#: The request is well formed but does not fit the config (a binding, a scope, a key template).
+_UNPROCESSABLE = frozenset({
+    "unknown_binding", "unknown_scope", "unknown_executor", "over_cap",
+    "concurrency_key_field_missing", "invalid_concurrency_key",
+})  # fmt: skip
 _UNAVAILABLE = frozenset({"store_unreachable", "store_unavailable", "daemon_stopping"})
 #: The caller's own request is wrong (its shape, a number, an id, its nesting).
 _BAD_REQUEST = frozenset(

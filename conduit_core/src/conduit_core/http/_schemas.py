@@ -22,7 +22,7 @@ from conduit_core.model import (
     WorkStatus,
     listed_status,
 )
-from conduit_core.validation import ID_MAX_LENGTH, MAX_TEXT_LENGTH, NameStr, WorkIdStr
+from conduit_core.validation import ID_MAX_LENGTH, MAX_TEXT_LENGTH, NameStr, Priority, WorkIdStr
 
 __all__ = [
     "MAX_BATCH_ITEMS",
@@ -71,14 +71,20 @@ class _Response(msgspec.Struct, frozen=True, kw_only=True):
 # --- requests ---------------------------------------------------------------------------------
 
 
-class SubmitRequest(_Request, frozen=True, kw_only=True):
-    """Create Work for ``binding`` with its first input (``input`` becomes its payload)."""
+class SubmitRequest(_Request, frozen=True, kw_only=True, omit_defaults=True):
+    """Create Work for ``binding`` with its first input (``input`` becomes its payload).
+
+    Fields left at their defaults are not sent (a CLI still talks to a daemon that predates
+    one, ``priority`` say)."""
 
     binding: NameStr
     scope: NameStr | None = None
     kind: WorkKind = WorkKind.TASK
     input: Any = None
     id: WorkId | None = None
+    #: Claim order, -10 to 10, higher first (aged: a point is a minute of waiting); default:
+    #: the binding's ``priority``.
+    priority: Priority | None = None
 
 
 #: Items one ``POST /v1/work/batch`` takes at most (more is refused whole: ``too_many_items``).
@@ -140,7 +146,7 @@ class Waiting(_Response, frozen=True, kw_only=True):
 
     code: str
     message: str
-    #: The pool, ``global`` or ``scope:<id>`` whose limit held it back.
+    #: The pool, ``global``, ``scope:<id>`` or ``key:<key>`` whose limit held it back.
     limit_name: str = ""
 
 
@@ -163,6 +169,10 @@ class WorkView(_Response, frozen=True, kw_only=True):
     #: What the Work list shows and filters on: ``status``, or ``exhausted`` for ready Work
     #: blocked until a person's retry (retries exhausted, or a permanent failure).
     state: str = ""
+    priority: int = 0
+    #: Its binding's ``concurrency_key`` rendered over its first input, and that key's limit.
+    concurrency_key: str | None = None
+    key_limit: int = 1
 
 
 class AttemptView(_Response, frozen=True, kw_only=True):
@@ -327,6 +337,9 @@ def work_view(work: Work) -> WorkView:
         pending_inputs=work.pending_inputs,
         cancelled_by=work.cancelled_by,
         state=listed_status(work),
+        priority=work.priority,
+        concurrency_key=work.concurrency_key,
+        key_limit=work.key_limit,
     )
 
 

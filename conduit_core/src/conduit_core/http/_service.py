@@ -416,6 +416,7 @@ class ApiService:
             kind=req.kind,
             created_at_ms=now,
             updated_at_ms=now,
+            priority=binding.priority if req.priority is None else req.priority,
         )
         first = Event(
             id=f"{work_id}/input/1",

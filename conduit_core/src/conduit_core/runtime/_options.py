@@ -112,6 +112,7 @@ class SchedulerOptions:
             scope_parents=dict(self.scope_parents),
             binding_pools=dict(self.binding_pools),
             skip_bindings=self.lacking_bindings,
+            concurrency_keys=any(b.concurrency_key for b in self.bindings.values()),
         )
 
     def scope_chain(self, scope: str) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import anyio
+import msgspec
 
 from conduit_core.errors import ConduitError
 from conduit_core.model import AttemptSnapshot, ControlIntent, Event, Execution, Lease, Work
@@ -33,7 +34,7 @@ from conduit_core.runtime._recovery import Recovery
 from conduit_core.runtime._stops import Stops
 from conduit_core.runtime._wakes import Wakes
 from conduit_core.storage import CapacityLimits, Claim, ClaimRefusal, ClaimRequest, Store
-from conduit_core.validation import check_payload, check_work_id
+from conduit_core.validation import check_payload, check_work_id, render_concurrency_key
 
 __all__ = ["Attempt", "Scheduler"]
 
@@ -295,7 +296,7 @@ class Scheduler:
     async def submit(self, work: Work, first_input: Event | None = None) -> Work:
         """Create Work with its first input (the binding must exist). Every door (HTTP, CLI
         direct mode, Routines) comes through here, so the id grammar is enforced here."""
-        self._check_submit(work, first_input)
+        work = self._check_submit(work, first_input)
         return await self.store.create_work(work, first_input=first_input)
 
     async def submit_many(
@@ -308,21 +309,31 @@ class Scheduler:
         valid: list[tuple[Work, Event | None]] = []
         for work, first_input in items:
             try:
-                self._check_submit(work, first_input)
+                checked = self._check_submit(work, first_input)
             except ConduitError as exc:
                 results.append(exc)
                 continue
             results.append(None)
-            valid.append((work, first_input))
+            valid.append((checked, first_input))
         created = iter(await self.store.create_works(valid))
         return [next(created) if r is None else r for r in results]
 
-    def _check_submit(self, work: Work, first_input: Event | None) -> None:
+    def _check_submit(self, work: Work, first_input: Event | None) -> Work:
+        """The Work as it is stored: with its binding's concurrency key rendered over the first
+        input, and a Routine's Work with its binding's priority (a submit sets its own)."""
         check_work_id(work.id, "id")
         if first_input is not None:
             check_payload("$.input", first_input.payload)
-        if work.binding not in self.options.bindings:
+        binding = self.options.bindings.get(work.binding)
+        if binding is None:
             raise ConduitError(f"unknown binding {work.binding!r}", code="unknown_binding")
+        if binding.concurrency_key is not None and work.concurrency_key is None:
+            payload = None if first_input is None else first_input.payload
+            key = render_concurrency_key(binding.concurrency_key, payload)
+            work = msgspec.structs.replace(work, concurrency_key=key, key_limit=binding.key_limit)
+        if work.scheduled_by != "manual" and work.priority == 0:
+            work = msgspec.structs.replace(work, priority=binding.priority)
+        return work
 
     async def fire_due_timers(self, *, limit: int = 100) -> list[str]:
         """Fire due timers once each; a retry timer accepts ``core.retry`` as the Work's input."""

@@ -110,6 +110,11 @@ class CapacityLimits(msgspec.Struct, frozen=True, kw_only=True):
     #: never read by its claims from the ready queue, and a claim of one by id is refused
     #: (``missing_label``).
     skip_bindings: tuple[str, ...] = ()
+    #: Whether a binding declares a concurrency key: a claim then reads from the ready queue
+    #: only Work whose key has room (``_keys.READY_KEY_FILTER``), so a key at its limit never
+    #: crowds other keys' Work out of a claim. Keys are enforced whatever this says, wherever
+    #: limits are given (a claim with ``capacity=None`` checks no limit, keys neither).
+    concurrency_keys: bool = False
 
     def ancestry(self, scope: str) -> list[str]:
         """``scope`` and its ancestors, nearest first (cycles are cut)."""
@@ -935,7 +940,7 @@ def refusal_error(refusal: ClaimRefusal) -> ConduitError:
     """The exception a single claim raises for a batched refusal."""
     from conduit_core.errors import CapacityError, NotFoundError
 
-    if refusal.code.startswith("capacity_"):
+    if refusal.code.startswith("capacity_") or refusal.code == "concurrency_key":
         return CapacityError(refusal.message, code=refusal.code, limit_name=refusal.limit_name)
     if refusal.code == "not_found":
         return NotFoundError("work", refusal.work_id)

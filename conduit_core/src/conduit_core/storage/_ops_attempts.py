@@ -406,8 +406,9 @@ def resume_attempt(
         raise NotEligibleError(f"work {work.id!r} is {work.status}")
     if first(cx, "SELECT 1 FROM conduit_execution WHERE work_id = ? AND live = 1", (work.id,)):
         raise NotEligibleError(f"work {work.id!r} has a live attempt")
-    if capacity is not None and (
-        refused := Slots(cx, capacity).refusal(work.id, ex.snapshot.pool, ex.scope)
+    slots = Slots(cx, capacity) if capacity is not None else None
+    if slots is not None and (
+        refused := slots.refusal(work.id, ex.snapshot.pool, ex.scope) or slots.keys.refusal(work)
     ):
         raise refusal_error(refused)
     epoch = ex.epoch + 1

@@ -298,6 +298,7 @@ def _candidate(
     )
     if refused is None and slots is not None:
         slots.take(snapshot.pool, work.scope)
+        slots.keys.take(work.concurrency_key)
     return Candidate(work, snapshot, refused, first_input)
 
 
@@ -329,9 +330,9 @@ def admit_attempts(
     inputs(locked)  # only the Work this batch locked
     slots = Slots(cx, capacity, before_count=writes.flush) if capacity is not None else None
     if slots is not None:  # every limit this batch may need, locked at once in one order
-        slots.prepare(
-            (r.snapshot.pool, locked[r.work_id][0].scope) for r in requests if r.work_id in locked
-        )
+        mine = [r for r in requests if r.work_id in locked]
+        slots.prepare((r.snapshot.pool, locked[r.work_id][0].scope) for r in mine)
+        slots.keys.prepare_later(locked[r.work_id][0].concurrency_key for r in mine)()
     claims = [
         _admit_one(cx, r, locked[r.work_id], owner, now_ms, lease_ms, slots, policy,
                    gates, writes)
@@ -379,7 +380,11 @@ def admit_ready(
     # The input of the Work claimed now, and the first input the gates see of the rest.
     kept = [(w, snap) for w, snap in pinned if snap is not None]
     read_inputs_and_slots(
-        writes, [w for w, _ in kept], slots, [(snap.pool, locked[w][0].scope) for w, snap in kept]
+        writes,
+        [w for w, _ in kept],
+        slots,
+        [(snap.pool, locked[w][0].scope) for w, snap in kept],
+        [locked[w][0].concurrency_key for w, _ in kept],
     )
     firsts = {w: next(iter(writes.pending_inputs(w, 1)), None) for w, _ in pinned}
     asked = {w for w, snap in pinned if snap and needs_gates(locked[w][0], gates, snap, firsts[w])}

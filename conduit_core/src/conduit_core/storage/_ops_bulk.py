@@ -20,6 +20,7 @@ from conduit_core.model import Event, Work
 from conduit_core.storage._ops_work import accept_event
 from conduit_core.storage._sql import (
     WORK_COLUMNS,
+    WORK_MARKS,
     Cx,
     SetWrite,
     dump,
@@ -35,10 +36,10 @@ _CHUNK = 1_000
 
 #: New Work rows, ``work_params`` each (one set-based statement where the backend has arrays).
 _INSERT_WORK = SetWrite(
-    f"INSERT INTO conduit_work ({WORK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    f"INSERT INTO conduit_work ({WORK_COLUMNS}) VALUES {WORK_MARKS}",
     f"INSERT INTO conduit_work ({WORK_COLUMNS}) "
     "SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::int[], %b::bigint[], "
-    "%b::text[], %b::text[], %b::bigint[], %b::text[])",
+    "%b::text[], %b::text[], %b::bigint[], %b::text[], %b::text[], %b::int[])",
 )
 #: New event rows, ``_event_row`` each.
 _INSERT_EVENT = SetWrite(

@@ -28,6 +28,7 @@ from conduit_core.storage._contract import (
     ClaimRequest,
     WorkChange,
 )
+from conduit_core.storage._keys import READY_KEY_FILTER, KeyCounts, keys_checked
 from conduit_core.storage._sql import (
     INSERT_EXECUTION,
     PUT_LEASE,
@@ -49,6 +50,7 @@ from conduit_core.storage._sql import (
     load_work,
     lock_counter_rows,
     next_event_seq,
+    ready_rank,
     save_execution,
     save_work,
     save_work_params,
@@ -217,6 +219,8 @@ class Slots:
         self._lock = lock and cx.locks_rows and not unsafe("capacity_lock")
         self._locked: set[str] = set()
         self._counted = False
+        #: The concurrency keys' slot holders, locked and counted as the pools' are.
+        self.keys = KeyCounts(cx, lock=lock, before_count=before_count)
 
     def _limit_rows(self, pool: str | None, scope: str) -> list[str]:
         key = self.pool_key(pool)
@@ -315,11 +319,13 @@ class ReadySlice(NamedTuple):
 class ReadySlices(NamedTuple):
     """The reads a claim makes of the ready queue (one per pool with a free slot), none of
     them of ``skip_scopes`` (a limit of the scope or of an ancestor of it is full) nor of
-    ``skip_bindings`` (the claimer lacks a host label they require)."""
+    ``skip_bindings`` (the claimer lacks a host label they require), and with ``keyed`` none
+    of Work whose concurrency key is at its limit (``READY_KEY_FILTER``)."""
 
     parts: tuple[ReadySlice, ...]
     skip_scopes: tuple[str, ...] = ()
     skip_bindings: tuple[str, ...] = ()
+    keyed: bool = False
 
 
 def capacity_sized(slots: Slots, limit: int) -> ReadySlices | None:
@@ -332,9 +338,10 @@ def capacity_sized(slots: Slots, limit: int) -> ReadySlices | None:
     is an estimate; every claim is still checked against the locked count (``refusal``).
     """
     limits = slots.limits
+    keyed = limits.concurrency_keys and keys_checked()
     if unsafe("capacity_check"):
         # A race detector's negative control (_unsafe): capacity only, labels still hold.
-        return ReadySlices((ReadySlice(limit),), skip_bindings=limits.skip_bindings)
+        return ReadySlices((ReadySlice(limit),), skip_bindings=limits.skip_bindings, keyed=keyed)
 
     def free_in(key: str | None) -> int:
         cap = limits.global_limit if key is None else limits.pool_limits[key]
@@ -362,7 +369,7 @@ def capacity_sized(slots: Slots, limit: int) -> ReadySlices | None:
     if full:
         known = {*limits.scope_limits, *limits.scope_parents, *limits.scope_parents.values()}
         skip = tuple(sorted(s for s in known if full.intersection(limits.ancestry(s))))
-    return ReadySlices(tuple(parts), skip, limits.skip_bindings)
+    return ReadySlices(tuple(parts), skip, limits.skip_bindings, keyed)
 
 
 def sized_batch(
@@ -425,7 +432,7 @@ def claim_refusal(
     if slots is not None and work.binding in slots.limits.skip_bindings:
         return missing_label(work)
     if unsafe("work_exclusion"):  # a race detector's negative control (see _unsafe)
-        return None if slots is None else slots.refusal(work_id, pool, work.scope)
+        return None if slots is None else _capacity_or_key(slots, work, pool)
     reason = ineligibility(work)
     if (
         reason is None
@@ -438,7 +445,7 @@ def claim_refusal(
     if reason is not None:
         return ClaimRefusal(work_id=work_id, code="not_eligible", message=reason)
     if slots is not None:
-        return slots.refusal(work_id, pool, work.scope)
+        return _capacity_or_key(slots, work, pool)
     return None
 
 
@@ -449,6 +456,11 @@ def missing_label(work: Work) -> ClaimRefusal:
         code="missing_label",
         message=f"work {work.id!r}: this host lacks a label binding {work.binding!r} requires",
     )
+
+
+def _capacity_or_key(slots: Slots, work: Work, pool: str | None) -> ClaimRefusal | None:
+    """The refusal of a full pool or scope, else of a concurrency key at its limit."""
+    return slots.refusal(work.id, pool, work.scope) or slots.keys.refusal(work)
 
 
 def _slot_holder(cx: Cx, work_id: str) -> str | None:
@@ -487,14 +499,18 @@ def read_inputs_and_slots(
     work_ids: list[str],
     slots: Slots | None,
     targets: Iterable[tuple[str | None, str]],
+    keys: Iterable[str | None] = (),
 ) -> None:
     """A claim batch's reads once its Work are locked: their pending input, then (with
-    ``slots``) every limit the batch may need, locked at once in one order, and counted. All
-    are sent before any is taken in: one round trip, the statements run in the order sent."""
+    ``slots``) every limit the batch may need, locked at once in one order, and counted, then
+    its concurrency ``keys`` likewise. All are sent before any is taken in: one round trip, the
+    statements run in the order sent."""
     take_inputs = writes.prefetch_later(work_ids)
     counted = slots.prepare_later(targets) if slots is not None else _counted_already
+    keys_counted = slots.keys.prepare_later(keys) if slots is not None else _counted_already
     take_inputs(work_ids)
     counted()
+    keys_counted()
 
 
 class ClaimWrites:
@@ -604,6 +620,7 @@ def claim_one(
         inputs=[e.id for e in inputs],
         segments=[first_segment(1, now_ms)],
         started_at_ms=now_ms,
+        concurrency_key=work.concurrency_key,
     )
     lease = new_lease(ex, owner, now_ms, lease_ms)
     claimed = msgspec.structs.replace(
@@ -622,6 +639,7 @@ def claim_one(
         batch.flush()
     if slots is not None:
         slots.take(snapshot.pool, work.scope)
+        slots.keys.take(work.concurrency_key)
     return Claim(execution=ex, lease=lease, work=claimed, inputs=inputs)
 
 
@@ -705,9 +723,9 @@ def lock_ready_work_rows_later(
     all sent at once), the oldest ``limit`` of what they find."""
     if only is None:
         only = ReadySlices((ReadySlice(limit),))
-    skip = ""
+    skip = READY_KEY_FILTER if only.keyed else ""
     if only.skip_scopes:
-        skip = f" AND w.scope NOT IN ({', '.join('?' for _ in only.skip_scopes)})"
+        skip += f" AND w.scope NOT IN ({', '.join('?' for _ in only.skip_scopes)})"
     if only.skip_bindings:
         skip += f" AND w.binding NOT IN ({', '.join('?' for _ in only.skip_bindings)})"
     reads = []
@@ -723,7 +741,7 @@ def lock_ready_work_rows_later(
     def take_in() -> dict[str, tuple[Work, bool, bool]]:
         found = [row for read in reads for row in _decoded_rows(read()).values()]
         if len(reads) > 1:
-            found.sort(key=lambda row: (row[0].updated_at_ms, row[0].id))
+            found.sort(key=lambda row: (ready_rank(row[0]), row[0].id))
         return {row[0].id: row for row in found[:limit]}
 
     return take_in
@@ -787,7 +805,7 @@ def capacity_waiting(cx: Cx, capacity: CapacityLimits) -> dict[str, int]:
 def capacity_refusal(cx: Cx, capacity: CapacityLimits, work: Work) -> ClaimRefusal | None:
     slots = Slots(cx, capacity, lock=False)
     slots.count_later()()
-    return slots.refusal(work.id, capacity.binding_pools.get(work.binding), work.scope)
+    return _capacity_or_key(slots, work, capacity.binding_pools.get(work.binding))
 
 
 def work_counts(cx: Cx) -> dict[str, int]:
@@ -849,7 +867,8 @@ def claim_ready(
         elif (snapshot := snapshot_for(work)) is not None:
             requests.append((work, ClaimRequest(work_id=work.id, snapshot=snapshot)))
     targets = [(r.snapshot.pool, w.scope) for w, r in requests]
-    read_inputs_and_slots(writes, [w.id for w, _ in requests], slots, targets)
+    keys = [w.concurrency_key for w, _ in requests]
+    read_inputs_and_slots(writes, [w.id for w, _ in requests], slots, targets, keys)
     claims: list[Claim | ClaimRefusal] = [
         claim_one(cx, w, r, owner, now_ms, lease_ms, slots, rows_checked=True, writes=writes)
         for w, r in requests

@@ -165,9 +165,20 @@ _V9 = (
         id TEXT PRIMARY KEY, last_seen BIGINT NOT NULL, data TEXT NOT NULL)""",
 )
 
+# Concurrency keys and priorities (issue 36): the Work's rendered key and its limit, and the
+# attempt's key, counted by the claim over a partial index of the attempts holding a slot.
+# Priorities need no column: they are folded into ``ready_since`` (``_sql.ready_rank``).
+_V10 = (
+    "ALTER TABLE conduit_work ADD COLUMN concurrency_key TEXT",
+    "ALTER TABLE conduit_work ADD COLUMN key_limit INTEGER NOT NULL DEFAULT 1",
+    "ALTER TABLE conduit_execution ADD COLUMN concurrency_key TEXT",
+    "CREATE INDEX conduit_execution_key ON conduit_execution (concurrency_key) "
+    "WHERE holds_slot = 1 AND concurrency_key IS NOT NULL",
+)
+
 #: Ordered forward migrations; ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.
 MIGRATIONS: tuple[tuple[str | PerBackend, ...], ...] = (
-    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9,
+    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -238,6 +238,18 @@ def first_input_column(first_input: Event | None) -> str | None:
     return _encoder.encode(kept).decode() if kept else None
 
 
+#: How much earlier one point of priority makes a Work ready (docs/runtime.md, "Priorities").
+PRIORITY_STEP_MS = 60_000
+
+
+def ready_rank(work: Work) -> int:
+    """The Work's place in the ready queue (its ``ready_since`` column): when it last changed,
+    a minute earlier per point of priority. One sort key computed when the row is written, so
+    a claim stays one scan of the ready index, and a Work of low priority still overtakes
+    every later one once it has waited ``PRIORITY_STEP_MS`` per point of difference."""
+    return work.updated_at_ms - PRIORITY_STEP_MS * work.priority
+
+
 def work_params(work: Work, first_input: Event | None = None) -> tuple[Any, ...]:
     """Column values of a Work row, in table order (also used by bulk loaders)."""
     return (
@@ -245,22 +257,28 @@ def work_params(work: Work, first_input: Event | None = None) -> tuple[Any, ...]
         listed_status(work),
         work.scope,
         int(is_claimable(work)),
-        work.updated_at_ms,
+        ready_rank(work),
         dump(work),
         work.binding,
         work.created_at_ms,
         first_input_column(first_input),
+        work.concurrency_key,
+        work.key_limit,
     )
 
 
-#: The columns ``work_params`` gives, in its order (the last two are written once, at insert).
+#: The columns ``work_params`` gives, in its order (``created_at_ms`` and ``first_input`` are
+#: written once, at insert).
 WORK_COLUMNS = (
-    "id, status, scope, claimable, ready_since, data, binding, created_at_ms, first_input"
+    "id, status, scope, claimable, ready_since, data, binding, created_at_ms, first_input, "
+    "concurrency_key, key_limit"
 )
+#: ``VALUES`` placeholders for one row of ``WORK_COLUMNS``.
+WORK_MARKS = "(" + ", ".join("?" for _ in WORK_COLUMNS.split(",")) + ")"
 
 
 def insert_work(cx: Cx, work: Work, first_input: Event | None = None) -> None:
-    cx.run(f"INSERT INTO conduit_work ({WORK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    cx.run(f"INSERT INTO conduit_work ({WORK_COLUMNS}) VALUES {WORK_MARKS}",
            work_params(work, first_input))  # fmt: skip
 
 
@@ -344,24 +362,28 @@ def execution_params(ex: Execution) -> tuple[Any, ...]:
         ex.snapshot.pool,
         ex.scope,
         dump(ex),
+        ex.concurrency_key,
     )
 
 
+#: The columns ``execution_params`` gives, in its order.
+EXECUTION_COLUMNS = (
+    "id, work_id, attempt, epoch, status, live, holds_slot, pool, scope, data, concurrency_key"
+)
+
 #: A new attempt row, at revision 0 (the column's default).
 INSERT_EXECUTION_SQL = (
-    "INSERT INTO conduit_execution "
-    "(id, work_id, attempt, epoch, status, live, holds_slot, pool, scope, data) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO conduit_execution ({EXECUTION_COLUMNS}) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
 #: New attempt rows, ``execution_params`` each.
 INSERT_EXECUTION = SetWrite(
     INSERT_EXECUTION_SQL,
-    "INSERT INTO conduit_execution "
-    "(id, work_id, attempt, epoch, status, live, holds_slot, pool, scope, data) "
+    f"INSERT INTO conduit_execution ({EXECUTION_COLUMNS}) "
     "SELECT * FROM unnest(%b::text[], %b::text[], %b::int[], %b::int[], %b::text[], %b::int[], "
-    "%b::int[], %b::text[], %b::text[], %b::text[])",
+    "%b::int[], %b::text[], %b::text[], %b::text[], %b::text[])",
 )
 
 

@@ -198,6 +198,9 @@ class Binding(_Section, frozen=True, kw_only=True):
     terminal_on_exhaustion: bool = False
     control_fallback: Literal["queue", "drop"] = "queue"
     handoff: Literal["stop", "continue"] = "stop"
+    #: What its Work does when a dependency (``after``) fails or is cancelled, unless the
+    #: submit says (see docs/dependencies.md).
+    on_dependency_failure: Literal["cancel", "hold", "run"] = "cancel"
 
 
 class RoutineSpec(_Section, frozen=True, kw_only=True):

@@ -22,6 +22,8 @@ __all__ = [
     "ControlIntent",
     "ControlKind",
     "ControlStatus",
+    "Dependencies",
+    "DependencyFailure",
     "ErrorFallback",
     "Event",
     "Execution",
@@ -83,6 +85,28 @@ class WorkStatus(StrEnum):
         return self in (WorkStatus.COMPLETED, WorkStatus.FAILED, WorkStatus.CANCELLED)
 
 
+class DependencyFailure(StrEnum):
+    """What a dependent does when a dependency ends failed or cancelled."""
+
+    CANCEL = "cancel"  # cancelled too (and its own dependents after it, by their policy)
+    HOLD = "hold"  # blocked (``dependency_failed``) until a person retries or cancels it
+    RUN = "run"  # runs anyway, as if the dependency had completed
+
+
+class Dependencies(Record, frozen=True, kw_only=True):
+    """What a Work declared with ``after`` and what is left of it; kept by the store.
+
+    ``waiting_for`` shrinks in the transaction that ends each dependency (see
+    ``storage/_ops_dependencies.py``); while it is not empty the Work is not claimable.
+    """
+
+    after: list[str]
+    waiting_for: list[str] = []
+    on_failure: DependencyFailure = DependencyFailure.CANCEL
+    #: The dependency whose failure or cancellation cancelled or held this Work.
+    failed: str | None = None
+
+
 class Work(Record, frozen=True, kw_only=True):
     id: str
     scope: str
@@ -112,6 +136,10 @@ class Work(Record, frozen=True, kw_only=True):
     pending_inputs: int = 0
     #: The named API token (``[[tokens]]``) whose cancel (or refusal) ended the Work.
     cancelled_by: str | None = None
+    #: Declared with ``after`` at submit; ``None`` (nothing extra stored) for most Work.
+    dependencies: Dependencies | None = None
+    #: Some Work waits for this one: its end settles them in the same transaction.
+    has_dependents: bool = False
 
 
 class Event(Record, frozen=True, kw_only=True):

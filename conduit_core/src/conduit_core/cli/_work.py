@@ -44,6 +44,18 @@ def work_group() -> None:
 @click.option("--scope", help="Run in this scope (default: the binding's).")
 @click.option("--kind", type=click.Choice(WORK_KINDS), help="Default: task.")
 @click.option("--id", "work_id", help="The Work id (default: generated, time-ordered).")
+@click.option(
+    "--after",
+    "after",
+    multiple=True,
+    help="Start only after this Work completed (repeatable; see docs/dependencies.md).",
+)
+@click.option(
+    "--on-dependency-failure",
+    type=click.Choice(("cancel", "hold", "run")),
+    help="When a dependency fails or is cancelled: cancel this too (default), hold it for a "
+    "person, or run it anyway.",
+)
 @click.option("--watch", "watch_after", is_flag=True, help="Then watch it until it ends.")
 @click.option(
     "--from",
@@ -60,6 +72,8 @@ def submit(
     scope: str | None,
     kind: str | None,
     work_id: str | None,
+    after: tuple[str, ...],
+    on_dependency_failure: str | None,
     watch_after: bool,
     from_file: Path | None,
     config_path: Path | None,
@@ -69,7 +83,8 @@ def submit(
     if from_file is not None:
         given = [name for name, value in (
             ("BINDING", binding), ("--input", input_json), ("--scope", scope), ("--kind", kind),
-            ("--id", work_id), ("--watch", watch_after),
+            ("--id", work_id), ("--after", after),
+            ("--on-dependency-failure", on_dependency_failure), ("--watch", watch_after),
         ) if value]  # fmt: skip
         if given:
             raise click.UsageError(
@@ -83,7 +98,7 @@ def submit(
         raise click.UsageError("give BINDING (or --from FILE.jsonl)")
     from conduit_core.cli._render import console
     from conduit_core.http import SubmitRequest
-    from conduit_core.model import WorkKind
+    from conduit_core.model import DependencyFailure, WorkKind
 
     req = SubmitRequest(
         binding=binding,
@@ -91,6 +106,10 @@ def submit(
         kind=WorkKind(kind or "task"),
         input=parse_json_option(input_json, "--input"),
         id=work_id,
+        after=list(after),
+        on_dependency_failure=(
+            DependencyFailure(on_dependency_failure) if on_dependency_failure else None
+        ),
     )
 
     async def go() -> WorkDetail:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import os
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from conduit_core.client._address import resolve
@@ -188,8 +188,13 @@ class AsyncClient:
         kind: str = "task",
         id: str | None = None,
         exist_ok: bool = False,
+        after: Sequence[str] = (),
+        on_dependency_failure: str | None = None,
     ) -> WorkDetail:
-        item = SubmitItem(binding=binding, input=input, scope=scope, kind=kind, id=id)
+        item = SubmitItem(
+            binding=binding, input=input, scope=scope, kind=kind, id=id, after=list(after),
+            on_dependency_failure=on_dependency_failure,
+        )  # fmt: skip
         try:
             return await self._call(Calls.submit(item))
         except Conflict as exc:

@@ -43,6 +43,10 @@ class SubmitItem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     scope: str | None = None
     kind: str = "task"
     id: str | None = None
+    #: Ids of Work that must complete first (stored, or earlier/later items of one batch).
+    after: list[str] = []
+    #: ``cancel`` (the server's default), ``hold`` or ``run``: see docs/dependencies.md.
+    on_dependency_failure: str | None = None
 
 
 class WorkView(msgspec.Struct, frozen=True, kw_only=True):
@@ -62,6 +66,12 @@ class WorkView(msgspec.Struct, frozen=True, kw_only=True):
     blocked_reason: str | None = None
     retry_pending: bool = False
     pending_inputs: int = 0
+    #: Declared ``after`` at submit, and those of them that have not ended yet.
+    after: list[str] = []
+    waiting_for: list[str] = []
+    on_dependency_failure: str | None = None
+    #: The dependency whose failure or cancellation cancelled or held it.
+    dependency_failed: str | None = None
 
     @property
     def terminal(self) -> bool:

@@ -12,6 +12,7 @@ import msgspec
 
 from conduit_core.extension import Result
 from conduit_core.model import (
+    DependencyFailure,
     Execution,
     ExecutionStatus,
     Hold,
@@ -24,6 +25,7 @@ from conduit_core.model import (
 from conduit_core.validation import ID_MAX_LENGTH, MAX_TEXT_LENGTH, NameStr, WorkIdStr
 
 __all__ = [
+    "MAX_AFTER",
     "MAX_BATCH_ITEMS",
     "AttemptView",
     "BatchItemResult",
@@ -70,6 +72,10 @@ class _Response(msgspec.Struct, frozen=True, kw_only=True):
 # --- requests ---------------------------------------------------------------------------------
 
 
+#: Dependencies one Work may declare at most (``after``).
+MAX_AFTER = 100
+
+
 class SubmitRequest(_Request, frozen=True, kw_only=True):
     """Create Work for ``binding`` with its first input (``input`` becomes its payload)."""
 
@@ -78,6 +84,16 @@ class SubmitRequest(_Request, frozen=True, kw_only=True):
     kind: WorkKind = WorkKind.TASK
     input: Any = None
     id: WorkId | None = None
+    #: Ids of Work that must complete first (stored Work, or items of the same batch).
+    after: Annotated[
+        list[WorkId],
+        msgspec.Meta(
+            description=f"at most {MAX_AFTER} Work ids",
+            extra_json_schema={"maxItems": MAX_AFTER},
+        ),
+    ] = []
+    #: What this Work does when a dependency ends failed or cancelled (default ``cancel``).
+    on_dependency_failure: DependencyFailure | None = None
 
 
 #: Items one ``POST /v1/work/batch`` takes at most (more is refused whole: ``too_many_items``).
@@ -159,6 +175,13 @@ class WorkView(_Response, frozen=True, kw_only=True):
     pending_inputs: int = 0
     #: The name of the token whose cancel (or refusal) ended it.
     cancelled_by: str | None = None
+    #: The Work it was declared to run after (``after`` at submit).
+    after: list[str] = []
+    #: Those of ``after`` that have not ended yet: it does not start while any is left.
+    waiting_for: list[str] = []
+    on_dependency_failure: DependencyFailure | None = None
+    #: The dependency whose failure or cancellation cancelled or held it.
+    dependency_failed: str | None = None
 
 
 class AttemptView(_Response, frozen=True, kw_only=True):
@@ -315,7 +338,20 @@ def work_view(work: Work) -> WorkView:
         retry_pending=work.retry_timer_id is not None,
         pending_inputs=work.pending_inputs,
         cancelled_by=work.cancelled_by,
+        **_dependency_fields(work),
     )
+
+
+def _dependency_fields(work: Work) -> dict[str, Any]:
+    deps = work.dependencies
+    if deps is None:
+        return {}
+    return {
+        "after": deps.after,
+        "waiting_for": deps.waiting_for,
+        "on_dependency_failure": deps.on_failure,
+        "dependency_failed": deps.failed,
+    }
 
 
 def attempt_view(ex: Execution) -> AttemptView:

@@ -319,6 +319,9 @@ class Scheduler:
 
     def _check_submit(self, work: Work, first_input: Event | None) -> None:
         check_work_id(work.id, "id")
+        if work.dependencies is not None:
+            for index, dependency in enumerate(work.dependencies.after):
+                check_work_id(dependency, f"after[{index}]")
         if first_input is not None:
             check_payload("$.input", first_input.payload)
         if work.binding not in self.options.bindings:

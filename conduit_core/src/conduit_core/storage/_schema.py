@@ -121,8 +121,16 @@ _V6 = (
 # Applies to pages written from now on (SQLite has no such setting).
 _V7 = (PerBackend(None, "ALTER TABLE conduit_execution SET (fillfactor = 70)"),)
 
+# Dependencies between Work (``after``): one row per dependency a Work still waits for, found
+# by the dependency when it ends (``_ops_dependencies.settle_dependents``), deleted then.
+_V8 = (
+    """CREATE TABLE conduit_dependency (
+        work_id TEXT NOT NULL, depends_on TEXT NOT NULL, PRIMARY KEY (work_id, depends_on))""",
+    "CREATE INDEX conduit_dependency_on ON conduit_dependency (depends_on)",
+)
+
 #: Ordered forward migrations; ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.
-MIGRATIONS: tuple[tuple[str | PerBackend, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+MIGRATIONS: tuple[tuple[str | PerBackend, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 #: Every table a conduit store owns (the meta table is created before any migration).
@@ -142,6 +150,7 @@ TABLES = (
     "conduit_routine",
     "conduit_routine_run",
     "conduit_budget_pending",
+    "conduit_dependency",
 )
 
 META_DDL = "CREATE TABLE IF NOT EXISTS conduit_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"

@@ -212,6 +212,7 @@ def is_claimable(work: Work) -> bool:
         and work.retry_timer_id is None
         and work.blocked_reason is None
         and work.pending_inputs > 0
+        and (work.dependencies is None or not work.dependencies.waiting_for)
     )
 
 
@@ -250,13 +251,24 @@ def save_work_params(work: Work) -> tuple[Any, ...]:
 
 def save_work(cx: Cx, work: Work, *, locked: bool = False) -> None:
     """Update the Work's row; ``locked``: this transaction has locked it already, so the write
-    may be deferred (``Cx.defer``)."""
+    may be deferred (``Cx.defer``).
+
+    A Work that ends (a terminal status) while others wait for it settles them here, in the
+    same transaction, whichever operation ended it (``_ops_dependencies.settle_dependents``)."""
+    settles = work.has_dependents and work.status.terminal
+    if settles:
+        work = msgspec.structs.replace(work, has_dependents=False)
     if locked:
         cx.defer(SAVE_WORK, save_work_params(work))
     else:
         cx.run(SAVE_WORK_SQL, save_work_params(work))
     if cx.works_written is not None:
         cx.works_written.add(work.id)
+    if settles:
+        # Imported here: the dependency operations build on this module.
+        from conduit_core.storage._ops_dependencies import settle_dependents
+
+        settle_dependents(cx, work)
 
 
 SAVE_WORK = SetWrite(
@@ -295,6 +307,8 @@ def changed_work(before: Work, after: Work, now_ms: int) -> Work:
         pending_inputs=before.pending_inputs,
         created_at_ms=before.created_at_ms,
         updated_at_ms=now_ms,
+        dependencies=before.dependencies,
+        has_dependents=before.has_dependents,
     )
 
 

@@ -1,0 +1,198 @@
+"""Dependencies between Work (``after``): checked and linked at submit, settled with the
+dependency's end, all inside the store's transactions.
+
+Durability comes from where the decisions are made, not from anything held in memory: the
+submit that links a dependent and the write that ends a dependency both lock the dependency's
+row, so one of them sees the other's committed outcome. A submit that finds the dependency
+already ended decides the dependent at once; otherwise it records the edge
+(``conduit_dependency``) and marks the dependency ``has_dependents``, and the transaction that
+ends the dependency (any write of a terminal status, through ``save_work``) settles every
+dependent before it commits. A crash therefore leaves either both or neither.
+
+Work without ``after`` pays nothing: its submit reads nothing more, and only a Work flagged
+``has_dependents`` looks for dependents when it ends. Claims read the ``claimable`` column,
+which a Work waiting for a dependency never has set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from conduit_core.errors import ConduitError
+from conduit_core.model import DependencyFailure, Work, WorkStatus
+from conduit_core.storage._sql import Codec, Cx, save_work
+
+__all__ = ["DependencyPlan", "plan_dependencies", "settle_dependents"]
+
+#: Why a Work whose dependency failed is blocked (``hold``): a person retries or cancels it.
+DEPENDENCY_FAILED = "dependency_failed"
+
+#: Ids per ``IN (…)`` list.
+_CHUNK = 1_000
+
+
+class DependencyPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """What a submit of ``items`` does about dependencies: each item as it will be stored (or
+    the error refusing it), the edges to record, and the existing Work to flag."""
+
+    items: dict[str, Work | ConduitError]
+    edges: list[tuple[str, str]] = []
+    flag: list[Work] = []
+
+    def write(self, cx: Cx) -> None:
+        """Record the edges and flag the existing dependencies (their rows are locked)."""
+        for work in self.flag:
+            save_work(cx, msgspec.structs.replace(work, has_dependents=True))
+        if self.edges:
+            cx.many(
+                "INSERT INTO conduit_dependency (work_id, depends_on) VALUES (?, ?)", self.edges
+            )
+
+
+def plan_dependencies(cx: Cx, items: Sequence[Work]) -> DependencyPlan | None:
+    """Check and link the ``after`` of new Work ``items`` (distinct ids, none stored yet);
+    ``None`` when none of them declares any (nothing is read).
+
+    A dependency must be stored Work or another of ``items``; a cycle can only form among
+    ``items`` (or by self-reference). Refused items (``dependency_unknown``,
+    ``dependency_cycle``) and those depending on them are left out of what is written.
+    """
+    if not any(w.dependencies is not None and w.dependencies.after for w in items):
+        return None
+    new = {w.id: w for w in items}
+    wanted = sorted({d for w in items if w.dependencies for d in w.dependencies.after} - set(new))
+    stored = _lock_existing(cx, wanted)
+    decided: dict[str, Work | ConduitError] = {}
+    for work in items:
+        deps = work.dependencies.after if work.dependencies else []
+        if work.id in deps:
+            decided[work.id] = ConduitError(
+                f"work {work.id!r} cannot run after itself", code="dependency_cycle"
+            )
+        elif missing := [d for d in deps if d not in new and d not in stored]:
+            decided[work.id] = ConduitError(
+                f"work {work.id!r} runs after unknown work {missing[0]!r}",
+                code="dependency_unknown",
+            )
+    ended: dict[str, Work] = {w.id: w for w in stored.values() if w.status.terminal}
+    edges: list[tuple[str, str]] = []
+    flagged: dict[str, Work] = {}
+    depended: set[str] = set()
+    progress = True
+    while progress:  # dependencies first (Kahn's order): a new Work's outcome is then known
+        progress = False
+        for work in items:
+            if work.id in decided:
+                continue
+            deps = work.dependencies.after if work.dependencies else []
+            refused = next((d for d in deps if isinstance(decided.get(d), ConduitError)), None)
+            if refused is not None:
+                cause = decided[refused]
+                assert isinstance(cause, ConduitError)
+                decided[work.id] = ConduitError(
+                    f"work {work.id!r} runs after work {refused!r}, refused: {cause.message}",
+                    code=cause.code,
+                )
+                progress = True
+                continue
+            if any(d in new and d not in decided for d in deps):
+                continue  # a dependency in this batch is not decided yet
+            linked = work if work.dependencies is None else _linked(work, ended)
+            decided[work.id] = linked
+            if linked.status.terminal:
+                ended[work.id] = linked
+            waiting = linked.dependencies.waiting_for if linked.dependencies else []
+            for dep in waiting:
+                edges.append((work.id, dep))
+                if dep in stored and not stored[dep].has_dependents:
+                    flagged[dep] = stored[dep]
+                depended.add(dep)
+            progress = True
+    undecided = sorted(w.id for w in items if w.id not in decided)
+    for work_id in undecided:
+        shown = ", ".join(undecided[:10]) + (", …" if len(undecided) > 10 else "")
+        decided[work_id] = ConduitError(
+            f"work {work_id!r}: its dependencies form a cycle (among {shown})",
+            code="dependency_cycle",
+        )
+    for work_id in depended & set(new):
+        depended_on = decided[work_id]
+        if isinstance(depended_on, Work):
+            decided[work_id] = msgspec.structs.replace(depended_on, has_dependents=True)
+    return DependencyPlan(items=decided, edges=edges, flag=list(flagged.values()))
+
+
+def _lock_existing(cx: Cx, ids: Sequence[str]) -> dict[str, Work]:
+    """The stored Work among ``ids``, their rows locked in id order: an end of one of them
+    waits for this submit, or this submit sees it ended."""
+    found: dict[str, Work] = {}
+    for offset in range(0, len(ids), _CHUNK):
+        chunk = ids[offset : offset + _CHUNK]
+        marks = ", ".join("?" for _ in chunk)
+        for (data,) in cx.rows(
+            f"SELECT data FROM conduit_work WHERE id IN ({marks}) ORDER BY id FOR UPDATE",
+            tuple(chunk),
+        ):
+            work = Codec.work.decode(data)
+            found[work.id] = work
+    return found
+
+
+def _linked(work: Work, ended: dict[str, Work]) -> Work:
+    """The new ``work`` with what its dependencies' known outcomes decide: those ended are
+    settled now (in ``after`` order), the rest are waited for."""
+    assert work.dependencies is not None
+    deps = msgspec.structs.replace(work.dependencies, waiting_for=list(work.dependencies.after))
+    work = msgspec.structs.replace(work, dependencies=deps)
+    for dep in list(deps.after):
+        if dep in ended:
+            work = _resolved(work, ended[dep], work.updated_at_ms)
+    return work
+
+
+def _resolved(work: Work, dependency: Work, now_ms: int) -> Work:
+    """``work`` once ``dependency`` (one it waits for) has ended, by its ``on_failure``."""
+    deps = work.dependencies
+    assert deps is not None
+    left = [d for d in deps.waiting_for if d != dependency.id]
+    shrunk = msgspec.structs.replace(deps, waiting_for=left)
+    if work.status.terminal:  # already cancelled by another dependency: nothing more to decide
+        return msgspec.structs.replace(work, dependencies=shrunk)
+    ok = dependency.status is WorkStatus.COMPLETED or deps.on_failure is DependencyFailure.RUN
+    if ok:
+        return msgspec.structs.replace(work, dependencies=shrunk, updated_at_ms=now_ms)
+    failed = msgspec.structs.replace(deps, waiting_for=left, failed=dependency.id)
+    if deps.on_failure is DependencyFailure.HOLD:
+        return msgspec.structs.replace(
+            work, dependencies=failed, blocked_reason=DEPENDENCY_FAILED, updated_at_ms=now_ms
+        )
+    return msgspec.structs.replace(
+        work, dependencies=failed, status=WorkStatus.CANCELLED, retry_timer_id=None,
+        updated_at_ms=now_ms,
+    )  # fmt: skip
+
+
+def settle_dependents(cx: Cx, dependency: Work) -> None:
+    """Settle the Work waiting for ``dependency``, which this transaction has just written
+    ended (with ``has_dependents`` cleared); a dependent cancelled by it settles its own
+    dependents in turn (a worklist, not recursion: a long chain costs no stack)."""
+    todo = [dependency]
+    while todo:
+        ended = todo.pop()
+        rows = cx.rows(
+            "SELECT w.data FROM conduit_dependency d JOIN conduit_work w ON w.id = d.work_id "
+            "WHERE d.depends_on = ? ORDER BY w.id FOR UPDATE OF w",
+            (ended.id,),
+        )
+        for (data,) in rows:
+            work = Codec.work.decode(data)
+            if work.dependencies is None or ended.id not in work.dependencies.waiting_for:
+                continue
+            settled = _resolved(work, ended, ended.updated_at_ms)
+            if settled.status.terminal and settled.has_dependents:
+                settled = msgspec.structs.replace(settled, has_dependents=False)
+                todo.append(settled)
+            save_work(cx, settled)
+        cx.run("DELETE FROM conduit_dependency WHERE depends_on = ?", (ended.id,))

@@ -216,3 +216,44 @@ def test_unknown_and_cycle_refused_store_untouched(make_daemon: Callable[..., Da
     for work_id in ("u", "self", "p", "s", "t", "c1"):
         status, body = daemon.raw("GET", f"/v1/work/{work_id}")
         assert status == 404, (work_id, body)
+
+
+GROUP = """
+[[routines]]
+id = "group"
+cron = "* * * * * *"
+binding = "sleeper"
+input = { step = "extract" }
+
+[[routines.then]]
+binding = "ok"
+input = { step = "load" }
+"""
+
+
+def test_a_routine_group_fires_its_steps_in_order(make_daemon: Callable[..., Daemon]) -> None:
+    daemon = make_daemon(extra=GROUP, sleep=0.3).start()
+
+    def chained_run() -> str | None:
+        return next((line for line in _lines(daemon) if line.endswith(".2 run")), None)
+
+    line = wait_for("the group's second step to run", chained_run)
+    second = line.split()[0]
+    first = second.removesuffix(".2")
+    lines = _lines(daemon)
+    assert lines.index(f"{first} end") < lines.index(f"{second} run")
+    detail = daemon.show(second)
+    assert detail.work.after == [first]
+    assert detail.work.scheduled_by == "routine:group"
+    daemon.wait_status(second, "completed")
+    assert daemon.runs(first, "start") == 1
+    assert daemon.runs(second) == 1
+
+    def settled() -> dict[str, Any] | None:
+        status, fires = daemon.raw("GET", "/v1/schedules/conduit:group/history")
+        assert status == 200, fires
+        return next((f for f in fires if f["work_id"] == second and f["outcome"] == "completed"),
+                    None)  # fmt: skip
+
+    # The Routine's fire is the group: it settles when the last step ends.
+    wait_for("the group's fire to settle on its last step", settled)

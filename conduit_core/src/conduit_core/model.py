@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from conduit_core.extension import Capability, PhaseOutcome, Result
+from conduit_core.validation import MAX_THEN_STEPS
 
 __all__ = [
     "AttemptSnapshot",
@@ -36,6 +37,7 @@ __all__ = [
     "Lease",
     "MAX_LAUNCH_PHASES",
     "MAX_SEGMENTS",
+    "MAX_THEN_STEPS",
     "MisfirePolicy",
     "RecoveryHold",
     "RetryPolicy",
@@ -48,6 +50,7 @@ __all__ = [
     "Work",
     "WorkKind",
     "WorkStatus",
+    "WorkStep",
     "WorkTemplate",
 ]
 
@@ -452,6 +455,15 @@ class MisfirePolicy(StrEnum):
     SKIP = "skip"
 
 
+class WorkStep(Record, frozen=True, kw_only=True):
+    """A Work a Routine's fire creates after the one before it (``WorkTemplate.then``)."""
+
+    binding: str
+    scope: str | None = None
+    kind: WorkKind = WorkKind.TASK
+    input: Any = None
+
+
 class WorkTemplate(Record, frozen=True, kw_only=True):
     """What a Routine fire creates: a new Work, or input for a bound existing Work."""
 
@@ -460,6 +472,10 @@ class WorkTemplate(Record, frozen=True, kw_only=True):
     kind: WorkKind = WorkKind.TASK
     input: Any = None
     work_id: str | None = None  # bound: deliver input to this existing Work instead
+    #: More Work the same fire creates, each ``after`` the one before (a small group: A then B).
+    #: The fire is settled by the last one's end; a failure cancels the rest (the default
+    #: ``on_dependency_failure``), which fails the fire.
+    then: list[WorkStep] = []
 
 
 class Routine(Record, frozen=True, kw_only=True):

@@ -11,7 +11,8 @@ dependent before it commits. A crash therefore leaves either both or neither.
 
 Work without ``after`` pays nothing: its submit reads nothing more, and only a Work flagged
 ``has_dependents`` looks for dependents when it ends. Claims read the ``claimable`` column,
-which a Work waiting for a dependency never has set.
+which a Work waiting for a dependency never has set. What a dependency's end does to its
+dependents is ``_dependents`` (``save_work`` runs it).
 """
 
 from __future__ import annotations
@@ -21,13 +22,11 @@ from collections.abc import Sequence
 import msgspec
 
 from conduit_core.errors import ConduitError
-from conduit_core.model import DependencyFailure, Work, WorkStatus
+from conduit_core.model import Work
+from conduit_core.storage._dependents import resolved
 from conduit_core.storage._sql import Codec, Cx, save_work
 
-__all__ = ["DependencyPlan", "plan_dependencies", "settle_dependents"]
-
-#: Why a Work whose dependency failed is blocked (``hold``): a person retries or cancels it.
-DEPENDENCY_FAILED = "dependency_failed"
+__all__ = ["DependencyPlan", "plan_dependencies"]
 
 #: Ids per ``IN (…)`` list.
 _CHUNK = 1_000
@@ -148,51 +147,5 @@ def _linked(work: Work, ended: dict[str, Work]) -> Work:
     work = msgspec.structs.replace(work, dependencies=deps)
     for dep in list(deps.after):
         if dep in ended:
-            work = _resolved(work, ended[dep], work.updated_at_ms)
+            work = resolved(work, ended[dep], work.updated_at_ms)
     return work
-
-
-def _resolved(work: Work, dependency: Work, now_ms: int) -> Work:
-    """``work`` once ``dependency`` (one it waits for) has ended, by its ``on_failure``."""
-    deps = work.dependencies
-    assert deps is not None
-    left = [d for d in deps.waiting_for if d != dependency.id]
-    shrunk = msgspec.structs.replace(deps, waiting_for=left)
-    if work.status.terminal:  # already cancelled by another dependency: nothing more to decide
-        return msgspec.structs.replace(work, dependencies=shrunk)
-    ok = dependency.status is WorkStatus.COMPLETED or deps.on_failure is DependencyFailure.RUN
-    if ok:
-        return msgspec.structs.replace(work, dependencies=shrunk, updated_at_ms=now_ms)
-    failed = msgspec.structs.replace(deps, waiting_for=left, failed=dependency.id)
-    if deps.on_failure is DependencyFailure.HOLD:
-        return msgspec.structs.replace(
-            work, dependencies=failed, blocked_reason=DEPENDENCY_FAILED, updated_at_ms=now_ms
-        )
-    return msgspec.structs.replace(
-        work, dependencies=failed, status=WorkStatus.CANCELLED, retry_timer_id=None,
-        updated_at_ms=now_ms,
-    )  # fmt: skip
-
-
-def settle_dependents(cx: Cx, dependency: Work) -> None:
-    """Settle the Work waiting for ``dependency``, which this transaction has just written
-    ended (with ``has_dependents`` cleared); a dependent cancelled by it settles its own
-    dependents in turn (a worklist, not recursion: a long chain costs no stack)."""
-    todo = [dependency]
-    while todo:
-        ended = todo.pop()
-        rows = cx.rows(
-            "SELECT w.data FROM conduit_dependency d JOIN conduit_work w ON w.id = d.work_id "
-            "WHERE d.depends_on = ? ORDER BY w.id FOR UPDATE OF w",
-            (ended.id,),
-        )
-        for (data,) in rows:
-            work = Codec.work.decode(data)
-            if work.dependencies is None or ended.id not in work.dependencies.waiting_for:
-                continue
-            settled = _resolved(work, ended, ended.updated_at_ms)
-            if settled.status.terminal and settled.has_dependents:
-                settled = msgspec.structs.replace(settled, has_dependents=False)
-                todo.append(settled)
-            save_work(cx, settled)
-        cx.run("DELETE FROM conduit_dependency WHERE depends_on = ?", (ended.id,))

@@ -25,6 +25,7 @@ from conduit_core.model import (
     Work,
     WorkStatus,
 )
+from conduit_core.storage._dependents import settle_dependents
 from conduit_core.storage._schema import (
     META_DDL,
     MIGRATIONS,
@@ -265,10 +266,7 @@ def save_work(cx: Cx, work: Work, *, locked: bool = False) -> None:
     if cx.works_written is not None:
         cx.works_written.add(work.id)
     if settles:
-        # Imported here: the dependency operations build on this module.
-        from conduit_core.storage._ops_dependencies import settle_dependents
-
-        settle_dependents(cx, work)
+        settle_dependents(cx, work, Codec.work.decode, lambda w: save_work(cx, w))
 
 
 SAVE_WORK = SetWrite(

@@ -64,7 +64,12 @@ __all__ = [
 
 log = logging.getLogger("conduit.http")
 
-_UNPROCESSABLE = frozenset({"unknown_binding", "unknown_scope", "unknown_executor"})
+_UNPROCESSABLE = frozenset(
+    {
+        "unknown_binding", "unknown_scope", "unknown_executor", "dependency_unknown",
+        "dependency_cycle",
+    }
+)  # fmt: skip
 _UNAVAILABLE = frozenset({"store_unreachable", "store_unavailable", "daemon_stopping"})
 #: The caller's own request is wrong (its shape, a number, an id, its nesting).
 _BAD_REQUEST = frozenset(

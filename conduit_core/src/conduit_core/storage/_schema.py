@@ -122,11 +122,12 @@ _V6 = (
 _V7 = (PerBackend(None, "ALTER TABLE conduit_execution SET (fillfactor = 70)"),)
 
 # Dependencies between Work (``after``): one row per dependency a Work still waits for, found
-# by the dependency when it ends (``_ops_dependencies.settle_dependents``), deleted then.
+# by the dependency when it ends (``_dependents.settle_dependents``), deleted then. ``IF NOT
+# EXISTS``: a store whose version was set back (a test that undoes an earlier step) takes it again.
 _V8 = (
-    """CREATE TABLE conduit_dependency (
+    """CREATE TABLE IF NOT EXISTS conduit_dependency (
         work_id TEXT NOT NULL, depends_on TEXT NOT NULL, PRIMARY KEY (work_id, depends_on))""",
-    "CREATE INDEX conduit_dependency_on ON conduit_dependency (depends_on)",
+    "CREATE INDEX IF NOT EXISTS conduit_dependency_on ON conduit_dependency (depends_on)",
 )
 
 #: Ordered forward migrations; ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.

@@ -347,3 +347,14 @@ def test_capacity_page_says_what_the_api_says(console: Console) -> None:
     jobs = next(p for p in api["pools"] if p["name"] == "jobs")
     team = next(s for s in api["scopes"] if s["name"] == "team")
     assert (jobs["in_use"], jobs["limit"], team["in_use"], team["limit"]) == (1, 4, 1, 2)
+
+
+def test_a_waiting_dependent_shows_what_it_waits_for(console: Console) -> None:
+    daemon = console.daemon
+    daemon.submit("held", id="dep-a")
+    daemon.submit("ok", id="dep-b", after=["dep-a"])
+    console.login()
+    page = console.get("/ui/work/dep-b/live").text
+    assert "waiting for work dep-a" in page
+    assert 'href="/ui/work/dep-a"' in page
+    assert "on failure: cancel" in page

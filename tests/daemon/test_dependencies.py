@@ -30,6 +30,12 @@ def _batch(daemon: Daemon, *items: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+def _history(daemon: Daemon, work_id: str) -> list[str]:
+    status, page = daemon.raw("GET", f"/v1/work/{work_id}/history")
+    assert status == 200, page
+    return [entry["summary"] for entry in page["items"]]
+
+
 def _lines(daemon: Daemon) -> list[str]:
     return daemon.side.read_text().splitlines() if daemon.side.exists() else []
 
@@ -97,6 +103,7 @@ def test_failure_cancels_dependents_and_theirs(make_daemon: Callable[..., Daemon
     daemon.wait_status("a", "failed")
     b = daemon.wait_status("b", "cancelled")
     assert b.work.dependency_failed == "a"
+    assert "work a ended failed: cancelled" in _history(daemon, "b")
     # c would run on b's failure, but b was cancelled by a's: c runs (its own policy decides).
     daemon.wait_status("c", "completed")
     assert daemon.runs("b") == 0
@@ -139,6 +146,7 @@ def test_failure_holds_dependent_for_a_person(make_daemon: Callable[..., Daemon]
     assert "conduit work retry b" in detail.waiting.message
     shown = daemon.cli("work", "show", "b").stdout
     assert "did not complete" in shown
+    assert "work a ended failed: held for a person" in _history(daemon, "b")
     assert daemon.runs("b") == 0
     daemon.cli("work", "retry", "b")  # the person decides: run it anyway
     daemon.wait_status("b", "completed")

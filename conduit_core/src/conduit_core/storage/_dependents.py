@@ -51,7 +51,11 @@ def resolved(work: Work, dependency: Work, now_ms: int) -> Work:
 
 
 def settle_dependents(
-    cx: _Rows, dependency: Work, decode: Callable[[str], Work], write: Callable[[Work], None]
+    cx: _Rows,
+    dependency: Work,
+    decode: Callable[[str], Work],
+    write: Callable[[Work], None],
+    record: Callable[[Work, Work], None],
 ) -> None:
     """Settle the Work waiting for ``dependency``, which this transaction has just written
     ended (with ``has_dependents`` cleared); a dependent cancelled by it settles its own
@@ -73,4 +77,6 @@ def settle_dependents(
                 settled = msgspec.structs.replace(settled, has_dependents=False)
                 todo.append(settled)
             write(settled)
+            if settled.dependencies is not None and settled.dependencies.failed == ended.id:
+                record(settled, ended)  # its history says why it was cancelled or held
         cx.run("DELETE FROM conduit_dependency WHERE depends_on = ?", (ended.id,))

@@ -266,7 +266,31 @@ def save_work(cx: Cx, work: Work, *, locked: bool = False) -> None:
     if cx.works_written is not None:
         cx.works_written.add(work.id)
     if settles:
-        settle_dependents(cx, work, Codec.work.decode, lambda w: save_work(cx, w))
+        settle_dependents(
+            cx, work, Codec.work.decode, lambda w: save_work(cx, w),
+            lambda dependent, ended: _record_dependency_failed(cx, dependent, ended),
+        )  # fmt: skip
+
+
+#: The history record of a Work cancelled or held because a dependency did not complete.
+DEPENDENCY_FAILED_EVENT = "core.work.dependency_failed"
+
+
+def _record_dependency_failed(cx: Cx, work: Work, dependency: Work) -> None:
+    """An audit event addressed to ``work`` (history, never input), written with the decision."""
+    key = f"{DEPENDENCY_FAILED_EVENT}/{work.id}/{dependency.id}"
+    policy = work.dependencies.on_failure if work.dependencies is not None else None
+    event = Event(
+        id=key, delivery_id=key, seq=next_event_seq(cx), type=DEPENDENCY_FAILED_EVENT,
+        payload={"work": work.id, "dependency": dependency.id,
+                 "dependency_status": str(dependency.status), "policy": str(policy)},
+        work_id=work.id, scope=work.scope, pending=False, accepted_at_ms=work.updated_at_ms,
+    )  # fmt: skip
+    cx.run(
+        "INSERT INTO conduit_event (id, delivery_id, seq, work_id, pending, data) "
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        (event.id, event.delivery_id, event.seq, event.work_id, 0, dump(event)),
+    )
 
 
 SAVE_WORK = SetWrite(

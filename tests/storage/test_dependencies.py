@@ -124,3 +124,21 @@ async def test_a_work_without_after_stores_no_dependency_fields(store: Store) ->
     assert not work.has_dependents
     encoded = msgspec.json.encode(work)
     assert b'"dependencies":null' in encoded
+
+
+async def test_a_long_chain_in_one_batch_in_any_order(store: Store) -> None:
+    """A thousand items, each after the one before, listed last first: one pass in dependency
+    order links them all (no recursion, no pass per item); a ring among them is refused."""
+    ids = [f"c{i:04d}" for i in range(1000)]
+    items = [(_work(ids[0]), make_input(ids[0]))] + [
+        (_work(work_id, ids[i]), make_input(work_id)) for i, work_id in enumerate(ids[1:])
+    ]
+    results = await store.create_works(list(reversed(items)))
+    assert all(isinstance(r, Work) for r in results)
+    assert await _claimed(store) == [ids[0]]
+    ring = [(_work("r1", "r3"), None), (_work("r2", "r1"), None), (_work("r3", "r2"), None)]
+    refused = await store.create_works(ring)
+    assert [r.code for r in refused if isinstance(r, ConduitError)] == ["dependency_cycle"] * 3
+    message = str(refused[0])
+    assert "form a cycle" in message
+    assert all(name in message for name in ("r1", "r2", "r3"))

@@ -79,48 +79,78 @@ def plan_dependencies(cx: Cx, items: Sequence[Work]) -> DependencyPlan | None:
     edges: list[tuple[str, str]] = []
     flagged: dict[str, Work] = {}
     depended: set[str] = set()
-    progress = True
-    while progress:  # dependencies first (Kahn's order): a new Work's outcome is then known
-        progress = False
-        for work in items:
-            if work.id in decided:
-                continue
-            deps = work.dependencies.after if work.dependencies else []
-            refused = next((d for d in deps if isinstance(decided.get(d), ConduitError)), None)
-            if refused is not None:
-                cause = decided[refused]
-                assert isinstance(cause, ConduitError)
-                decided[work.id] = ConduitError(
-                    f"work {work.id!r} runs after work {refused!r}, refused: {cause.message}",
-                    code=cause.code,
-                )
-                progress = True
-                continue
-            if any(d in new and d not in decided for d in deps):
-                continue  # a dependency in this batch is not decided yet
-            linked = work if work.dependencies is None else _linked(work, ended)
-            decided[work.id] = linked
-            if linked.status.terminal:
-                ended[work.id] = linked
-            waiting = linked.dependencies.waiting_for if linked.dependencies else []
-            for dep in waiting:
-                edges.append((work.id, dep))
-                if dep in stored and not stored[dep].has_dependents:
-                    flagged[dep] = stored[dep]
-                depended.add(dep)
-            progress = True
-    undecided = sorted(w.id for w in items if w.id not in decided)
-    for work_id in undecided:
-        shown = ", ".join(undecided[:10]) + (", …" if len(undecided) > 10 else "")
-        decided[work_id] = ConduitError(
-            f"work {work_id!r}: its dependencies form a cycle (among {shown})",
-            code="dependency_cycle",
-        )
+    order, cycles = _batch_order(new)
+    for work_id in order:  # dependencies first: a new Work's outcome is known to its dependents
+        if work_id in decided:
+            continue
+        work = new[work_id]
+        deps = work.dependencies.after if work.dependencies else []
+        if work_id in cycles:
+            shown = ", ".join(cycles[work_id])
+            decided[work_id] = ConduitError(
+                f"work {work_id!r}: its dependencies form a cycle ({shown})",
+                code="dependency_cycle",
+            )
+            continue
+        refused = next((d for d in deps if isinstance(decided.get(d), ConduitError)), None)
+        if refused is not None:
+            cause = decided[refused]
+            assert isinstance(cause, ConduitError)
+            decided[work_id] = ConduitError(
+                f"work {work_id!r} runs after work {refused!r}, refused: {cause.message}",
+                code=cause.code,
+            )
+            continue
+        linked = work if work.dependencies is None else _linked(work, ended)
+        decided[work_id] = linked
+        if linked.status.terminal:
+            ended[work_id] = linked
+        for dep in linked.dependencies.waiting_for if linked.dependencies else []:
+            edges.append((work_id, dep))
+            if dep in stored and not stored[dep].has_dependents:
+                flagged[dep] = stored[dep]
+            depended.add(dep)
     for work_id in depended & set(new):
         depended_on = decided[work_id]
         if isinstance(depended_on, Work):
             decided[work_id] = msgspec.structs.replace(depended_on, has_dependents=True)
     return DependencyPlan(items=decided, edges=edges, flag=list(flagged.values()))
+
+
+def _batch_order(new: dict[str, Work]) -> tuple[list[str], dict[str, list[str]]]:
+    """The ids of ``new`` with each after its dependencies among them (a depth-first post-order,
+    iterative: a chain of a thousand costs no stack), and for each id on a cycle, that cycle."""
+    order: list[str] = []
+    cycles: dict[str, list[str]] = {}
+    done: set[str] = set()
+
+    def within(work_id: str) -> list[str]:
+        deps = new[work_id].dependencies
+        return [d for d in deps.after if d in new] if deps is not None else []
+
+    for root in new:
+        if root in done:
+            continue
+        path = [root]
+        todo = [iter(within(root))]
+        on_path = {root}
+        while todo:
+            dep = next(todo[-1], None)
+            if dep is None:
+                finished = path.pop()
+                todo.pop()
+                on_path.discard(finished)
+                done.add(finished)
+                order.append(finished)
+            elif dep in on_path:
+                ring = path[path.index(dep) :]
+                for member in ring:
+                    cycles.setdefault(member, ring)
+            elif dep not in done:
+                path.append(dep)
+                on_path.add(dep)
+                todo.append(iter(within(dep)))
+    return order, cycles
 
 
 def _lock_existing(cx: Cx, ids: Sequence[str]) -> dict[str, Work]:

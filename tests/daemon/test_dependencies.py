@@ -265,3 +265,25 @@ def test_a_routine_group_fires_its_steps_in_order(make_daemon: Callable[..., Dae
 
     # The Routine's fire is the group: it settles when the last step ends.
     wait_for("the group's fire to settle on its last step", settled)
+
+
+def test_the_python_client_submits_after(make_daemon: Callable[..., Daemon]) -> None:
+    from conduit_core.client import Client, SubmitItem
+
+    daemon = make_daemon().start()
+    with Client(config=daemon.config) as client:
+        client.submit("held", id="first")
+        detail = client.submit("ok", id="second", after=["first"], on_dependency_failure="hold")
+        assert detail.work.waiting_for == ["first"]
+        assert detail.work.on_dependency_failure == "hold"
+        assert detail.waiting is not None
+        assert detail.waiting.message == "waiting for work first"
+        result = client.submit_many([
+            SubmitItem(binding="ok", id="late", after=["early"]),
+            SubmitItem(binding="ok", id="early", after=["second"]),
+        ])  # fmt: skip
+        assert result.created == 2
+        daemon.release("first")
+        assert client.wait("late", timeout=30).ok
+    lines = _lines(daemon)
+    assert lines.index("second run") < lines.index("early run") < lines.index("late run")

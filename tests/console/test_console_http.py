@@ -392,3 +392,14 @@ config = { command = 'sleep 300', stop_grace_seconds = 1 }
         assert 'priority <b id="work-priority">2</b>' in console.get(f"/ui/work/{first}").text
     finally:
         console.close()
+
+
+def test_a_waiting_dependent_shows_what_it_waits_for(console: Console) -> None:
+    daemon = console.daemon
+    daemon.submit("held", id="dep-a")
+    daemon.submit("ok", id="dep-b", after=["dep-a"])
+    console.login()
+    page = console.get("/ui/work/dep-b/live").text
+    assert "waiting for work dep-a" in page
+    assert 'href="/ui/work/dep-a"' in page
+    assert "on failure: cancel" in page

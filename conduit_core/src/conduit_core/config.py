@@ -20,6 +20,7 @@ from conduit_core.errors import ConduitError, ConfigError, UnsupportedGeneration
 from conduit_core.validation import (
     MAX_AMOUNT,
     MAX_SECONDS,
+    MAX_THEN_STEPS,
     NAME_PATTERN,
     ROUTINE_ID_PATTERN,
     InvalidValueError,
@@ -214,6 +215,18 @@ class Binding(_Section, frozen=True, kw_only=True):
     #: Work with one rendered key hold a slot at once, across every daemon.
     concurrency_key: str | None = None
     key_limit: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] = 1
+    #: What its Work does when a dependency (``after``) fails or is cancelled, unless the
+    #: submit says (see docs/dependencies.md).
+    on_dependency_failure: Literal["cancel", "hold", "run"] = "cancel"
+
+
+class RoutineStepSpec(_Section, frozen=True, kw_only=True):
+    """``[[routines.then]]``: a Work the fire creates after the one before it."""
+
+    binding: str
+    scope: str | None = None
+    kind: Literal["task", "standing", "run_once"] = "task"
+    input: Any = None
 
 
 class RoutineSpec(_Section, frozen=True, kw_only=True):
@@ -226,6 +239,8 @@ class RoutineSpec(_Section, frozen=True, kw_only=True):
     input: Any = None
     misfire: Literal["coalesce", "skip"] = "coalesce"
     grace_seconds: Delay = 60.0
+    #: More Work each fire creates, each after the one before (docs/routines.md, "Groups").
+    then: Annotated[list[RoutineStepSpec], msgspec.Meta(max_length=MAX_THEN_STEPS)] = []
 
 
 class Budget(_Section, frozen=True, kw_only=True):
@@ -639,6 +654,15 @@ def _check_routines(
             raise ConfigError(f"{source}: {field}.binding: unknown binding {routine.binding!r}")
         if routine.scope is not None and routine.scope not in scopes:
             raise ConfigError(f"{source}: {field}.scope: unknown scope {routine.scope!r}")
+        for n, step in enumerate(routine.then):
+            if step.binding not in bindings:
+                raise ConfigError(
+                    f"{source}: {field}.then[{n}].binding: unknown binding {step.binding!r}"
+                )
+            if step.scope is not None and step.scope not in scopes:
+                raise ConfigError(
+                    f"{source}: {field}.then[{n}].scope: unknown scope {step.scope!r}"
+                )
         try:
             check_timezone(f"{field}.timezone", routine.timezone)
         except InvalidValueError as exc:

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from conduit_core.extension import Capability, PhaseOutcome, Result
+from conduit_core.validation import MAX_THEN_STEPS
 
 __all__ = [
     "EXHAUSTED",
@@ -27,6 +28,8 @@ __all__ = [
     "DAEMON_LOST_AFTER_MS",
     "DaemonRecord",
     "DaemonState",
+    "Dependencies",
+    "DependencyFailure",
     "ErrorFallback",
     "Event",
     "Execution",
@@ -39,6 +42,7 @@ __all__ = [
     "Lease",
     "MAX_LAUNCH_PHASES",
     "MAX_SEGMENTS",
+    "MAX_THEN_STEPS",
     "MisfirePolicy",
     "RecoveryHold",
     "RetryPolicy",
@@ -51,6 +55,7 @@ __all__ = [
     "Work",
     "WorkKind",
     "WorkStatus",
+    "WorkStep",
     "WorkTemplate",
     "listed_status",
 ]
@@ -89,6 +94,28 @@ class WorkStatus(StrEnum):
         return self in (WorkStatus.COMPLETED, WorkStatus.FAILED, WorkStatus.CANCELLED)
 
 
+class DependencyFailure(StrEnum):
+    """What a dependent does when a dependency ends failed or cancelled."""
+
+    CANCEL = "cancel"  # cancelled too (and its own dependents after it, by their policy)
+    HOLD = "hold"  # blocked (``dependency_failed``) until a person retries or cancels it
+    RUN = "run"  # runs anyway, as if the dependency had completed
+
+
+class Dependencies(Record, frozen=True, kw_only=True):
+    """What a Work declared with ``after`` and what is left of it; kept by the store.
+
+    ``waiting_for`` shrinks in the transaction that ends each dependency (see
+    ``storage/_ops_dependencies.py``); while it is not empty the Work is not claimable.
+    """
+
+    after: list[str]
+    waiting_for: list[str] = []
+    on_failure: DependencyFailure = DependencyFailure.CANCEL
+    #: The dependency whose failure or cancellation cancelled or held this Work.
+    failed: str | None = None
+
+
 class Work(Record, frozen=True, kw_only=True):
     id: str
     scope: str
@@ -125,6 +152,10 @@ class Work(Record, frozen=True, kw_only=True):
     #: ``key_limit`` attempts of Work with this key hold a slot at once, across every daemon.
     concurrency_key: str | None = None
     key_limit: int = 1
+    #: Declared with ``after`` at submit; ``None`` (nothing extra stored) for most Work.
+    dependencies: Dependencies | None = None
+    #: Some Work waits for this one: its end settles them in the same transaction.
+    has_dependents: bool = False
 
 
 #: The listed state of ready Work blocked until a person retries it (see ``listed_status``).
@@ -452,6 +483,15 @@ class MisfirePolicy(StrEnum):
     SKIP = "skip"
 
 
+class WorkStep(Record, frozen=True, kw_only=True):
+    """A Work a Routine's fire creates after the one before it (``WorkTemplate.then``)."""
+
+    binding: str
+    scope: str | None = None
+    kind: WorkKind = WorkKind.TASK
+    input: Any = None
+
+
 class WorkTemplate(Record, frozen=True, kw_only=True):
     """What a Routine fire creates: a new Work, or input for a bound existing Work."""
 
@@ -460,6 +500,10 @@ class WorkTemplate(Record, frozen=True, kw_only=True):
     kind: WorkKind = WorkKind.TASK
     input: Any = None
     work_id: str | None = None  # bound: deliver input to this existing Work instead
+    #: More Work the same fire creates, each ``after`` the one before (a small group: A then B).
+    #: The fire is settled by the last one's end; a failure cancels the rest (the default
+    #: ``on_dependency_failure``), which fails the fire.
+    then: list[WorkStep] = []
 
 
 class Routine(Record, frozen=True, kw_only=True):

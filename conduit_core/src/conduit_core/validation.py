@@ -32,6 +32,7 @@ __all__ = [
     "MAX_AMOUNT",
     "MAX_BODY_BYTES",
     "MAX_DEPTH",
+    "MAX_THEN_STEPS",
     "MAX_DOCUMENT_BYTES",
     "MAX_PAYLOAD_BYTES",
     "MAX_SECONDS",
@@ -78,6 +79,9 @@ WORK_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}(?!\n)$"
 NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}(?!\n)$"
 #: Routine ids: as names, at most 100 characters, so the id of the Work a fire creates
 #: (``routine:<id>:<scheduled ms>``) stays within :data:`ID_MAX_LENGTH`.
+#: Steps a Routine's fire may chain after its first Work (``then``): the step's Work id is the
+#: fire key plus ``.<n>`` (one digit), which keeps it within the Work id grammar's length.
+MAX_THEN_STEPS: Final = 8
 ROUTINE_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}(?!\n)$"
 #: Deepest nesting of arrays/objects/tables in any JSON, TOML or msgpack document.
 MAX_DEPTH: Final = 64

@@ -138,6 +138,12 @@ def work_detail(detail: WorkDetail, *, with_status: bool = True) -> RenderableTy
     if detail.attempts:
         parts.append(_attempts(detail))
     parts.extend(_outputs(detail))
+    if detail.work.after:
+        line = f"after: {', '.join(detail.work.after)}"
+        line += f" (on failure: {detail.work.on_dependency_failure})"
+        if detail.work.dependency_failed:
+            line += f"; work {detail.work.dependency_failed} did not complete"
+        parts.append(Text(line, style="dim"))
     for hold in detail.holds:
         parts.append(Text(f"hold: {hold.kind} by {hold.holder}: {hold.reason}", style="magenta"))
     for attempt in detail.attempts:

@@ -52,6 +52,18 @@ def work_group() -> None:
     help="Claim order, -10 to 10, higher first; each point counts as a minute of waiting "
     "(default: the binding's priority).",
 )
+@click.option(
+    "--after",
+    "after",
+    multiple=True,
+    help="Start only after this Work completed (repeatable; see docs/dependencies.md).",
+)
+@click.option(
+    "--on-dependency-failure",
+    type=click.Choice(("cancel", "hold", "run")),
+    help="When a dependency fails or is cancelled: cancel this too (default), hold it for a "
+    "person, or run it anyway.",
+)
 @click.option("--watch", "watch_after", is_flag=True, help="Then watch it until it ends.")
 @click.option(
     "--from",
@@ -69,6 +81,8 @@ def submit(
     kind: str | None,
     work_id: str | None,
     priority: int | None,
+    after: tuple[str, ...],
+    on_dependency_failure: str | None,
     watch_after: bool,
     from_file: Path | None,
     config_path: Path | None,
@@ -78,7 +92,8 @@ def submit(
     if from_file is not None:
         given = [name for name, value in (
             ("BINDING", binding), ("--input", input_json), ("--scope", scope), ("--kind", kind),
-            ("--id", work_id), ("--priority", priority is not None), ("--watch", watch_after),
+            ("--id", work_id), ("--priority", priority is not None), ("--after", after),
+            ("--on-dependency-failure", on_dependency_failure), ("--watch", watch_after),
         ) if value]  # fmt: skip
         if given:
             raise click.UsageError(
@@ -92,7 +107,7 @@ def submit(
         raise click.UsageError("give BINDING (or --from FILE.jsonl)")
     from conduit_core.cli._render import console
     from conduit_core.http import SubmitRequest
-    from conduit_core.model import WorkKind
+    from conduit_core.model import DependencyFailure, WorkKind
 
     req = SubmitRequest(
         binding=binding,
@@ -101,6 +116,10 @@ def submit(
         input=parse_json_option(input_json, "--input"),
         id=work_id,
         priority=priority,
+        after=list(after),
+        on_dependency_failure=(
+            DependencyFailure(on_dependency_failure) if on_dependency_failure else None
+        ),
     )
 
     async def go() -> WorkDetail:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import os
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from conduit_core.client._address import resolve
@@ -189,10 +189,13 @@ class AsyncClient:
         id: str | None = None,
         exist_ok: bool = False,
         priority: int | None = None,
+        after: Sequence[str] = (),
+        on_dependency_failure: str | None = None,
     ) -> WorkDetail:
         item = SubmitItem(
-            binding=binding, input=input, scope=scope, kind=kind, id=id, priority=priority
-        )
+            binding=binding, input=input, scope=scope, kind=kind, id=id, priority=priority,
+            after=list(after), on_dependency_failure=on_dependency_failure,
+        )  # fmt: skip
         try:
             return await self._call(Calls.submit(item))
         except Conflict as exc:

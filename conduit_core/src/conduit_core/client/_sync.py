@@ -9,7 +9,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeVar, overload
 
 from conduit_core.client._address import Address, resolve
@@ -185,16 +185,21 @@ class Client:
         id: str | None = None,
         exist_ok: bool = False,
         priority: int | None = None,
+        after: Sequence[str] = (),
+        on_dependency_failure: str | None = None,
     ) -> WorkDetail:
         """Create Work for ``binding`` with ``input`` as its first input's payload.
 
         With an ``id``, a resend is refused (:class:`Conflict`, ``work_exists``); with
         ``exist_ok=True`` it returns the stored Work instead (an idempotent submit).
         ``priority`` (-10 to 10; ``None``: the binding's): claimed higher first, aged.
+        ``after``: ids of Work that must complete first; ``on_dependency_failure``:
+        ``cancel`` (default), ``hold`` or ``run`` when one fails or is cancelled.
         """
         item = SubmitItem(
-            binding=binding, input=input, scope=scope, kind=kind, id=id, priority=priority
-        )
+            binding=binding, input=input, scope=scope, kind=kind, id=id, priority=priority,
+            after=list(after), on_dependency_failure=on_dependency_failure,
+        )  # fmt: skip
         try:
             return self._call(Calls.submit(item))
         except Conflict as exc:

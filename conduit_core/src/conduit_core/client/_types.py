@@ -45,6 +45,10 @@ class SubmitItem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     id: str | None = None
     #: -10 to 10, higher starts first (aged); ``None``: the binding's priority.
     priority: int | None = None
+    #: Ids of Work that must complete first (stored, or earlier/later items of one batch).
+    after: list[str] = []
+    #: ``cancel`` (the server's default), ``hold`` or ``run``: see docs/dependencies.md.
+    on_dependency_failure: str | None = None
 
 
 class WorkView(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,6 +71,12 @@ class WorkView(msgspec.Struct, frozen=True, kw_only=True):
     priority: int = 0
     concurrency_key: str | None = None
     key_limit: int = 1
+    #: Declared ``after`` at submit, and those of them that have not ended yet.
+    after: list[str] = []
+    waiting_for: list[str] = []
+    on_dependency_failure: str | None = None
+    #: The dependency whose failure or cancellation cancelled or held it.
+    dependency_failed: str | None = None
 
     @property
     def terminal(self) -> bool:

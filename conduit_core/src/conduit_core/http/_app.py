@@ -69,7 +69,8 @@ log = logging.getLogger("conduit.http")
 #: The request is well formed but does not fit the config (a binding, a scope, a key template).
 _UNPROCESSABLE = frozenset({
     "unknown_binding", "unknown_scope", "unknown_executor", "over_cap",
-    "concurrency_key_field_missing", "invalid_concurrency_key",
+    "concurrency_key_field_missing", "invalid_concurrency_key", "dependency_unknown",
+    "dependency_cycle",
 })  # fmt: skip
 _UNAVAILABLE = frozenset({"store_unreachable", "store_unavailable", "daemon_stopping"})
 #: The caller's own request is wrong (its shape, a number, an id, its nesting).

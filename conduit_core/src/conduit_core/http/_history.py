@@ -48,6 +48,7 @@ _CONTROL_EVENTS = {
     "core.retry": ("retry_fired", "retry timer fired: the Work may start again"),
     "core.manual.retry": ("manual_retry", "manual retry"),
     "core.execution.stop_confirmed": ("stop_confirmed", "stop confirmed by a person"),
+    "core.work.dependency_failed": ("dependency_failed", "a dependency did not complete"),
     CANCELLED: ("cancelled", "cancelled"),
     INTERRUPTED: ("interrupted", "interrupt requested"),
 }
@@ -60,7 +61,7 @@ class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):
     #: ``created``, ``input``, ``gate_held``, ``gate_approved``, ``gate_refused``,
     #: ``budget_held``, ``budget_released``, ``attempt_started``, ``segment``, ``phase``,
     #: ``attempt_ended``, ``retry_armed``, ``retry_fired``, ``manual_retry``, ``cancelled``,
-    #: ``interrupted``, ``stop_confirmed``, ``recovery_held``.
+    #: ``interrupted``, ``stop_confirmed``, ``recovery_held``, ``dependency_failed``.
     kind: str
     summary: str
     #: Who did it, where the record says (the token's name, a gate, ``console``); else ``None``.
@@ -121,6 +122,12 @@ def _event_entry(event: Event, consumed_by: dict[str, int]) -> HistoryEntry:
         elif kind == "retry_fired" and isinstance(payload.get("attempt"), int):
             attempt = payload["attempt"]
             text = f"retry timer fired after attempt {attempt}: the Work may start again"
+        elif kind == "dependency_failed":
+            then = "cancelled" if payload.get("policy") == "cancel" else "held for a person"
+            text = (
+                f"work {payload.get('dependency')} ended {payload.get('dependency_status')}: "
+                f"{then}"
+            )
         elif kind == "stop_confirmed":
             text = f"stop confirmed for epoch {payload.get('epoch')} ({payload.get('execution')})"
     return HistoryEntry(

@@ -12,6 +12,7 @@ import msgspec
 
 from conduit_core.extension import Result
 from conduit_core.model import (
+    DependencyFailure,
     Execution,
     ExecutionStatus,
     Hold,
@@ -25,6 +26,7 @@ from conduit_core.model import (
 from conduit_core.validation import ID_MAX_LENGTH, MAX_TEXT_LENGTH, NameStr, Priority, WorkIdStr
 
 __all__ = [
+    "MAX_AFTER",
     "MAX_BATCH_ITEMS",
     "AttemptView",
     "BatchItemResult",
@@ -71,6 +73,10 @@ class _Response(msgspec.Struct, frozen=True, kw_only=True):
 # --- requests ---------------------------------------------------------------------------------
 
 
+#: Dependencies one Work may declare at most (``after``).
+MAX_AFTER = 100
+
+
 class SubmitRequest(_Request, frozen=True, kw_only=True, omit_defaults=True):
     """Create Work for ``binding`` with its first input (``input`` becomes its payload).
 
@@ -85,6 +91,16 @@ class SubmitRequest(_Request, frozen=True, kw_only=True, omit_defaults=True):
     #: Claim order, -10 to 10, higher first (aged: a point is a minute of waiting); default:
     #: the binding's ``priority``.
     priority: Priority | None = None
+    #: Ids of Work that must complete first (stored Work, or items of the same batch).
+    after: Annotated[
+        list[WorkId],
+        msgspec.Meta(
+            description=f"at most {MAX_AFTER} Work ids",
+            extra_json_schema={"maxItems": MAX_AFTER},
+        ),
+    ] = []
+    #: What this Work does when a dependency ends failed or cancelled (default ``cancel``).
+    on_dependency_failure: DependencyFailure | None = None
 
 
 #: Items one ``POST /v1/work/batch`` takes at most (more is refused whole: ``too_many_items``).
@@ -173,6 +189,13 @@ class WorkView(_Response, frozen=True, kw_only=True):
     #: Its binding's ``concurrency_key`` rendered over its first input, and that key's limit.
     concurrency_key: str | None = None
     key_limit: int = 1
+    #: The Work it was declared to run after (``after`` at submit).
+    after: list[str] = []
+    #: Those of ``after`` that have not ended yet: it does not start while any is left.
+    waiting_for: list[str] = []
+    on_dependency_failure: DependencyFailure | None = None
+    #: The dependency whose failure or cancellation cancelled or held it.
+    dependency_failed: str | None = None
 
 
 class AttemptView(_Response, frozen=True, kw_only=True):
@@ -340,7 +363,20 @@ def work_view(work: Work) -> WorkView:
         priority=work.priority,
         concurrency_key=work.concurrency_key,
         key_limit=work.key_limit,
+        **_dependency_fields(work),
     )
+
+
+def _dependency_fields(work: Work) -> dict[str, Any]:
+    deps = work.dependencies
+    if deps is None:
+        return {}
+    return {
+        "after": deps.after,
+        "waiting_for": deps.waiting_for,
+        "on_dependency_failure": deps.on_failure,
+        "dependency_failed": deps.failed,
+    }
 
 
 def attempt_view(ex: Execution) -> AttemptView:

@@ -48,11 +48,25 @@ from conduit_core.http._schemas import (
     work_view,
 )
 from conduit_core.http._search import WorkFilter, decode_cursor, encode_cursor
-from conduit_core.model import Event, Execution, Work, WorkStatus
+from conduit_core.model import (
+    Dependencies,
+    DependencyFailure,
+    Event,
+    Execution,
+    Work,
+    WorkStatus,
+)
 from conduit_core.runtime import JOBS_POOL, Scheduler
 from conduit_core.storage import Claim, Store
 
-__all__ = ["ApiService", "GLOBAL_POOL", "HostHooks", "NoHost", "new_work_id"]
+__all__ = [
+    "ApiService",
+    "GLOBAL_POOL",
+    "HostHooks",
+    "NoHost",
+    "dependency_waiting",
+    "new_work_id",
+]
 
 log = logging.getLogger("conduit.api")
 
@@ -244,6 +258,8 @@ class ApiService:
             return Waiting(code=f"hold_{hold.kind}", message=hold.reason, limit_name=hold.holder)
         if work.status is not WorkStatus.READY:
             return None
+        if (deps := dependency_waiting(work)) is not None:
+            return deps
         if work.retry_timer_id is not None:
             return Waiting(code="retry_backoff", message="waiting for its retry delay")
         if work.blocked_reason is not None:
@@ -409,6 +425,13 @@ class ApiService:
                 f"unknown scope {scope!r} (configured: {known})", code="unknown_scope"
             )
         work_id = req.id or new_work_id(now)
+        dependencies = None
+        if req.after:
+            dependencies = Dependencies(
+                after=list(dict.fromkeys(req.after)),
+                on_failure=req.on_dependency_failure
+                or DependencyFailure(binding.on_dependency_failure),
+            )
         work = Work(
             id=work_id,
             scope=scope,
@@ -417,6 +440,7 @@ class ApiService:
             created_at_ms=now,
             updated_at_ms=now,
             priority=binding.priority if req.priority is None else req.priority,
+            dependencies=dependencies,
         )
         first = Event(
             id=f"{work_id}/input/1",
@@ -591,3 +615,25 @@ def _event_view(
 
 def _refused(index: int, work_id: str | None, exc: ConduitError) -> BatchItemResult:
     return BatchItemResult(index=index, id=work_id, created=False, error=exc.message, code=exc.code)
+
+
+def dependency_waiting(work: Work) -> Waiting | None:
+    """What ready Work waits for among its dependencies (``after``): those not ended yet, or
+    the one whose failure blocked it (``on_dependency_failure = "hold"``)."""
+    deps = work.dependencies
+    if deps is None:
+        return None
+    if deps.waiting_for:
+        return Waiting(
+            code="dependency",
+            message=f"waiting for work {', '.join(deps.waiting_for)}",
+            limit_name=deps.waiting_for[0],
+        )
+    if work.blocked_reason == "dependency_failed" and deps.failed is not None:
+        return Waiting(
+            code="dependency_failed",
+            message=f"work {deps.failed} did not complete: `conduit work retry {work.id}` runs "
+            f"it anyway, `conduit work cancel {work.id}` ends it",
+            limit_name=deps.failed,
+        )
+    return None

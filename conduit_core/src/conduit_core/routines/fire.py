@@ -16,7 +16,15 @@ from typing import Any, Protocol
 import msgspec
 
 from conduit_core.errors import ConduitError, NotFoundError
-from conduit_core.model import Event, Routine, RoutineStatus, Work, WorkKind, WorkStatus
+from conduit_core.model import (
+    Dependencies,
+    Event,
+    Routine,
+    RoutineStatus,
+    Work,
+    WorkKind,
+    WorkStatus,
+)
 from conduit_core.routines import ledger
 from conduit_core.routines.errors import (
     BoundRecurringScheduleError,
@@ -300,7 +308,11 @@ async def fire_claimed_many(
     fires: list[tuple[Routine, int, Event]] = []
     items: list[tuple[Work, Event]] = []
     for routine in routines:
-        if routine.target.work_id is not None or routine.target.binding is None:
+        if (
+            routine.target.work_id is not None
+            or routine.target.binding is None
+            or routine.target.then  # a group: its steps are submitted in order (fire_claimed)
+        ):
             rest.append(routine)
             continue
         plan = _plan(routine, now_ms)
@@ -355,13 +367,43 @@ async def _dispatch(
     if template.binding is None:
         raise ConduitError(f"routine {routine.id!r} has no binding", code="unknown_binding")
     work = _fire_work(routine, key, now_ms)
-    try:
-        await target.submit(work, _fire_input(routine, key, key, scope, now_ms))
-    except ConduitError as exc:
-        if exc.code != "work_exists":
-            raise
-        log.info("routine %s: work %s exists already (a retried fire)", routine.id, key)
-    return key
+    group = [(work, _fire_input(routine, key, key, scope, now_ms)), *_then(routine, key, now_ms)]
+    for member, first_input in group:  # in order: each step's dependency exists before it
+        try:
+            await target.submit(member, first_input)
+        except ConduitError as exc:
+            if exc.code != "work_exists":
+                raise
+            log.info("routine %s: work %s exists already (a retried fire)", routine.id, member.id)
+    return group[-1][0].id
+
+
+def _then(routine: Routine, key: str, now_ms: int) -> list[tuple[Work, Event]]:
+    """The Work a fire chains after its first (``target.then``): step ``n`` (2, 3, …) is
+    ``<fire key>.<n>``, after step ``n - 1``, with the step's input. The fire is settled by
+    the last step (``fired_work_id``)."""
+    chained: list[tuple[Work, Event]] = []
+    previous = key
+    for n, step in enumerate(routine.target.then, start=2):
+        work_id = f"{key}.{n}"
+        scope = step.scope or routine.scope
+        work = Work(
+            id=work_id,
+            scope=scope,
+            binding=step.binding,
+            kind=step.kind,
+            scheduled_by=firing_owner(routine.id),
+            created_at_ms=now_ms,
+            updated_at_ms=now_ms,
+            dependencies=Dependencies(after=[previous]),
+        )
+        first_input = Event(
+            id=f"{work_id}/input", delivery_id=f"{work_id}/input", type=FIRE_INPUT_TYPE,
+            payload=step.input, work_id=work_id, scope=scope, pending=True, accepted_at_ms=now_ms,
+        )  # fmt: skip
+        chained.append((work, first_input))
+        previous = work_id
+    return chained
 
 
 def _fire_work(routine: Routine, key: str, now_ms: int) -> Work:

@@ -17,7 +17,7 @@ import msgspec
 
 from conduit_core.config import Config, RoutineSpec
 from conduit_core.errors import ConduitError
-from conduit_core.model import MisfirePolicy, Routine, WorkKind, WorkTemplate
+from conduit_core.model import MisfirePolicy, Routine, WorkKind, WorkStep, WorkTemplate
 from conduit_core.routines import ledger
 from conduit_core.routines.fire import check_bound_owner
 from conduit_core.routines.managed import new_routine
@@ -53,7 +53,14 @@ def request_of(spec: RoutineSpec) -> ScheduleCreate:
         timezone=spec.timezone,
         scope=spec.scope,
         target=WorkTemplate(
-            binding=spec.binding, scope=spec.scope, kind=WorkKind(spec.kind), input=spec.input
+            binding=spec.binding, scope=spec.scope, kind=WorkKind(spec.kind), input=spec.input,
+            then=[
+                WorkStep(
+                    binding=step.binding, scope=step.scope, kind=WorkKind(step.kind),
+                    input=step.input,
+                )
+                for step in spec.then
+            ],
         ),
         misfire=MisfirePolicy(spec.misfire),
         grace_seconds=spec.grace_seconds,

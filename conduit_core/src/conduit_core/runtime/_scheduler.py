@@ -322,6 +322,9 @@ class Scheduler:
         """The Work as it is stored: with its binding's concurrency key rendered over the first
         input, and a Routine's Work with its binding's priority (a submit sets its own)."""
         check_work_id(work.id, "id")
+        if work.dependencies is not None:
+            for index, dependency in enumerate(work.dependencies.after):
+                check_work_id(dependency, f"after[{index}]")
         if first_input is not None:
             check_payload("$.input", first_input.payload)
         binding = self.options.bindings.get(work.binding)

@@ -17,6 +17,7 @@ import msgspec
 
 from conduit_core.errors import ConduitError
 from conduit_core.model import Event, Work
+from conduit_core.storage._ops_dependencies import plan_dependencies
 from conduit_core.storage._ops_work import accept_event
 from conduit_core.storage._sql import (
     WORK_COLUMNS,
@@ -76,26 +77,41 @@ def create_works(cx: Cx, items: Sequence[tuple[Work, Event | None]]) -> list[Wor
     delivered = _existing(
         cx, "conduit_event", "delivery_id", [e.delivery_id for _, e in items if e is not None]
     )
-    results: list[Work | ConduitError] = []
-    works: list[tuple[Work, Event | None]] = []
-    inputs: list[Event] = []
+    results: list[Work | ConduitError | None] = []
+    fresh_items: list[tuple[Work, Event | None]] = []
     for work, first_input in items:
         if work.id in taken:
             results.append(ConduitError(f"work {work.id!r} already exists", code="work_exists"))
             continue
         taken.add(work.id)
+        results.append(None)
+        fresh_items.append((work, first_input))
+    plan = plan_dependencies(cx, [work for work, _ in fresh_items])
+    decided = iter(fresh_items)
+    works: list[tuple[Work, Event | None]] = []
+    inputs: list[Event] = []
+    for index, result in enumerate(results):
+        if result is not None:
+            continue
+        work, first_input = next(decided)
+        planned = work if plan is None else plan.items[work.id]
+        if isinstance(planned, ConduitError):
+            results[index] = planned
+            continue
         fresh = first_input is not None and first_input.delivery_id not in delivered
         if fresh:
             assert first_input is not None
             delivered.add(first_input.delivery_id)
             inputs.append(msgspec.structs.replace(first_input, work_id=work.id, pending=True))
-        stored = msgspec.structs.replace(work, pending_inputs=int(fresh), last_attempt=0)
+        stored = msgspec.structs.replace(planned, pending_inputs=int(fresh), last_attempt=0)
         works.append((stored, first_input if fresh else None))
-        results.append(stored)
+        results[index] = stored
+    if plan is not None:
+        plan.write(cx)
     if works:
         write_rows(cx, _INSERT_WORK, [work_params(w, e) for w, e in works])
     _insert_numbered(cx, inputs)
-    return results
+    return [r for r in results if r is not None]
 
 
 def accept_events(cx: Cx, events: Sequence[Event]) -> None:

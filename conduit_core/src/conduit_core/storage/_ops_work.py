@@ -29,6 +29,7 @@ from conduit_core.storage._contract import (
     WorkChange,
 )
 from conduit_core.storage._keys import READY_KEY_FILTER, KeyCounts, keys_checked
+from conduit_core.storage._ops_dependencies import plan_dependencies
 from conduit_core.storage._sql import (
     INSERT_EXECUTION,
     PUT_LEASE,
@@ -64,7 +65,15 @@ from conduit_core.storage._unsafe import fault, unsafe
 def create_work(cx: Cx, work: Work, first_input: Event | None) -> Work:
     if find_work(cx, work.id) is not None:
         raise ConduitError(f"work {work.id!r} already exists", code="work_exists")
+    plan = plan_dependencies(cx, [work])
+    if plan is not None:
+        planned = plan.items[work.id]
+        if isinstance(planned, ConduitError):
+            raise planned
+        work = planned
     insert_work(cx, msgspec.structs.replace(work, pending_inputs=0, last_attempt=0), first_input)
+    if plan is not None:
+        plan.write(cx)
     if first_input is not None:
         accept_event(cx, msgspec.structs.replace(first_input, work_id=work.id, pending=True))
     return load_work(cx, work.id)

@@ -176,9 +176,18 @@ _V10 = (
     "WHERE holds_slot = 1 AND concurrency_key IS NOT NULL",
 )
 
+# Dependencies between Work (``after``): one row per dependency a Work still waits for, found
+# by the dependency when it ends (``_dependents.settle_dependents``), deleted then. ``IF NOT
+# EXISTS``: a store whose version was set back (a test that undoes an earlier step) takes it again.
+_V11 = (
+    """CREATE TABLE IF NOT EXISTS conduit_dependency (
+        work_id TEXT NOT NULL, depends_on TEXT NOT NULL, PRIMARY KEY (work_id, depends_on))""",
+    "CREATE INDEX IF NOT EXISTS conduit_dependency_on ON conduit_dependency (depends_on)",
+)
+
 #: Ordered forward migrations; ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.
 MIGRATIONS: tuple[tuple[str | PerBackend, ...], ...] = (
-    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10,
+    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -200,6 +209,7 @@ TABLES = (
     "conduit_routine_run",
     "conduit_budget_pending",
     "conduit_daemon",
+    "conduit_dependency",
 )
 
 META_DDL = "CREATE TABLE IF NOT EXISTS conduit_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"

@@ -27,6 +27,7 @@ from conduit_core.model import (
     WorkStatus,
     listed_status,
 )
+from conduit_core.storage._dependents import settle_dependents
 from conduit_core.storage._schema import (
     META_DDL,
     MIGRATIONS,
@@ -215,6 +216,7 @@ def is_claimable(work: Work) -> bool:
         and work.retry_timer_id is None
         and work.blocked_reason is None
         and work.pending_inputs > 0
+        and (work.dependencies is None or not work.dependencies.waiting_for)
     )
 
 
@@ -295,13 +297,45 @@ def save_work_params(work: Work) -> tuple[Any, ...]:
 
 def save_work(cx: Cx, work: Work, *, locked: bool = False) -> None:
     """Update the Work's row; ``locked``: this transaction has locked it already, so the write
-    may be deferred (``Cx.defer``)."""
+    may be deferred (``Cx.defer``).
+
+    A Work that ends (a terminal status) while others wait for it settles them here, in the
+    same transaction, whichever operation ended it (``_ops_dependencies.settle_dependents``)."""
+    settles = work.has_dependents and work.status.terminal
+    if settles:
+        work = msgspec.structs.replace(work, has_dependents=False)
     if locked:
         cx.defer(SAVE_WORK, save_work_params(work))
     else:
         cx.run(SAVE_WORK_SQL, save_work_params(work))
     if cx.works_written is not None:
         cx.works_written.add(work.id)
+    if settles:
+        settle_dependents(
+            cx, work, Codec.work.decode, lambda w: save_work(cx, w),
+            lambda dependent, ended: _record_dependency_failed(cx, dependent, ended),
+        )  # fmt: skip
+
+
+#: The history record of a Work cancelled or held because a dependency did not complete.
+DEPENDENCY_FAILED_EVENT = "core.work.dependency_failed"
+
+
+def _record_dependency_failed(cx: Cx, work: Work, dependency: Work) -> None:
+    """An audit event addressed to ``work`` (history, never input), written with the decision."""
+    key = f"{DEPENDENCY_FAILED_EVENT}/{work.id}/{dependency.id}"
+    policy = work.dependencies.on_failure if work.dependencies is not None else None
+    event = Event(
+        id=key, delivery_id=key, seq=next_event_seq(cx), type=DEPENDENCY_FAILED_EVENT,
+        payload={"work": work.id, "dependency": dependency.id,
+                 "dependency_status": str(dependency.status), "policy": str(policy)},
+        work_id=work.id, scope=work.scope, pending=False, accepted_at_ms=work.updated_at_ms,
+    )  # fmt: skip
+    cx.run(
+        "INSERT INTO conduit_event (id, delivery_id, seq, work_id, pending, data) "
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        (event.id, event.delivery_id, event.seq, event.work_id, 0, dump(event)),
+    )
 
 
 SAVE_WORK = SetWrite(
@@ -340,6 +374,8 @@ def changed_work(before: Work, after: Work, now_ms: int) -> Work:
         pending_inputs=before.pending_inputs,
         created_at_ms=before.created_at_ms,
         updated_at_ms=now_ms,
+        dependencies=before.dependencies,
+        has_dependents=before.has_dependents,
     )
 
 

@@ -22,6 +22,7 @@ from conduit_core.validation import (
     MAX_SECONDS,
     NAME_PATTERN,
     ROUTINE_ID_PATTERN,
+    Duration,
     InvalidValueError,
     check_name,
     check_timezone,
@@ -187,6 +188,16 @@ class Scope(_Section, frozen=True, kw_only=True):
     description: str = ""
 
 
+class DebounceSpec(_Section, frozen=True, kw_only=True):
+    """``debounce = { key = "…", quiet = "5s", max_wait = "1m" }``: submits with one key within
+    ``quiet`` of each other become one Work, started ``quiet`` after the last of them but never
+    later than ``max_wait`` after the first (default: no maximum beyond ``quiet`` pushes)."""
+
+    key: str
+    quiet: Duration
+    max_wait: Duration | None = None
+
+
 class Binding(_Section, frozen=True, kw_only=True):
     executor: Name
     #: Pin new attempts to this generation (default: the executor's current generation).
@@ -198,6 +209,14 @@ class Binding(_Section, frozen=True, kw_only=True):
     terminal_on_exhaustion: bool = False
     control_fallback: Literal["queue", "drop"] = "queue"
     handoff: Literal["stop", "continue"] = "stop"
+    #: A dedup key for every submit without one: a template over the first input
+    #: (``"order-{order_id}"``; docs/dedup.md), kept for the ``dedup`` scope below.
+    dedup_key: str | None = None
+    dedup: Literal["queued", "active"] = "queued"
+    #: Instead of ``dedup``: a duplicate is any Work with the key created within this span.
+    dedup_window: Duration | None = None
+    #: Collapse submits whose key matches into one pending Work (docs/dedup.md).
+    debounce: DebounceSpec | None = None
 
 
 class RoutineSpec(_Section, frozen=True, kw_only=True):

@@ -112,6 +112,14 @@ class Work(Record, frozen=True, kw_only=True):
     pending_inputs: int = 0
     #: The named API token (``[[tokens]]``) whose cancel (or refusal) ended the Work.
     cancelled_by: str | None = None
+    #: The dedup or debounce key it was submitted under (docs/dedup.md).
+    dedup_key: str | None = None
+    #: Set while a debounce holds its start: the timer whose firing releases it.
+    debounce_timer_id: str | None = None
+    #: When that timer is due (last submit + quiet, capped by ``debounce_deadline_ms``).
+    debounce_due_ms: int | None = None
+    #: First submit + max wait: no later submit pushes the start past it.
+    debounce_deadline_ms: int | None = None
 
 
 class Event(Record, frozen=True, kw_only=True):
@@ -344,6 +352,7 @@ class TimerKind(StrEnum):
     RETRY = "retry"
     WAIT_TIMEOUT = "wait_timeout"
     DEADLINE = "deadline"
+    DEBOUNCE = "debounce"
 
 
 class Timer(Record, frozen=True, kw_only=True):

@@ -142,7 +142,8 @@ def route_role(route: ApiRoute) -> str:
 
 ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute(
-        "POST", "/v1/work", "Create Work with its first input", WorkDetail, 201, SubmitRequest
+        "POST", "/v1/work", "Create Work with its first input (200: deduplicated, not created)",
+        WorkDetail, 201, SubmitRequest, also=(200,),
     ),
     ApiRoute(
         "POST",
@@ -452,7 +453,9 @@ def create_app(
                     level = logging.DEBUG if exc.code in STORE_OUTAGE_CODES else logging.WARNING
                     log.log(level, "%s %s failed: [%s] %s", route.method, route.path, exc.code, exc)
                 return _error(exc.message, exc.code, status)
-            return _json(result, route.status)
+            # A submit answered with the Work its dedup key already names created nothing: 200.
+            deduplicated = isinstance(result, WorkDetail) and result.deduplicated
+            return _json(result, 200 if deduplicated else route.status)
 
         return serve
 

@@ -6,7 +6,7 @@ plain records a newer daemon may extend with defaulted fields.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -21,7 +21,7 @@ from conduit_core.model import (
     WorkKind,
     WorkStatus,
 )
-from conduit_core.validation import ID_MAX_LENGTH, MAX_TEXT_LENGTH, NameStr, WorkIdStr
+from conduit_core.validation import ID_MAX_LENGTH, MAX_TEXT_LENGTH, Duration, NameStr, WorkIdStr
 
 __all__ = [
     "MAX_BATCH_ITEMS",
@@ -31,6 +31,7 @@ __all__ = [
     "BatchSubmitResult",
     "CancelRequest",
     "CapacityView",
+    "DebounceRequest",
     "ConfirmStoppedRequest",
     "ErrorBody",
     "EventView",
@@ -70,6 +71,15 @@ class _Response(msgspec.Struct, frozen=True, kw_only=True):
 # --- requests ---------------------------------------------------------------------------------
 
 
+class DebounceRequest(_Request, frozen=True, kw_only=True):
+    """Start ``quiet`` after the last submit with ``key``, never later than ``max_wait`` after
+    the first; every submit's input is kept as one more input of that one Work."""
+
+    key: Key
+    quiet: Duration
+    max_wait: Duration | None = None
+
+
 class SubmitRequest(_Request, frozen=True, kw_only=True):
     """Create Work for ``binding`` with its first input (``input`` becomes its payload)."""
 
@@ -78,6 +88,15 @@ class SubmitRequest(_Request, frozen=True, kw_only=True):
     kind: WorkKind = WorkKind.TASK
     input: Any = None
     id: WorkId | None = None
+    #: Return the Work already submitted with this key instead of a new one (docs/dedup.md);
+    #: the binding's ``dedup_key`` template applies when absent.
+    dedup_key: Key | None = None
+    #: How long the key refers to its Work: until it starts, or until it ends.
+    dedup: Literal["queued", "active"] | None = None
+    #: Instead of ``dedup``: any Work with the key created within this span (``10m``).
+    dedup_window: Duration | None = None
+    #: Collapse submits with this key into one pending Work (docs/dedup.md).
+    debounce: DebounceRequest | None = None
 
 
 #: Items one ``POST /v1/work/batch`` takes at most (more is refused whole: ``too_many_items``).
@@ -159,6 +178,10 @@ class WorkView(_Response, frozen=True, kw_only=True):
     pending_inputs: int = 0
     #: The name of the token whose cancel (or refusal) ended it.
     cancelled_by: str | None = None
+    #: The dedup or debounce key it was submitted under.
+    dedup_key: str | None = None
+    #: While a debounce holds its start: when it may start (a later submit may push it).
+    debounce_until_ms: int | None = None
 
 
 class AttemptView(_Response, frozen=True, kw_only=True):
@@ -185,6 +208,8 @@ class AttemptView(_Response, frozen=True, kw_only=True):
 
 class WorkDetail(_Response, frozen=True, kw_only=True):
     work: WorkView
+    #: A submit's answer: the key named Work that already existed (HTTP 200, not 201).
+    deduplicated: bool = False
     attempts: list[AttemptView] = []
     holds: list[Hold] = []
     waiting: Waiting | None = None
@@ -315,6 +340,8 @@ def work_view(work: Work) -> WorkView:
         retry_pending=work.retry_timer_id is not None,
         pending_inputs=work.pending_inputs,
         cancelled_by=work.cancelled_by,
+        dedup_key=work.dedup_key,
+        debounce_until_ms=work.debounce_due_ms if work.debounce_timer_id is not None else None,
     )
 
 

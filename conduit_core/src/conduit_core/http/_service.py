@@ -45,6 +45,7 @@ from conduit_core.http._schemas import (
     attempt_view,
     work_view,
 )
+from conduit_core.http._submit_keys import submit_key_for
 from conduit_core.model import Event, Execution, Work, WorkStatus
 from conduit_core.runtime import JOBS_POOL, Scheduler
 from conduit_core.storage import Claim, Store
@@ -338,7 +339,14 @@ class ApiService:
         """Create the Work; ``actor`` (here and in every write below): the name of the token
         that asked, recorded on what the write stores (its first input here)."""
         work, first = self._new_work(req, self._now(), actor)
-        await self.scheduler.submit(work, first)
+        key = submit_key_for(req, self.config.bindings[req.binding])
+        if key is None:
+            await self.scheduler.submit(work, first)
+        else:
+            work, deduplicated = await self.scheduler.submit_keyed(work, key, first)
+            if deduplicated:
+                log.info("work deduplicated work=%s key=%s", work.id, key.key)
+                return msgspec.structs.replace(await self.show(work.id), deduplicated=True)
         log.info("work submitted work=%s binding=%s scope=%s", work.id, work.binding, work.scope)
         self.host.wake()
         return await self.show(work.id)

@@ -38,6 +38,7 @@ from conduit_core.storage._ops_routines import RoutineRun, RoutineUpdate
 from conduit_core.storage._schema import SCHEMA_VERSION
 from conduit_core.storage._sqlite import SqliteStore
 from conduit_core.storage._sqlstore import SqlStore
+from conduit_core.storage._submit_key import DedupScope, SubmitKey, Submitted
 
 __all__ = [
     "BUDGET_EXCEEDED",
@@ -58,6 +59,7 @@ __all__ = [
     "ClaimRefusal",
     "ClaimRequest",
     "Decision",
+    "DedupScope",
     "ExecutionChange",
     "NotEligibleError",
     "RecoveryRefusal",
@@ -68,6 +70,8 @@ __all__ = [
     "SqliteStore",
     "StaleDispatchError",
     "Store",
+    "SubmitKey",
+    "Submitted",
     "WorkChange",
     "mask_url",
     "needs_gates",

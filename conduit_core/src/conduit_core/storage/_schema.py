@@ -121,8 +121,19 @@ _V6 = (
 # Applies to pages written from now on (SQLite has no such setting).
 _V7 = (PerBackend(None, "ALTER TABLE conduit_execution SET (fillfactor = 70)"),)
 
+# Dedup and debounce (docs/dedup.md): one row per (kind, binding, key) naming the Work that holds
+# the key. A submit with a key inserts it or locks it in its own transaction, so two submitters
+# racing on any number of daemons decide one after the other on the row, never both "new".
+_V8_SUBMIT_KEYS = (
+    """CREATE TABLE conduit_submit_key (
+        kind TEXT NOT NULL, binding TEXT NOT NULL, submit_key TEXT NOT NULL,
+        work_id TEXT NOT NULL, PRIMARY KEY (kind, binding, submit_key))""",
+)
+
 #: Ordered forward migrations; ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.
-MIGRATIONS: tuple[tuple[str | PerBackend, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+MIGRATIONS: tuple[tuple[str | PerBackend, ...], ...] = (
+    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8_SUBMIT_KEYS,
+)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 #: Every table a conduit store owns (the meta table is created before any migration).
@@ -142,6 +153,7 @@ TABLES = (
     "conduit_routine",
     "conduit_routine_run",
     "conduit_budget_pending",
+    "conduit_submit_key",
 )
 
 META_DDL = "CREATE TABLE IF NOT EXISTS conduit_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"

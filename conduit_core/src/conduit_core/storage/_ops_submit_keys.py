@@ -1,0 +1,144 @@
+"""Dedup and debounce: a submit under a key joins the Work that holds the key, or creates one.
+
+The decision is one row of ``conduit_submit_key`` per (kind, binding, key), taken in the
+submitting transaction: ``INSERT … ON CONFLICT DO NOTHING`` either makes this submit the key's
+first holder, or finds the row and locks it (``FOR UPDATE``). On PostgreSQL (READ COMMITTED) a
+second submitter's insert waits on the unique index for the first to commit, then reads the
+committed holder; a submitter that finds a stale holder and takes the key over makes every
+other waiter read the new holder when their lock is granted. SQLite has one writer. So any
+number of submitters on any number of daemons decide one after another, and exactly one of a
+burst creates a Work.
+
+A debounced Work holds its start with a timer (``debounce/<work>/<due>``); pushing the start
+replaces that timer under the key's lock. The timer's firing and a push both delete the current
+timer row first, so whichever deletes it decides: a push that finds it gone (fired) creates a new
+Work instead of joining one that may already run.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from conduit_core.errors import ConduitError
+from conduit_core.model import Event, Timer, TimerKind, Work
+from conduit_core.storage._ops_misc import arm_timer, disarm_timer
+from conduit_core.storage._ops_work import accept_event, create_work
+from conduit_core.storage._sql import Cx, find_work, first, load_work, save_work
+from conduit_core.storage._submit_key import DedupScope, SubmitKey, Submitted
+
+__all__ = ["submit_keyed"]
+
+
+def submit_keyed(
+    cx: Cx, work: Work, first_input: Event | None, key: SubmitKey, now_ms: int
+) -> Submitted:
+    if find_work(cx, work.id) is not None:  # an explicit id keeps its own idempotency
+        raise ConduitError(f"work {work.id!r} already exists", code="work_exists")
+    created = _with_key(work, key, now_ms)
+    ident = (key.kind, work.binding, key.key)
+    taken = cx.count(
+        "INSERT INTO conduit_submit_key (kind, binding, submit_key, work_id) "
+        "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        (*ident, work.id),
+    )
+    if taken:
+        return Submitted(_create(cx, created, first_input), deduplicated=False)
+    row = first(
+        cx,
+        "SELECT work_id FROM conduit_submit_key "
+        "WHERE kind = ? AND binding = ? AND submit_key = ? FOR UPDATE",
+        ident,
+    )
+    assert row is not None  # inserted by someone else, never deleted
+    joined = _join(cx, str(row[0]), first_input, key, now_ms)
+    if joined is not None:
+        return Submitted(joined, deduplicated=True)
+    cx.run(
+        "UPDATE conduit_submit_key SET work_id = ? "
+        "WHERE kind = ? AND binding = ? AND submit_key = ?",
+        (work.id, *ident),
+    )
+    return Submitted(_create(cx, created, first_input), deduplicated=False)
+
+
+def _with_key(work: Work, key: SubmitKey, now_ms: int) -> Work:
+    if not key.debounced:
+        return msgspec.structs.replace(work, dedup_key=key.key)
+    assert key.quiet_ms is not None
+    deadline = now_ms + (key.max_wait_ms if key.max_wait_ms is not None else key.quiet_ms)
+    due = min(now_ms + key.quiet_ms, deadline)
+    return msgspec.structs.replace(
+        work,
+        dedup_key=key.key,
+        debounce_timer_id=_timer_id(work.id, due),
+        debounce_due_ms=due,
+        debounce_deadline_ms=deadline,
+    )
+
+
+def _create(cx: Cx, work: Work, first_input: Event | None) -> Work:
+    stored = create_work(cx, work, first_input)
+    if work.debounce_timer_id is not None and work.debounce_due_ms is not None:
+        arm_timer(cx, _timer(work.id, work.debounce_due_ms))
+    return stored
+
+
+def _join(
+    cx: Cx, holder_id: str, first_input: Event | None, key: SubmitKey, now_ms: int
+) -> Work | None:
+    """The holder this submit joins (its input added, a debounce pushed), or ``None``: the key
+    no longer refers to it and the submit creates a new Work."""
+    holder = find_work(cx, holder_id)
+    if holder is None or not _still_holds(holder, key, now_ms):
+        return None
+    if not key.debounced:
+        return holder
+    assert holder.debounce_timer_id is not None
+    assert holder.debounce_deadline_ms is not None
+    assert key.quiet_ms is not None
+    # Delete the hold's timer before touching the Work (the firing's lock order): if the firing
+    # took it first, the Work is released (or about to be) and this submit starts a new one.
+    if not disarm_timer(cx, holder.debounce_timer_id):
+        return None
+    due = min(now_ms + key.quiet_ms, holder.debounce_deadline_ms)
+    due = max(due, holder.debounce_due_ms or due)  # a later quiet never pulls the start earlier
+    arm_timer(cx, _timer(holder.id, due))
+    if first_input is not None:
+        accept_event(cx, _joined_input(first_input, holder.id, now_ms))
+    current = load_work(cx, holder.id, lock=True)
+    pushed = msgspec.structs.replace(
+        current,
+        debounce_timer_id=_timer_id(holder.id, due),
+        debounce_due_ms=due,
+        updated_at_ms=now_ms,
+    )
+    save_work(cx, pushed)
+    return pushed
+
+
+def _still_holds(holder: Work, key: SubmitKey, now_ms: int) -> bool:
+    if key.debounced:
+        return holder.debounce_timer_id is not None and not holder.status.terminal
+    if key.scope is DedupScope.WINDOW:
+        return holder.created_at_ms > now_ms - key.window_ms
+    if holder.status.terminal:
+        return False
+    return key.scope is DedupScope.ACTIVE or holder.last_attempt == 0
+
+
+def _joined_input(first_input: Event, work_id: str, now_ms: int) -> Event:
+    """The submit's input as one more pending input of the Work it joined (its id names the
+    submit's own Work id, so a resend of this submit is accepted once)."""
+    delivery = f"{work_id}/joined/{first_input.delivery_id}"
+    return msgspec.structs.replace(
+        first_input, id=delivery, delivery_id=delivery, work_id=work_id, accepted_at_ms=now_ms
+    )
+
+
+def _timer_id(work_id: str, due_ms: int) -> str:
+    return f"debounce/{work_id}/{due_ms}"
+
+
+def _timer(work_id: str, due_ms: int) -> Timer:
+    return Timer(id=_timer_id(work_id, due_ms), kind=TimerKind.DEBOUNCE, due_at_ms=due_ms,
+                 work_id=work_id)  # fmt: skip

@@ -13,6 +13,7 @@ from conduit_core.client._errors import Conflict
 from conduit_core.client._sync import headers, unreachable
 from conduit_core.client._types import (
     BatchResult,
+    Debounce,
     InputAccepted,
     Outcome,
     Settled,
@@ -188,8 +189,15 @@ class AsyncClient:
         kind: str = "task",
         id: str | None = None,
         exist_ok: bool = False,
+        dedup_key: str | None = None,
+        dedup: str | None = None,
+        dedup_window: str | None = None,
+        debounce: Debounce | None = None,
     ) -> WorkDetail:
-        item = SubmitItem(binding=binding, input=input, scope=scope, kind=kind, id=id)
+        item = SubmitItem(
+            binding=binding, input=input, scope=scope, kind=kind, id=id, dedup_key=dedup_key,
+            dedup=dedup, dedup_window=dedup_window, debounce=debounce,
+        )  # fmt: skip
         try:
             return await self._call(Calls.submit(item))
         except Conflict as exc:

@@ -17,6 +17,7 @@ from conduit_core.client._calls import Call, Calls, Poll, chunks, decode, merge_
 from conduit_core.client._errors import Conflict, DaemonUnavailable
 from conduit_core.client._types import (
     BatchResult,
+    Debounce,
     InputAccepted,
     Outcome,
     Settled,
@@ -184,13 +185,24 @@ class Client:
         kind: str = "task",
         id: str | None = None,
         exist_ok: bool = False,
+        dedup_key: str | None = None,
+        dedup: str | None = None,
+        dedup_window: str | None = None,
+        debounce: Debounce | None = None,
     ) -> WorkDetail:
         """Create Work for ``binding`` with ``input`` as its first input's payload.
 
         With an ``id``, a resend is refused (:class:`Conflict`, ``work_exists``); with
         ``exist_ok=True`` it returns the stored Work instead (an idempotent submit).
+
+        With ``dedup_key`` (scope ``dedup="queued"`` or ``"active"``, or ``dedup_window="10m"``)
+        or ``debounce=Debounce(key=…, quiet="5s", max_wait="1m")``, a submit the key already
+        names returns that Work with ``deduplicated`` true (docs/dedup.md).
         """
-        item = SubmitItem(binding=binding, input=input, scope=scope, kind=kind, id=id)
+        item = SubmitItem(
+            binding=binding, input=input, scope=scope, kind=kind, id=id, dedup_key=dedup_key,
+            dedup=dedup, dedup_window=dedup_window, debounce=debounce,
+        )  # fmt: skip
         try:
             return self._call(Calls.submit(item))
         except Conflict as exc:

@@ -230,12 +230,16 @@ class BatchItemResult(_Response, frozen=True, kw_only=True):
     created: bool
     error: str | None = None
     code: str | None = None
+    #: Not created: the item's dedup or debounce key named this existing Work (``id``).
+    deduplicated: bool = False
 
 
 class BatchSubmitResult(_Response, frozen=True, kw_only=True):
     items: list[BatchItemResult]
     created: int
     refused: int
+    #: Items answered with the Work their key already named.
+    deduplicated: int = 0
 
 
 class EventView(_Response, frozen=True, kw_only=True):

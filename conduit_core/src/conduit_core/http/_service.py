@@ -370,6 +370,15 @@ class ApiService:
         for index, item in enumerate(req.items):
             try:
                 work, first = self._new_work(item, now, actor)
+                key = submit_key_for(item, self.config.bindings[item.binding])
+                if key is not None:
+                    # Keyed items decide on their key's row, one by one (docs/dedup.md).
+                    held, deduplicated = await self.scheduler.submit_keyed(work, key, first)
+                    outcomes.append(BatchItemResult(
+                        index=index, id=held.id, created=not deduplicated,
+                        deduplicated=deduplicated,
+                    ))  # fmt: skip
+                    continue
             except ConduitError as exc:
                 outcomes.append(_refused(index, item.id, exc))
                 continue
@@ -387,10 +396,13 @@ class ApiService:
                     outcome = BatchItemResult(index=index, id=work.id, created=True)
             results.append(outcome)
         made = sum(r.created for r in results)
-        log.info("work submitted in bulk: %d created, %d refused", made, len(results) - made)
+        joined = sum(r.deduplicated for r in results)
+        refused = len(results) - made - joined
+        log.info("work submitted in bulk: %d created, %d deduplicated, %d refused",
+                 made, joined, refused)  # fmt: skip
         if made:
             self.host.wake()
-        return BatchSubmitResult(items=results, created=made, refused=len(results) - made)
+        return BatchSubmitResult(items=results, created=made, refused=refused, deduplicated=joined)
 
     def _new_work(
         self, req: SubmitRequest, now: int, actor: str | None = None

@@ -71,6 +71,8 @@ _BAD_REQUEST = frozenset(
     {
         "invalid_json", "invalid_body", "invalid_query", "too_deep", "invalid_id",
         "invalid_name", "invalid_number", "invalid_value", "invalid_text", "too_many_items",
+        "invalid_duration", "invalid_key", "invalid_key_template", "key_field_missing",
+        "dedup_and_debounce", "dedup_without_key",
     }
 )  # fmt: skip
 #: The page sizes ``limit`` may ask for; outside them a request is refused, not clamped.

@@ -242,3 +242,51 @@ def test_bad_keys_are_refused_with_their_field(make_daemon: Callable[..., Daemon
         status, answer = _post(daemon, body)
         assert (status, answer.get("code")) == (400, code), (body, answer)
     assert _all_work(daemon) == []
+
+
+# --- the negative control ------------------------------------------------------------------
+
+#: Each keyed submit waits between reading the key's row and committing: racers overlap.
+WIDENED = {"CONDUIT_TEST_FAULT": "store.submit_key_read:sleep=0.3"}
+K, N = 2, 3
+
+
+def _two_daemons(make_daemon: Callable[..., Daemon], env: dict[str, str]) -> list[Daemon]:
+    pair = [make_daemon(), make_daemon()]
+    for daemon in pair:
+        daemon.write_config(extra=_extra(daemon.side))
+        daemon.start(env=env)
+    return pair
+
+
+def _keyed_race(daemons: list[Daemon], key: str) -> set[str]:
+    answers = _race(daemons, lambda n: {
+        "binding": "held", "dedup_key": key, "dedup": "active",
+    })  # fmt: skip
+    assert all(status in (200, 201) for status, _ in answers), answers
+    return {body["work"]["id"] for _, body in answers}
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.parametrize("store", ["postgres"], indirect=True)
+def test_two_daemons_keep_one_work_under_a_widened_race(
+    make_daemon: Callable[..., Daemon], store: str
+) -> None:
+    daemons = _two_daemons(make_daemon, WIDENED)
+    for run in range(2):
+        assert len(_keyed_race(daemons, f"widened-{run}")) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.parametrize("store", ["postgres"], indirect=True)
+def test_negative_control_without_the_key_lock_racers_create_several(
+    make_daemon: Callable[..., Daemon], store: str
+) -> None:
+    """``submit_key_lock`` off: the same race creates more than one Work (K of N runs)."""
+    daemons = _two_daemons(make_daemon, {"CONDUIT_TEST_UNSAFE": "submit_key_lock", **WIDENED})
+    seen: list[bool] = []
+    while len(seen) < N and K > sum(seen) >= K - (N - len(seen)):
+        seen.append(len(_keyed_race(daemons, f"unsafe-{len(seen)}")) > 1)
+    assert sum(seen) >= K, f"the detector saw the duplicate in {sum(seen)} of {len(seen)} runs"

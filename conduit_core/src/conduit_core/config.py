@@ -27,6 +27,8 @@ from conduit_core.validation import (
     check_name,
     check_timezone,
     decode_toml,
+    duration_ms,
+    key_template_fields,
 )
 
 if TYPE_CHECKING:  # loading a config (every CLI command does) needs neither
@@ -587,6 +589,26 @@ def _check_bindings(bindings: dict[str, Binding], scopes: dict[str, Scope], sour
             raise ConfigError(
                 f"{source}: {field}.retry_delays_seconds: at most {MAX_RETRY_DELAYS} delays"
             )
+        _check_submit_keys(binding, f"{source}: {field}")
+
+
+def _check_submit_keys(binding: Binding, where: str) -> None:
+    """A binding's dedup or debounce key templates and spans (docs/dedup.md)."""
+    if binding.dedup_key is not None and binding.debounce is not None:
+        raise ConfigError(f"{where}: dedup_key and debounce exclude each other (one key a submit)")
+    try:
+        if binding.dedup_key is not None:
+            key_template_fields(binding.dedup_key, "dedup_key")
+        if binding.debounce is not None:
+            spec = binding.debounce
+            key_template_fields(spec.key, "debounce.key")
+            quiet = duration_ms(spec.quiet, "debounce.quiet")
+            if quiet <= 0:
+                raise ConfigError(f"{where}.debounce.quiet: must be longer than 0")
+            if spec.max_wait is not None and duration_ms(spec.max_wait) < quiet:
+                raise ConfigError(f"{where}.debounce.max_wait: must be at least quiet")
+    except InvalidValueError as exc:
+        raise ConfigError(f"{where}.{exc}") from exc
 
 
 def _check_routines(

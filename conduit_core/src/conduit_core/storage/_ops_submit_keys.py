@@ -25,6 +25,7 @@ from conduit_core.storage._ops_misc import arm_timer, disarm_timer
 from conduit_core.storage._ops_work import accept_event, create_work
 from conduit_core.storage._sql import Cx, find_work, first, load_work, save_work
 from conduit_core.storage._submit_key import DedupScope, SubmitKey, Submitted
+from conduit_core.storage._unsafe import fault, unsafe
 
 __all__ = ["submit_keyed"]
 
@@ -36,11 +37,14 @@ def submit_keyed(
         raise ConduitError(f"work {work.id!r} already exists", code="work_exists")
     created = _with_key(work, key, now_ms)
     ident = (key.kind, work.binding, key.key)
+    if unsafe("submit_key_lock"):
+        return _unlocked(cx, created, first_input, key, now_ms, ident)
     taken = cx.count(
         "INSERT INTO conduit_submit_key (kind, binding, submit_key, work_id) "
         "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
         (*ident, work.id),
     )
+    fault("store.submit_key_read")  # the key's row is this submit's until commit
     if taken:
         return Submitted(_create(cx, created, first_input), deduplicated=False)
     row = first(
@@ -59,6 +63,26 @@ def submit_keyed(
         (work.id, *ident),
     )
     return Submitted(_create(cx, created, first_input), deduplicated=False)
+
+
+def _unlocked(
+    cx: Cx, work: Work, first_input: Event | None, key: SubmitKey, now_ms: int,
+    ident: tuple[str, str, str],
+) -> Submitted:
+    """The negative control's submit: read the holder, then create (no insert-first, no lock)."""
+    row = first(cx, "SELECT work_id FROM conduit_submit_key "
+                    "WHERE kind = ? AND binding = ? AND submit_key = ?", ident)  # fmt: skip
+    fault("store.submit_key_read")
+    if row is not None:
+        joined = _join(cx, str(row[0]), first_input, key, now_ms)
+        if joined is not None:
+            return Submitted(joined, deduplicated=True)
+    cx.run(
+        "INSERT INTO conduit_submit_key (kind, binding, submit_key, work_id) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (kind, binding, submit_key) DO UPDATE SET work_id = excluded.work_id",
+        (*ident, work.id),
+    )
+    return Submitted(_create(cx, work, first_input), deduplicated=False)
 
 
 def _with_key(work: Work, key: SubmitKey, now_ms: int) -> Work:

@@ -290,3 +290,54 @@ def test_negative_control_without_the_key_lock_racers_create_several(
     while len(seen) < N and K > sum(seen) >= K - (N - len(seen)):
         seen.append(len(_keyed_race(daemons, f"unsafe-{len(seen)}")) > 1)
     assert sum(seen) >= K, f"the detector saw the duplicate in {sum(seen)} of {len(seen)} runs"
+
+
+# --- the Python client and the embedded scheduler ----------------------------------------------
+
+
+def test_the_client_submits_under_keys(make_daemon: Callable[..., Daemon]) -> None:
+    from conduit_core.client import Client, Debounce, SubmitItem
+
+    daemon = make_daemon()
+    daemon.write_config(extra=_extra(daemon.side))
+    daemon.start()
+    with Client(config=daemon.config) as client:
+        first = client.submit("held", dedup_key="c-1", dedup="active")
+        again = client.submit("held", {"x": 1}, dedup_key="c-1", dedup="active")
+        assert (first.deduplicated, again.deduplicated) == (False, True)
+        assert again.work.id == first.work.id
+        assert again.work.dedup_key == "c-1"
+        held = client.submit("ok", debounce=Debounce(key="b", quiet="1m"))
+        assert held.work.debounce_until_ms is not None
+        batch = client.submit_many([
+            SubmitItem(binding="held", dedup_key="c-1", dedup="active"),
+            SubmitItem(binding="ok", debounce=Debounce(key="b", quiet="1m")),
+            SubmitItem(binding="held", dedup_key="c-2"),
+            SubmitItem(binding="held", dedup_key="c-3", dedup="active", dedup_window="1m"),
+        ])  # fmt: skip
+        assert [(i.id, i.created, i.deduplicated) for i in batch.items[:3]] == [
+            (first.work.id, False, True), (held.work.id, False, True),
+            (batch.items[2].id, True, False),
+        ]  # fmt: skip
+        assert batch.items[3].code == "invalid_value"  # refused alone, the others decided
+        assert (batch.created, batch.deduplicated, batch.refused) == (1, 2, 1)
+        assert client.get(held.work.id).work.pending_inputs == 2
+
+
+@pytest.mark.anyio
+async def test_the_embedded_scheduler_answers_deduplicated(tmp_path: Any) -> None:
+    from conduit_core import embed
+
+    config = tmp_path / "conduit.toml"
+    config.write_text(
+        f'[settings]\nstore = "{tmp_path}/conduit.db"\ndata_dir = "{tmp_path}/data"\n'
+        '[bindings.later]\nexecutor = "shell"\nconfig = { command = "true" }\n'
+        'debounce = { key = "k-{n}", quiet = "1h" }\n'
+    )
+    async with embed.run(config, rescan_s=0.2) as scheduler:
+        made = await scheduler.submit("later", {"n": 1})
+        joined = await scheduler.submit("later", {"n": 1})
+        other = await scheduler.submit("later", {"n": 2})
+        assert (made.deduplicated, joined.deduplicated, other.deduplicated) == (False, True, False)
+        assert joined.work.id == made.work.id != other.work.id
+        assert (await scheduler.get(made.work.id)).work.pending_inputs == 2

@@ -21,6 +21,7 @@ __all__ = [
     "ConfigGeneration",
     "ControlIntent",
     "ControlKind",
+    "DebounceHold",
     "ControlStatus",
     "ErrorFallback",
     "Event",
@@ -83,6 +84,17 @@ class WorkStatus(StrEnum):
         return self in (WorkStatus.COMPLETED, WorkStatus.FAILED, WorkStatus.CANCELLED)
 
 
+class DebounceHold(Record, frozen=True, kw_only=True):
+    """A debounced Work's pending start (docs/dedup.md)."""
+
+    #: The timer whose firing releases the Work (a push replaces it with a later one).
+    timer_id: str
+    #: When that timer is due: last submit + quiet, capped by ``deadline_ms``.
+    due_ms: int
+    #: First submit + max wait: no later submit pushes the start past it.
+    deadline_ms: int
+
+
 class Work(Record, frozen=True, kw_only=True):
     id: str
     scope: str
@@ -114,12 +126,8 @@ class Work(Record, frozen=True, kw_only=True):
     cancelled_by: str | None = None
     #: The dedup or debounce key it was submitted under (docs/dedup.md).
     dedup_key: str | None = None
-    #: Set while a debounce holds its start: the timer whose firing releases it.
-    debounce_timer_id: str | None = None
-    #: When that timer is due (last submit + quiet, capped by ``debounce_deadline_ms``).
-    debounce_due_ms: int | None = None
-    #: First submit + max wait: no later submit pushes the start past it.
-    debounce_deadline_ms: int | None = None
+    #: Set while a debounce holds its start (not claimable until its timer releases it).
+    debounce: DebounceHold | None = None
 
 
 class Event(Record, frozen=True, kw_only=True):

@@ -345,7 +345,7 @@ def work_view(work: Work) -> WorkView:
         pending_inputs=work.pending_inputs,
         cancelled_by=work.cancelled_by,
         dedup_key=work.dedup_key,
-        debounce_until_ms=work.debounce_due_ms if work.debounce_timer_id is not None else None,
+        debounce_until_ms=work.debounce.due_ms if work.debounce is not None else None,
     )
 
 

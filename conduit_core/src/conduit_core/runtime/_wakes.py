@@ -156,8 +156,8 @@ def _release_debounce(timer_id: str) -> WorkChange:
     Work names releases it (a push replaced any older one under the key's lock)."""
 
     def release(work: Work) -> Work:
-        if work.debounce_timer_id != timer_id:
+        if work.debounce is None or work.debounce.timer_id != timer_id:
             return work
-        return msgspec.structs.replace(work, debounce_timer_id=None)
+        return msgspec.structs.replace(work, debounce=None)
 
     return release

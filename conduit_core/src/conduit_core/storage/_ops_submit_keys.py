@@ -20,7 +20,7 @@ from __future__ import annotations
 import msgspec
 
 from conduit_core.errors import ConduitError
-from conduit_core.model import Event, Timer, TimerKind, Work
+from conduit_core.model import DebounceHold, Event, Timer, TimerKind, Work
 from conduit_core.storage._ops_misc import arm_timer, disarm_timer
 from conduit_core.storage._ops_work import accept_event, create_work
 from conduit_core.storage._sql import Cx, find_work, first, load_work, save_work
@@ -94,16 +94,14 @@ def _with_key(work: Work, key: SubmitKey, now_ms: int) -> Work:
     return msgspec.structs.replace(
         work,
         dedup_key=key.key,
-        debounce_timer_id=_timer_id(work.id, due),
-        debounce_due_ms=due,
-        debounce_deadline_ms=deadline,
+        debounce=DebounceHold(timer_id=_timer_id(work.id, due), due_ms=due, deadline_ms=deadline),
     )
 
 
 def _create(cx: Cx, work: Work, first_input: Event | None) -> Work:
     stored = create_work(cx, work, first_input)
-    if work.debounce_timer_id is not None and work.debounce_due_ms is not None:
-        arm_timer(cx, _timer(work.id, work.debounce_due_ms))
+    if work.debounce is not None:
+        arm_timer(cx, _timer(work.id, work.debounce.due_ms))
     return stored
 
 
@@ -117,23 +115,22 @@ def _join(
         return None
     if not key.debounced:
         return holder
-    assert holder.debounce_timer_id is not None
-    assert holder.debounce_deadline_ms is not None
+    hold = holder.debounce
+    assert hold is not None
     assert key.quiet_ms is not None
     # Delete the hold's timer before touching the Work (the firing's lock order): if the firing
     # took it first, the Work is released (or about to be) and this submit starts a new one.
-    if not disarm_timer(cx, holder.debounce_timer_id):
+    if not disarm_timer(cx, hold.timer_id):
         return None
-    due = min(now_ms + key.quiet_ms, holder.debounce_deadline_ms)
-    due = max(due, holder.debounce_due_ms or due)  # a later quiet never pulls the start earlier
+    # a later submit never pulls the start earlier, nor pushes it past the deadline
+    due = max(min(now_ms + key.quiet_ms, hold.deadline_ms), hold.due_ms)
     arm_timer(cx, _timer(holder.id, due))
     if first_input is not None:
         accept_event(cx, _joined_input(first_input, holder.id, now_ms))
     current = load_work(cx, holder.id, lock=True)
     pushed = msgspec.structs.replace(
         current,
-        debounce_timer_id=_timer_id(holder.id, due),
-        debounce_due_ms=due,
+        debounce=msgspec.structs.replace(hold, timer_id=_timer_id(holder.id, due), due_ms=due),
         updated_at_ms=now_ms,
     )
     save_work(cx, pushed)
@@ -142,7 +139,7 @@ def _join(
 
 def _still_holds(holder: Work, key: SubmitKey, now_ms: int) -> bool:
     if key.debounced:
-        return holder.debounce_timer_id is not None and not holder.status.terminal
+        return holder.debounce is not None and not holder.status.terminal
     if key.scope is DedupScope.WINDOW:
         return holder.created_at_ms > now_ms - key.window_ms
     if holder.status.terminal:

@@ -212,7 +212,7 @@ def is_claimable(work: Work) -> bool:
         and work.retry_timer_id is None
         and work.blocked_reason is None
         and work.pending_inputs > 0
-        and work.debounce_timer_id is None
+        and work.debounce is None
     )
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import msgspec
 
-from conduit_core.errors import ConduitError
 from conduit_core.model import DebounceHold, Event, Timer, TimerKind, Work
 from conduit_core.storage._ops_misc import arm_timer, disarm_timer
 from conduit_core.storage._ops_work import accept_event, create_work
@@ -33,8 +32,8 @@ __all__ = ["submit_keyed"]
 def submit_keyed(
     cx: Cx, work: Work, first_input: Event | None, key: SubmitKey, now_ms: int
 ) -> Submitted:
-    if find_work(cx, work.id) is not None:  # an explicit id keeps its own idempotency
-        raise ConduitError(f"work {work.id!r} already exists", code="work_exists")
+    # An explicit id already taken: ``create_work`` refuses (``work_exists``) and the store rolls
+    # this operation back whole, the key's row with it.
     created = _with_key(work, key, now_ms)
     ident = (key.kind, work.binding, key.key)
     if unsafe("submit_key_lock"):

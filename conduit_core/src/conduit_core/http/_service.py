@@ -259,6 +259,13 @@ class ApiService:
             return None
         if work.retry_timer_id is not None:
             return Waiting(code="retry_backoff", message="waiting for its retry delay")
+        if work.debounce is not None:
+            return Waiting(
+                code="debounced",
+                message=f"debounced on {work.dedup_key!r}: starts at {work.debounce.due_ms} ms "
+                "unless another submit with the key pushes it (never past "
+                f"{work.debounce.deadline_ms} ms)",
+            )
         if work.blocked_reason is not None:
             return Waiting(
                 code=work.blocked_reason,

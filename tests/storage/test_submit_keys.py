@@ -140,6 +140,13 @@ async def test_debounce_pushes_the_start_and_keeps_every_input(store: Store) -> 
     assert await store.ready_depth() == {}  # held: nothing to claim before the timer
 
 
+async def test_without_max_wait_each_submit_pushes_the_start(store: Store) -> None:
+    key = SubmitKey(key="d", quiet_ms=5_000)
+    for n in range(5):
+        await _submit(store, f"w{n}", key, T0 + n * 4_000)
+    assert _due(await store.get_work("w0")) == T0 + 16_000 + 5_000
+
+
 async def test_a_submit_after_the_release_starts_a_new_work(store: Store) -> None:
     key = SubmitKey(key="d", quiet_ms=5_000)
     await _submit(store, "w1", key, T0)

@@ -91,8 +91,8 @@ class DebounceHold(Record, frozen=True, kw_only=True):
     timer_id: str
     #: When that timer is due: last submit + quiet, capped by ``deadline_ms``.
     due_ms: int
-    #: First submit + max wait: no later submit pushes the start past it.
-    deadline_ms: int
+    #: First submit + max wait: no later submit pushes the start past it (``None``: no max).
+    deadline_ms: int | None = None
 
 
 class Work(Record, frozen=True, kw_only=True):

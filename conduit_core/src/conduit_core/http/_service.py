@@ -260,11 +260,12 @@ class ApiService:
         if work.retry_timer_id is not None:
             return Waiting(code="retry_backoff", message="waiting for its retry delay")
         if work.debounce is not None:
+            cap = work.debounce.deadline_ms
             return Waiting(
                 code="debounced",
                 message=f"debounced on {work.dedup_key!r}: starts at {work.debounce.due_ms} ms "
-                "unless another submit with the key pushes it (never past "
-                f"{work.debounce.deadline_ms} ms)",
+                "unless another submit with the key pushes it"
+                + ("" if cap is None else f" (never past {cap} ms)"),
             )
         if work.blocked_reason is not None:
             return Waiting(

@@ -88,8 +88,8 @@ def _with_key(work: Work, key: SubmitKey, now_ms: int) -> Work:
     if not key.debounced:
         return msgspec.structs.replace(work, dedup_key=key.key)
     assert key.quiet_ms is not None
-    deadline = now_ms + (key.max_wait_ms if key.max_wait_ms is not None else key.quiet_ms)
-    due = min(now_ms + key.quiet_ms, deadline)
+    deadline = None if key.max_wait_ms is None else now_ms + key.max_wait_ms
+    due = _capped(now_ms + key.quiet_ms, deadline)
     return msgspec.structs.replace(
         work,
         dedup_key=key.key,
@@ -122,7 +122,7 @@ def _join(
     if not disarm_timer(cx, hold.timer_id):
         return None
     # a later submit never pulls the start earlier, nor pushes it past the deadline
-    due = max(min(now_ms + key.quiet_ms, hold.deadline_ms), hold.due_ms)
+    due = max(_capped(now_ms + key.quiet_ms, hold.deadline_ms), hold.due_ms)
     arm_timer(cx, _timer(holder.id, due))
     if first_input is not None:
         accept_event(cx, _joined_input(first_input, holder.id, now_ms))
@@ -134,6 +134,10 @@ def _join(
     )
     save_work(cx, pushed)
     return pushed
+
+
+def _capped(due_ms: int, deadline_ms: int | None) -> int:
+    return due_ms if deadline_ms is None else min(due_ms, deadline_ms)
 
 
 def _still_holds(holder: Work, key: SubmitKey, now_ms: int) -> bool:

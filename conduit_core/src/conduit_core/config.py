@@ -23,12 +23,15 @@ from conduit_core.validation import (
     MAX_THEN_STEPS,
     NAME_PATTERN,
     ROUTINE_ID_PATTERN,
+    Duration,
     InvalidValueError,
     Priority,
     check_name,
     check_timezone,
     concurrency_key_fields,
     decode_toml,
+    duration_ms,
+    key_template_fields,
 )
 
 if TYPE_CHECKING:  # loading a config (every CLI command does) needs neither
@@ -196,6 +199,16 @@ class Scope(_Section, frozen=True, kw_only=True):
     description: str = ""
 
 
+class DebounceSpec(_Section, frozen=True, kw_only=True):
+    """``debounce = { key = "…", quiet = "5s", max_wait = "1m" }``: submits with one key within
+    ``quiet`` of each other become one Work, started ``quiet`` after the last of them but never
+    later than ``max_wait`` after the first (default: no maximum beyond ``quiet`` pushes)."""
+
+    key: str
+    quiet: Duration
+    max_wait: Duration | None = None
+
+
 class Binding(_Section, frozen=True, kw_only=True):
     executor: Name
     #: Pin new attempts to this generation (default: the executor's current generation).
@@ -218,6 +231,14 @@ class Binding(_Section, frozen=True, kw_only=True):
     #: What its Work does when a dependency (``after``) fails or is cancelled, unless the
     #: submit says (see docs/dependencies.md).
     on_dependency_failure: Literal["cancel", "hold", "run"] = "cancel"
+    #: A dedup key for every submit without one: a template over the first input
+    #: (``"order-{order_id}"``; docs/dedup.md), kept for the ``dedup`` scope below.
+    dedup_key: str | None = None
+    dedup: Literal["queued", "active"] = "queued"
+    #: Instead of ``dedup``: a duplicate is any Work with the key created within this span.
+    dedup_window: Duration | None = None
+    #: Collapse submits whose key matches into one pending Work (docs/dedup.md).
+    debounce: DebounceSpec | None = None
 
 
 class RoutineStepSpec(_Section, frozen=True, kw_only=True):
@@ -639,6 +660,26 @@ def _check_bindings(bindings: dict[str, Binding], scopes: dict[str, Scope], sour
             raise ConfigError(
                 f"{source}: {field}.retry_delays_seconds: at most {MAX_RETRY_DELAYS} delays"
             )
+        _check_submit_keys(binding, f"{source}: {field}")
+
+
+def _check_submit_keys(binding: Binding, where: str) -> None:
+    """A binding's dedup or debounce key templates and spans (docs/dedup.md)."""
+    if binding.dedup_key is not None and binding.debounce is not None:
+        raise ConfigError(f"{where}: dedup_key and debounce exclude each other (one key a submit)")
+    try:
+        if binding.dedup_key is not None:
+            key_template_fields(binding.dedup_key, "dedup_key")
+        if binding.debounce is not None:
+            spec = binding.debounce
+            key_template_fields(spec.key, "debounce.key")
+            quiet = duration_ms(spec.quiet, "debounce.quiet")
+            if quiet <= 0:
+                raise ConfigError(f"{where}.debounce.quiet: must be longer than 0")
+            if spec.max_wait is not None and duration_ms(spec.max_wait) < quiet:
+                raise ConfigError(f"{where}.debounce.max_wait: must be at least quiet")
+    except InvalidValueError as exc:
+        raise ConfigError(f"{where}.{exc}") from exc
 
 
 def _check_routines(

@@ -23,6 +23,7 @@ __all__ = [
     "ConfigGeneration",
     "ControlIntent",
     "ControlKind",
+    "DebounceHold",
     "ControlStatus",
     "DAEMON_HEARTBEAT_MS",
     "DAEMON_LOST_AFTER_MS",
@@ -116,6 +117,17 @@ class Dependencies(Record, frozen=True, kw_only=True):
     failed: str | None = None
 
 
+class DebounceHold(Record, frozen=True, kw_only=True):
+    """A debounced Work's pending start (docs/dedup.md)."""
+
+    #: The timer whose firing releases the Work (a push replaces it with a later one).
+    timer_id: str
+    #: When that timer is due: last submit + quiet, capped by ``deadline_ms``.
+    due_ms: int
+    #: First submit + max wait: no later submit pushes the start past it (``None``: no max).
+    deadline_ms: int | None = None
+
+
 class Work(Record, frozen=True, kw_only=True):
     id: str
     scope: str
@@ -156,6 +168,10 @@ class Work(Record, frozen=True, kw_only=True):
     dependencies: Dependencies | None = None
     #: Some Work waits for this one: its end settles them in the same transaction.
     has_dependents: bool = False
+    #: The dedup or debounce key it was submitted under (docs/dedup.md).
+    dedup_key: str | None = None
+    #: Set while a debounce holds its start (not claimable until its timer releases it).
+    debounce: DebounceHold | None = None
 
 
 #: The listed state of ready Work blocked until a person retries it (see ``listed_status``).
@@ -403,6 +419,7 @@ class TimerKind(StrEnum):
     RETRY = "retry"
     WAIT_TIMEOUT = "wait_timeout"
     DEADLINE = "deadline"
+    DEBOUNCE = "debounce"
 
 
 class Timer(Record, frozen=True, kw_only=True):

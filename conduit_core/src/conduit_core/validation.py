@@ -43,6 +43,8 @@ __all__ = [
     "WORK_ID_PATTERN",
     "Amount",
     "Count",
+    "DURATION_PATTERN",
+    "Duration",
     "InvalidIdError",
     "InvalidNumberError",
     "InvalidValueError",
@@ -63,6 +65,9 @@ __all__ = [
     "concurrency_key_fields",
     "decode_bounded",
     "decode_toml",
+    "duration_ms",
+    "key_template_fields",
+    "render_key_template",
     "finite_number",
     "render_concurrency_key",
     "saturating_add",
@@ -186,6 +191,80 @@ NameStr = Annotated[str, msgspec.Meta(pattern=NAME_PATTERN)]
 Seconds = Annotated[float, msgspec.Meta(ge=0, le=MAX_SECONDS)]
 Amount = Annotated[float, msgspec.Meta(ge=0, le=MAX_AMOUNT)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
+
+#: A span written for people: ``500ms``, ``5s``, ``10m``, ``2h``, ``1d`` (dedup windows,
+#: debounce quiet periods and maximum waits); :func:`duration_ms` reads it.
+DURATION_PATTERN: Final = r"^[0-9]{1,9}(ms|s|m|h|d)(?!\n)$"
+Duration = Annotated[str, msgspec.Meta(pattern=DURATION_PATTERN, max_length=11)]
+_DURATION_UNIT_MS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def duration_ms(text: str, field: str = "duration") -> int:
+    """Milliseconds of a :data:`Duration` (``invalid_duration`` naming ``field`` otherwise)."""
+    found = re.fullmatch(r"([0-9]{1,9})(ms|s|m|h|d)", text)
+    if found is None:
+        raise InvalidValueError(
+            field, f"{text!r} is not a duration like 500ms, 5s, 10m, 2h or 1d",
+            code="invalid_duration",
+        )  # fmt: skip
+    return int(found[1]) * _DURATION_UNIT_MS[found[2]]
+
+
+_TEMPLATE_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def key_template_fields(template: str, field: str) -> list[str]:
+    """The input fields a key template names (``"order-{order_id}"``: ``["order_id"]``), or
+    ``invalid_key_template`` naming ``field``. ``{{``/``}}`` write a brace; ``{a.b}`` reads a
+    nested field; nothing else (no format specs, no indexing) is allowed."""
+    import string
+
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise InvalidValueError(field, f"{template!r}: {exc}", code="invalid_key_template") from exc
+    names: list[str] = []
+    for _, name, spec, conversion in parts:
+        if name is None:
+            continue
+        if spec or conversion or not _TEMPLATE_FIELD.fullmatch(name):
+            raise InvalidValueError(
+                field, f"{template!r}: {{{name}}} is not a field name like {{order_id}} or "
+                "{customer.id}", code="invalid_key_template",
+            )  # fmt: skip
+        names.append(name)
+    return names
+
+
+def render_key_template(template: str, payload: Any, field: str) -> str:
+    """The key ``template`` makes of a first input ``payload`` (an object whose named fields
+    are strings, numbers or booleans); ``key_field_missing`` names the field it lacks."""
+    values: dict[str, str] = {}
+    for name in key_template_fields(template, field):
+        value: Any = payload
+        for part in name.split("."):
+            if not isinstance(value, dict) or part not in value:
+                raise InvalidValueError(
+                    field, f"the template {template!r} reads {name!r}, which the input has not",
+                    code="key_field_missing",
+                )  # fmt: skip
+            value = value[part]
+        if isinstance(value, dict | list) or value is None:
+            raise InvalidValueError(
+                field, f"the template {template!r} reads {name!r}, which is not a string or "
+                "number in the input", code="key_field_missing",
+            )  # fmt: skip
+        values[name] = str(value).lower() if isinstance(value, bool) else str(value)
+    import string
+
+    key = "".join(literal + (values[name] if name is not None else "")
+                  for literal, name, _, _ in string.Formatter().parse(template))  # fmt: skip
+    if not key or len(key) > ID_MAX_LENGTH:
+        raise InvalidValueError(
+            field, f"the key made of {template!r} must have 1 to {ID_MAX_LENGTH} characters",
+            code="invalid_key",
+        )  # fmt: skip
+    return key
 
 
 class InvalidValueError(ConduitError):

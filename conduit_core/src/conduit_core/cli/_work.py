@@ -27,7 +27,7 @@ from conduit_core.cli._filters import filter_options, work_filter
 from conduit_core.errors import ConduitError
 
 if TYPE_CHECKING:
-    from conduit_core.http import HistoryPage, WorkDetail
+    from conduit_core.http import DebounceRequest, HistoryPage, WorkDetail
 
 __all__ = ["capacity_command", "work_group"]
 
@@ -66,6 +66,21 @@ def work_group() -> None:
 )
 @click.option("--watch", "watch_after", is_flag=True, help="Then watch it until it ends.")
 @click.option(
+    "--dedup-key",
+    help="Return the Work already submitted with this key instead of a new one (docs/dedup.md).",
+)
+@click.option(
+    "--dedup",
+    "dedup_scope",
+    type=click.Choice(["queued", "active"]),
+    help="How long the key names its Work: until it starts (queued, default) or ends (active).",
+)
+@click.option("--dedup-window", help="Instead of --dedup: any Work with the key created within "
+              "this span (500ms, 5s, 10m, 2h, 1d).")  # fmt: skip
+@click.option("--debounce-key", help="Collapse submits with this key into one pending Work.")
+@click.option("--quiet", help="With --debounce-key: start this long after the last submit.")
+@click.option("--max-wait", help="With --debounce-key: never later than this after the first.")
+@click.option(
     "--from",
     "from_file",
     type=click.Path(path_type=Path, dir_okay=False, allow_dash=True),
@@ -84,16 +99,27 @@ def submit(
     after: tuple[str, ...],
     on_dependency_failure: str | None,
     watch_after: bool,
+    dedup_key: str | None,
+    dedup_scope: str | None,
+    dedup_window: str | None,
+    debounce_key: str | None,
+    quiet: str | None,
+    max_wait: str | None,
     from_file: Path | None,
     config_path: Path | None,
     as_json: bool,
 ) -> None:
-    """Create Work for BINDING with its first input (or many with --from FILE.jsonl)."""
+    """Create Work for BINDING with its first input (or many with --from FILE.jsonl).
+
+    With a dedup or debounce key, a duplicate submit prints the Work it joined
+    ("deduplicated: …") and exits 0."""
     if from_file is not None:
         given = [name for name, value in (
             ("BINDING", binding), ("--input", input_json), ("--scope", scope), ("--kind", kind),
             ("--id", work_id), ("--priority", priority is not None), ("--after", after),
             ("--on-dependency-failure", on_dependency_failure), ("--watch", watch_after),
+            ("--dedup-key", dedup_key), ("--dedup", dedup_scope), ("--dedup-window", dedup_window),
+            ("--debounce-key", debounce_key), ("--quiet", quiet), ("--max-wait", max_wait),
         ) if value]  # fmt: skip
         if given:
             raise click.UsageError(
@@ -120,6 +146,10 @@ def submit(
         on_dependency_failure=(
             DependencyFailure(on_dependency_failure) if on_dependency_failure else None
         ),
+        dedup_key=dedup_key,
+        dedup=dedup_scope,  # type: ignore[arg-type]  # click checked the choice
+        dedup_window=dedup_window,
+        debounce=_debounce_option(debounce_key, quiet, max_wait),
     )
 
     async def go() -> WorkDetail:
@@ -129,6 +159,8 @@ def submit(
     detail = run(go)
     if as_json and not watch_after:
         print_json(detail)
+    elif not as_json and detail.deduplicated:
+        console().print(f"deduplicated: {detail.work.id} (already submitted with this key)")
     elif not as_json:
         console().print(f"submitted {detail.work.id}")
     note = no_daemon_note(config_path)
@@ -136,6 +168,20 @@ def submit(
         click.echo(note, err=True)
     if watch_after:
         _watch(detail.work.id, config_path, as_json, timeout=None)
+
+
+def _debounce_option(
+    key: str | None, quiet: str | None, max_wait: str | None
+) -> DebounceRequest | None:
+    from conduit_core.http import DebounceRequest
+
+    if key is None:
+        if quiet is not None or max_wait is not None:
+            raise click.UsageError("--quiet and --max-wait go with --debounce-key")
+        return None
+    if quiet is None:
+        raise click.UsageError("--debounce-key needs --quiet (how long after the last submit)")
+    return DebounceRequest(key=key, quiet=quiet, max_wait=max_wait)
 
 
 work_group.add_command(bulk_group)

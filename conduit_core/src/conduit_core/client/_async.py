@@ -13,6 +13,7 @@ from conduit_core.client._errors import Conflict
 from conduit_core.client._sync import headers, unreachable
 from conduit_core.client._types import (
     BatchResult,
+    Debounce,
     InputAccepted,
     Outcome,
     Settled,
@@ -191,10 +192,15 @@ class AsyncClient:
         priority: int | None = None,
         after: Sequence[str] = (),
         on_dependency_failure: str | None = None,
+        dedup_key: str | None = None,
+        dedup: str | None = None,
+        dedup_window: str | None = None,
+        debounce: Debounce | None = None,
     ) -> WorkDetail:
         item = SubmitItem(
             binding=binding, input=input, scope=scope, kind=kind, id=id, priority=priority,
-            after=list(after), on_dependency_failure=on_dependency_failure,
+            after=list(after), on_dependency_failure=on_dependency_failure, dedup_key=dedup_key,
+            dedup=dedup, dedup_window=dedup_window, debounce=debounce,
         )  # fmt: skip
         try:
             return await self._call(Calls.submit(item))

@@ -151,6 +151,7 @@ def merge_batches(results: Sequence[BatchResult]) -> BatchResult:
         items=items,
         created=sum(r.created for r in results),
         refused=sum(r.refused for r in results),
+        deduplicated=sum(r.deduplicated for r in results),
     )
 
 

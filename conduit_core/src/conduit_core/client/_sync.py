@@ -17,6 +17,7 @@ from conduit_core.client._calls import Call, Calls, Poll, chunks, decode, merge_
 from conduit_core.client._errors import Conflict, DaemonUnavailable
 from conduit_core.client._types import (
     BatchResult,
+    Debounce,
     InputAccepted,
     Outcome,
     Settled,
@@ -187,6 +188,10 @@ class Client:
         priority: int | None = None,
         after: Sequence[str] = (),
         on_dependency_failure: str | None = None,
+        dedup_key: str | None = None,
+        dedup: str | None = None,
+        dedup_window: str | None = None,
+        debounce: Debounce | None = None,
     ) -> WorkDetail:
         """Create Work for ``binding`` with ``input`` as its first input's payload.
 
@@ -195,10 +200,15 @@ class Client:
         ``priority`` (-10 to 10; ``None``: the binding's): claimed higher first, aged.
         ``after``: ids of Work that must complete first; ``on_dependency_failure``:
         ``cancel`` (default), ``hold`` or ``run`` when one fails or is cancelled.
+
+        With ``dedup_key`` (scope ``dedup="queued"`` or ``"active"``, or ``dedup_window="10m"``)
+        or ``debounce=Debounce(key=…, quiet="5s", max_wait="1m")``, a submit the key already
+        names returns that Work with ``deduplicated`` true (docs/dedup.md).
         """
         item = SubmitItem(
             binding=binding, input=input, scope=scope, kind=kind, id=id, priority=priority,
-            after=list(after), on_dependency_failure=on_dependency_failure,
+            after=list(after), on_dependency_failure=on_dependency_failure, dedup_key=dedup_key,
+            dedup=dedup, dedup_window=dedup_window, debounce=debounce,
         )  # fmt: skip
         try:
             return self._call(Calls.submit(item))

@@ -19,6 +19,7 @@ __all__ = [
     "InputAccepted",
     "Outcome",
     "Settled",
+    "Debounce",
     "SubmitItem",
     "Waiting",
     "WorkDetail",
@@ -32,10 +33,21 @@ T = TypeVar("T")
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 
 
+class Debounce(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Collapse submits with ``key`` into one pending Work, started ``quiet`` after the last
+    of them but never later than ``max_wait`` after the first (``"5s"``, ``"1m"``)."""
+
+    key: str
+    quiet: str
+    max_wait: str | None = None
+
+
 class SubmitItem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One Work to create: ``POST /v1/work``'s body, and an item of ``submit_many``.
 
     ``id`` is optional; give one to make a resend safe (it is then refused as ``work_exists``).
+    ``dedup_key`` (with ``dedup`` ``"queued"``/``"active"`` or a ``dedup_window``) or
+    ``debounce`` submit under a key (docs/dedup.md).
     """
 
     binding: str
@@ -49,6 +61,10 @@ class SubmitItem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     after: list[str] = []
     #: ``cancel`` (the server's default), ``hold`` or ``run``: see docs/dependencies.md.
     on_dependency_failure: str | None = None
+    dedup_key: str | None = None
+    dedup: str | None = None
+    dedup_window: str | None = None
+    debounce: Debounce | None = None
 
 
 class WorkView(msgspec.Struct, frozen=True, kw_only=True):
@@ -77,6 +93,9 @@ class WorkView(msgspec.Struct, frozen=True, kw_only=True):
     on_dependency_failure: str | None = None
     #: The dependency whose failure or cancellation cancelled or held it.
     dependency_failed: str | None = None
+    dedup_key: str | None = None
+    #: While a debounce holds its start: when it may start.
+    debounce_until_ms: int | None = None
 
     @property
     def terminal(self) -> bool:
@@ -130,6 +149,8 @@ class WorkDetail(msgspec.Struct, frozen=True, kw_only=True):
     #: The Work's holds (budget and gate holds), as the API gives them.
     holds: list[dict[str, Any]] = []
     waiting: Waiting | None = None
+    #: A submit's answer: the Work its dedup or debounce key already named (nothing created).
+    deduplicated: bool = False
 
 
 class WorkPage(msgspec.Struct, frozen=True, kw_only=True):
@@ -147,12 +168,16 @@ class BatchItemResult(msgspec.Struct, frozen=True, kw_only=True):
     created: bool
     error: str | None = None
     code: str | None = None
+    #: Not created: its dedup or debounce key named this existing Work (``id``).
+    deduplicated: bool = False
 
 
 class BatchResult(msgspec.Struct, frozen=True, kw_only=True):
     items: list[BatchItemResult]
     created: int
     refused: int
+    #: Items answered with the Work their key already named (neither created nor refused).
+    deduplicated: int = 0
 
     @property
     def ids(self) -> list[str]:

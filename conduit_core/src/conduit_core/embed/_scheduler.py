@@ -19,6 +19,7 @@ from conduit_core.client import (
     BatchResult,
     ConduitClientError,
     Conflict,
+    Debounce,
     InvalidRequest,
     Outcome,
     SubmitItem,
@@ -82,11 +83,16 @@ class EmbeddedScheduler(Assembly):
         id: str | None = None,
         exist_ok: bool = False,
         priority: int | None = None,
+        dedup_key: str | None = None,
+        dedup: str | None = None,
+        dedup_window: str | None = None,
+        debounce: Debounce | None = None,
     ) -> WorkDetail:
         """As :meth:`conduit_core.client.Client.submit`."""
         item = SubmitItem(
-            binding=binding, input=input, scope=scope, kind=kind, id=id, priority=priority
-        )
+            binding=binding, input=input, scope=scope, kind=kind, id=id, priority=priority,
+            dedup_key=dedup_key, dedup=dedup, dedup_window=dedup_window, debounce=debounce,
+        )  # fmt: skip
         try:
             detail = await self._api().submit(_request(item))
         except ConduitError as exc:
@@ -111,7 +117,9 @@ class EmbeddedScheduler(Assembly):
             result = _as(batch, BatchResult)  # each chunk's index counts from 0: over all here
             merged += (msgspec.structs.replace(i, index=i.index + start) for i in result.items)
         created = sum(item.created for item in merged)
-        return BatchResult(items=merged, created=created, refused=len(merged) - created)
+        joined = sum(item.deduplicated for item in merged)
+        return BatchResult(items=merged, created=created, refused=len(merged) - created - joined,
+                           deduplicated=joined)  # fmt: skip
 
     async def get(self, work_id: str) -> WorkDetail:
         try:

@@ -59,6 +59,9 @@ PROTECTIONS = {
     "the ready queue (keys counted, never enforced)",
     "label_filter": "a claim from the ready queue and the expired-attempt read ignore the host's "
     "labels: a daemon reads the Work of every binding, whatever its requires (host labels)",
+    "submit_key_lock": "a keyed submit (dedup, debounce) reads the key's holder without "
+    "inserting or locking the key's row first, then creates its Work: racing submitters on "
+    "PostgreSQL may each find no holder and each create one (SQLite has one writer: no effect)",
     "work_exclusion": "a claim of a named Work (claim_attempt) does not refuse it for being "
     "running, held, without input or with an attempt still holding its slot; the store's "
     "unique index conduit_execution_one_live still refuses a second live attempt, so a "

@@ -79,6 +79,8 @@ _BAD_REQUEST = frozenset(
         "invalid_json", "invalid_body", "invalid_query", "too_deep", "invalid_id",
         "invalid_name", "invalid_number", "invalid_value", "invalid_text", "too_many_items",
         "invalid_status", "invalid_time", "invalid_cursor", "invalid_filter", "invalid_bulk",
+        "invalid_duration", "invalid_key", "invalid_key_template", "key_field_missing",
+        "dedup_and_debounce", "dedup_without_key",
     }
 )  # fmt: skip
 #: The page sizes ``limit`` may ask for; outside them a request is refused, not clamped.
@@ -151,7 +153,8 @@ def route_role(route: ApiRoute) -> str:
 
 ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute(
-        "POST", "/v1/work", "Create Work with its first input", WorkDetail, 201, SubmitRequest
+        "POST", "/v1/work", "Create Work with its first input (200: deduplicated, not created)",
+        WorkDetail, 201, SubmitRequest, also=(200,),
     ),
     ApiRoute(
         "POST",
@@ -447,7 +450,9 @@ def create_app(
                     level = logging.DEBUG if exc.code in STORE_OUTAGE_CODES else logging.WARNING
                     log.log(level, "%s %s failed: [%s] %s", route.method, route.path, exc.code, exc)
                 return _error(exc.message, exc.code, status)
-            return _json(result, route.status)
+            # A submit answered with the Work its dedup key already names created nothing: 200.
+            deduplicated = isinstance(result, WorkDetail) and result.deduplicated
+            return _json(result, 200 if deduplicated else route.status)
 
         return serve
 

@@ -6,7 +6,7 @@ plain records a newer daemon may extend with defaulted fields.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -23,7 +23,14 @@ from conduit_core.model import (
     WorkStatus,
     listed_status,
 )
-from conduit_core.validation import ID_MAX_LENGTH, MAX_TEXT_LENGTH, NameStr, Priority, WorkIdStr
+from conduit_core.validation import (
+    ID_MAX_LENGTH,
+    MAX_TEXT_LENGTH,
+    Duration,
+    NameStr,
+    Priority,
+    WorkIdStr,
+)
 
 __all__ = [
     "MAX_AFTER",
@@ -34,6 +41,7 @@ __all__ = [
     "BatchSubmitResult",
     "CancelRequest",
     "CapacityView",
+    "DebounceRequest",
     "ConfirmStoppedRequest",
     "ErrorBody",
     "EventView",
@@ -77,6 +85,15 @@ class _Response(msgspec.Struct, frozen=True, kw_only=True):
 MAX_AFTER = 100
 
 
+class DebounceRequest(_Request, frozen=True, kw_only=True):
+    """Start ``quiet`` after the last submit with ``key``, never later than ``max_wait`` after
+    the first; every submit's input is kept as one more input of that one Work."""
+
+    key: Key
+    quiet: Duration
+    max_wait: Duration | None = None
+
+
 class SubmitRequest(_Request, frozen=True, kw_only=True, omit_defaults=True):
     """Create Work for ``binding`` with its first input (``input`` becomes its payload).
 
@@ -101,6 +118,15 @@ class SubmitRequest(_Request, frozen=True, kw_only=True, omit_defaults=True):
     ] = []
     #: What this Work does when a dependency ends failed or cancelled (default ``cancel``).
     on_dependency_failure: DependencyFailure | None = None
+    #: Return the Work already submitted with this key instead of a new one (docs/dedup.md);
+    #: the binding's ``dedup_key`` template applies when absent.
+    dedup_key: Key | None = None
+    #: How long the key refers to its Work: until it starts, or until it ends.
+    dedup: Literal["queued", "active"] | None = None
+    #: Instead of ``dedup``: any Work with the key created within this span (``10m``).
+    dedup_window: Duration | None = None
+    #: Collapse submits with this key into one pending Work (docs/dedup.md).
+    debounce: DebounceRequest | None = None
 
 
 #: Items one ``POST /v1/work/batch`` takes at most (more is refused whole: ``too_many_items``).
@@ -196,6 +222,10 @@ class WorkView(_Response, frozen=True, kw_only=True):
     on_dependency_failure: DependencyFailure | None = None
     #: The dependency whose failure or cancellation cancelled or held it.
     dependency_failed: str | None = None
+    #: The dedup or debounce key it was submitted under.
+    dedup_key: str | None = None
+    #: While a debounce holds its start: when it may start (a later submit may push it).
+    debounce_until_ms: int | None = None
 
 
 class AttemptView(_Response, frozen=True, kw_only=True):
@@ -222,6 +252,8 @@ class AttemptView(_Response, frozen=True, kw_only=True):
 
 class WorkDetail(_Response, frozen=True, kw_only=True):
     work: WorkView
+    #: A submit's answer: the key named Work that already existed (HTTP 200, not 201).
+    deduplicated: bool = False
     attempts: list[AttemptView] = []
     holds: list[Hold] = []
     waiting: Waiting | None = None
@@ -245,12 +277,16 @@ class BatchItemResult(_Response, frozen=True, kw_only=True):
     created: bool
     error: str | None = None
     code: str | None = None
+    #: Not created: the item's dedup or debounce key named this existing Work (``id``).
+    deduplicated: bool = False
 
 
 class BatchSubmitResult(_Response, frozen=True, kw_only=True):
     items: list[BatchItemResult]
     created: int
     refused: int
+    #: Items answered with the Work their key already named.
+    deduplicated: int = 0
 
 
 class EventView(_Response, frozen=True, kw_only=True):
@@ -364,6 +400,8 @@ def work_view(work: Work) -> WorkView:
         concurrency_key=work.concurrency_key,
         key_limit=work.key_limit,
         **_dependency_fields(work),
+        dedup_key=work.dedup_key,
+        debounce_until_ms=work.debounce.due_ms if work.debounce is not None else None,
     )
 
 

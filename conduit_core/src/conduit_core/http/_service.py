@@ -48,6 +48,7 @@ from conduit_core.http._schemas import (
     work_view,
 )
 from conduit_core.http._search import WorkFilter, decode_cursor, encode_cursor
+from conduit_core.http._submit_keys import submit_key_for
 from conduit_core.model import (
     Dependencies,
     DependencyFailure,
@@ -262,6 +263,14 @@ class ApiService:
             return deps
         if work.retry_timer_id is not None:
             return Waiting(code="retry_backoff", message="waiting for its retry delay")
+        if work.debounce is not None:
+            cap = work.debounce.deadline_ms
+            return Waiting(
+                code="debounced",
+                message=f"debounced on {work.dedup_key!r}: starts at {work.debounce.due_ms} ms "
+                "unless another submit with the key pushes it"
+                + ("" if cap is None else f" (never past {cap} ms)"),
+            )
         if work.blocked_reason is not None:
             return Waiting(
                 code=work.blocked_reason,
@@ -362,7 +371,14 @@ class ApiService:
         """Create the Work; ``actor`` (here and in every write below): the name of the token
         that asked, recorded on what the write stores (its first input here)."""
         work, first = self._new_work(req, self._now(), actor)
-        await self.scheduler.submit(work, first)
+        key = submit_key_for(req, self.config.bindings[req.binding])
+        if key is None:
+            await self.scheduler.submit(work, first)
+        else:
+            work, deduplicated = await self.scheduler.submit_keyed(work, key, first)
+            if deduplicated:
+                log.info("work deduplicated work=%s key=%s", work.id, key.key)
+                return msgspec.structs.replace(await self.show(work.id), deduplicated=True)
         log.info("work submitted work=%s binding=%s scope=%s", work.id, work.binding, work.scope)
         self.host.wake()
         return await self.show(work.id)
@@ -386,6 +402,15 @@ class ApiService:
         for index, item in enumerate(req.items):
             try:
                 work, first = self._new_work(item, now, actor)
+                key = submit_key_for(item, self.config.bindings[item.binding])
+                if key is not None:
+                    # Keyed items decide on their key's row, one by one (docs/dedup.md).
+                    held, deduplicated = await self.scheduler.submit_keyed(work, key, first)
+                    outcomes.append(BatchItemResult(
+                        index=index, id=held.id, created=not deduplicated,
+                        deduplicated=deduplicated,
+                    ))  # fmt: skip
+                    continue
             except ConduitError as exc:
                 outcomes.append(_refused(index, item.id, exc))
                 continue
@@ -403,10 +428,13 @@ class ApiService:
                     outcome = BatchItemResult(index=index, id=work.id, created=True)
             results.append(outcome)
         made = sum(r.created for r in results)
-        log.info("work submitted in bulk: %d created, %d refused", made, len(results) - made)
+        joined = sum(r.deduplicated for r in results)
+        refused = len(results) - made - joined
+        log.info("work submitted in bulk: %d created, %d deduplicated, %d refused",
+                 made, joined, refused)  # fmt: skip
         if made:
             self.host.wake()
-        return BatchSubmitResult(items=results, created=made, refused=len(results) - made)
+        return BatchSubmitResult(items=results, created=made, refused=refused, deduplicated=joined)
 
     def _new_work(
         self, req: SubmitRequest, now: int, actor: str | None = None

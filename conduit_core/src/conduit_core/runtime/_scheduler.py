@@ -33,8 +33,23 @@ from conduit_core.runtime._options import SchedulerOptions
 from conduit_core.runtime._recovery import Recovery
 from conduit_core.runtime._stops import Stops
 from conduit_core.runtime._wakes import Wakes
-from conduit_core.storage import CapacityLimits, Claim, ClaimRefusal, ClaimRequest, Store
-from conduit_core.validation import check_payload, check_work_id, render_concurrency_key
+from conduit_core.storage import (
+    CapacityLimits,
+    Claim,
+    ClaimRefusal,
+    ClaimRequest,
+    DedupScope,
+    Store,
+    SubmitKey,
+    Submitted,
+)
+from conduit_core.validation import (
+    ID_MAX_LENGTH,
+    InvalidValueError,
+    check_payload,
+    check_work_id,
+    render_concurrency_key,
+)
 
 __all__ = ["Attempt", "Scheduler"]
 
@@ -299,6 +314,17 @@ class Scheduler:
         work = self._check_submit(work, first_input)
         return await self.store.create_work(work, first_input=first_input)
 
+    async def submit_keyed(
+        self, work: Work, key: SubmitKey, first_input: Event | None = None
+    ) -> Submitted:
+        """:meth:`submit` under a dedup or debounce key: the created Work, or the Work already
+        holding the key (``deduplicated``). Exactly one of racing submitters creates it."""
+        self._check_submit(work, first_input)
+        _check_submit_key(key)
+        return await self.store.submit_keyed(
+            work, key, first_input=first_input, now_ms=self.clock.now_ms()
+        )
+
     async def submit_many(
         self, items: Sequence[tuple[Work, Event | None]]
     ) -> list[Work | ConduitError]:
@@ -376,6 +402,24 @@ class Scheduler:
             for claim in claims:
                 tg.start_soon(run_one, claim)
         return results
+
+
+def _check_submit_key(key: SubmitKey) -> None:
+    field = "$.debounce.key" if key.debounced else "$.dedup_key"
+    if not 0 < len(key.key) <= ID_MAX_LENGTH:
+        raise InvalidValueError(field, f"a key has 1 to {ID_MAX_LENGTH} characters",
+                                code="invalid_key")  # fmt: skip
+    if key.debounced:
+        assert key.quiet_ms is not None
+        if key.quiet_ms <= 0:
+            raise InvalidValueError("$.debounce.quiet", "must be longer than 0",
+                                    code="invalid_duration")  # fmt: skip
+        if key.max_wait_ms is not None and key.max_wait_ms < key.quiet_ms:
+            raise InvalidValueError("$.debounce.max_wait", "must be at least the quiet period",
+                                    code="invalid_duration")  # fmt: skip
+    elif key.scope is DedupScope.WINDOW and key.window_ms <= 0:
+        raise InvalidValueError("$.dedup_window", "must be longer than 0",
+                                code="invalid_duration")  # fmt: skip
 
 
 def _binding_pools(options: SchedulerOptions, plugins: Plugins) -> dict[str, str | None]:

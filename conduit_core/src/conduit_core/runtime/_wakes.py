@@ -18,7 +18,7 @@ from conduit_core.runtime._attempts import AttemptRunner
 from conduit_core.runtime._clock import Clock
 from conduit_core.runtime._inputs import input_event
 from conduit_core.runtime._options import SchedulerOptions
-from conduit_core.storage import Claim, Store
+from conduit_core.storage import Claim, Store, WorkChange
 
 __all__ = ["Wakes"]
 
@@ -47,7 +47,7 @@ class Wakes:
         now = self.clock.now_ms()
         for timer in await self.store.due_timers(now_ms=now, limit=limit):
             accept: Event | None = None
-            clear = None
+            clear: WorkChange | None = None
             if timer.work_id is not None and timer.kind is TimerKind.RETRY:
                 accept = Event(
                     id=f"retry-event/{timer.id}/{timer.generation}",
@@ -66,6 +66,8 @@ class Wakes:
                     return msgspec.structs.replace(work, retry_timer_id=None)
 
                 clear = clear_backoff
+            elif timer.work_id is not None and timer.kind is TimerKind.DEBOUNCE:
+                clear = _release_debounce(timer.id)
             if await self.store.fire_timer(timer.id, accept=accept, update_work=clear, now_ms=now):
                 fired.append(timer.id)
         return fired
@@ -147,3 +149,15 @@ class Wakes:
             if isinstance(launched, Execution):
                 return launched
             return await self.runner.observe(launched)
+
+
+def _release_debounce(timer_id: str) -> WorkChange:
+    """The debounce's quiet period (or max wait) is over: the Work may start. Only the timer the
+    Work names releases it (a push replaced any older one under the key's lock)."""
+
+    def release(work: Work) -> Work:
+        if work.debounce is None or work.debounce.timer_id != timer_id:
+            return work
+        return msgspec.structs.replace(work, debounce=None)
+
+    return release

@@ -39,6 +39,7 @@ from conduit_core.storage._ops_routines import RoutineRun, RoutineUpdate
 from conduit_core.storage._schema import SCHEMA_VERSION
 from conduit_core.storage._sqlite import SqliteStore
 from conduit_core.storage._sqlstore import SqlStore
+from conduit_core.storage._submit_key import DedupScope, SubmitKey, Submitted
 from conduit_core.storage._work_search import WorkQuery
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "ClaimRefusal",
     "ClaimRequest",
     "Decision",
+    "DedupScope",
     "ExecutionChange",
     "NotEligibleError",
     "RecoveryRefusal",
@@ -71,6 +73,8 @@ __all__ = [
     "SqliteStore",
     "StaleDispatchError",
     "Store",
+    "SubmitKey",
+    "Submitted",
     "WorkChange",
     "WorkQuery",
     "mask_url",

@@ -43,6 +43,7 @@ from conduit_core.model import (
     WorkStatus,
 )
 from conduit_core.storage._admission import AdmitRequest, BudgetPolicy, GateFilter, PendingUsage
+from conduit_core.storage._submit_key import SubmitKey, Submitted
 from conduit_core.storage._work_search import WorkQuery
 
 if TYPE_CHECKING:
@@ -233,6 +234,14 @@ class Store(ABC):
     @abstractmethod
     async def create_work(self, work: Work, *, first_input: Event | None = None) -> Work:
         """Store new Work (code ``work_exists`` if the id is taken) with optional first input."""
+
+    @abstractmethod
+    async def submit_keyed(
+        self, work: Work, key: SubmitKey, *, first_input: Event | None = None, now_ms: int
+    ) -> Submitted:
+        """Create ``work`` under a dedup or debounce ``key``, or answer with the Work that holds
+        the key (``deduplicated``; a debounce adds the input to it and pushes its start).
+        Exactly one of any number of racing submitters creates the Work (docs/dedup.md)."""
 
     @abstractmethod
     async def create_works(

@@ -161,7 +161,7 @@ _V8 = (
 # Host labels and drain: the daemon registry (``conduit daemons``), one row per daemon start,
 # written at its start, on its heartbeat and at its exit.
 _V9 = (
-    """CREATE TABLE conduit_daemon (
+    """CREATE TABLE IF NOT EXISTS conduit_daemon (
         id TEXT PRIMARY KEY, last_seen BIGINT NOT NULL, data TEXT NOT NULL)""",
 )
 
@@ -185,9 +185,18 @@ _V11 = (
     "CREATE INDEX IF NOT EXISTS conduit_dependency_on ON conduit_dependency (depends_on)",
 )
 
+# Dedup and debounce (docs/dedup.md): one row per (kind, binding, key) naming the Work that holds
+# the key. A submit with a key inserts it or locks it in its own transaction, so two submitters
+# racing on any number of daemons decide one after the other on the row, never both "new".
+_V12 = (
+    """CREATE TABLE IF NOT EXISTS conduit_submit_key (
+        kind TEXT NOT NULL, binding TEXT NOT NULL, submit_key TEXT NOT NULL,
+        work_id TEXT NOT NULL, PRIMARY KEY (kind, binding, submit_key))""",
+)
+
 #: Ordered forward migrations; ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.
 MIGRATIONS: tuple[tuple[str | PerBackend, ...], ...] = (
-    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11,
+    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -210,6 +219,7 @@ TABLES = (
     "conduit_budget_pending",
     "conduit_daemon",
     "conduit_dependency",
+    "conduit_submit_key",
 )
 
 META_DDL = "CREATE TABLE IF NOT EXISTS conduit_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"

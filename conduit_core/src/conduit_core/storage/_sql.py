@@ -217,6 +217,7 @@ def is_claimable(work: Work) -> bool:
         and work.blocked_reason is None
         and work.pending_inputs > 0
         and (work.dependencies is None or not work.dependencies.waiting_for)
+        and work.debounce is None
     )
 
 

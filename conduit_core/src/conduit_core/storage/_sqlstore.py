@@ -35,6 +35,7 @@ from conduit_core.storage import _ops_controls as controls
 from conduit_core.storage import _ops_daemons as daemons
 from conduit_core.storage import _ops_misc as misc
 from conduit_core.storage import _ops_routines as rt
+from conduit_core.storage import _ops_submit_keys as keyed
 from conduit_core.storage import _ops_work as ops
 from conduit_core.storage._admission import AdmitRequest, BudgetPolicy, GateFilter, PendingUsage
 from conduit_core.storage._contract import (
@@ -52,6 +53,7 @@ from conduit_core.storage._contract import (
 )
 from conduit_core.storage._group_commit import GroupCommit, Operation
 from conduit_core.storage._sql import ONE_STATEMENT_FROM, Cx, load_execution, load_work
+from conduit_core.storage._submit_key import SubmitKey, Submitted
 from conduit_core.storage._threads import StoreThreads
 from conduit_core.storage._work_search import WorkQuery, search_work
 
@@ -159,6 +161,11 @@ class SqlStore(Store):
 
     async def create_work(self, work: Work, *, first_input: Event | None = None) -> Work:
         return await self._write(ops.create_work, work, first_input)
+
+    async def submit_keyed(
+        self, work: Work, key: SubmitKey, *, first_input: Event | None = None, now_ms: int
+    ) -> Submitted:
+        return await self._write(keyed.submit_keyed, work, first_input, key, now_ms)
 
     async def create_works(
         self, items: Sequence[tuple[Work, Event | None]]
@@ -649,6 +656,7 @@ class SqlStore(Store):
 ROW_LOCKED: frozenset[Callable[..., Any]] = frozenset(
     {
         ops.create_work,
+        keyed.submit_keyed,
         bulk.create_works,
         ops.accept_event,
         ops.update_work,

@@ -9,7 +9,8 @@ provider up; spawned racers and daemon subprocesses inherit the variables and re
 - ``CONDUIT_TEST_FAULT=<point>:<action>[,…]`` acts at a launch's fault points (the shell
   executor's ``shell.before_intent``, ``shell.after_intent``, ``shell.after_spawn``; the container
   handle's ``container.after_record``, ``container.after_remove``) and the store's
-  ``store.capacity_counted`` (a claim counted the slot holders, not yet committed): ``kill``
+  ``store.capacity_counted`` (a claim counted the slot holders, not yet committed) and
+  ``store.submit_key_read`` (a keyed submit decided on its key's row, not yet committed): ``kill``
   SIGKILLs this very process, as a crashing daemon; ``sleep=<seconds>`` widens the window for an
   outside kill or a race.
 """

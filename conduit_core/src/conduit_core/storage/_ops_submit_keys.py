@@ -1,0 +1,168 @@
+"""Dedup and debounce: a submit under a key joins the Work that holds the key, or creates one.
+
+The decision is one row of ``conduit_submit_key`` per (kind, binding, key), taken in the
+submitting transaction: ``INSERT … ON CONFLICT DO NOTHING`` either makes this submit the key's
+first holder, or finds the row and locks it (``FOR UPDATE``). On PostgreSQL (READ COMMITTED) a
+second submitter's insert waits on the unique index for the first to commit, then reads the
+committed holder; a submitter that finds a stale holder and takes the key over makes every
+other waiter read the new holder when their lock is granted. SQLite has one writer. So any
+number of submitters on any number of daemons decide one after another, and exactly one of a
+burst creates a Work.
+
+A debounced Work holds its start with a timer (``debounce/<work>/<due>``); pushing the start
+replaces that timer under the key's lock. The timer's firing and a push both delete the current
+timer row first, so whichever deletes it decides: a push that finds it gone (fired) creates a new
+Work instead of joining one that may already run.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from conduit_core.model import DebounceHold, Event, Timer, TimerKind, Work
+from conduit_core.storage._ops_misc import arm_timer, disarm_timer
+from conduit_core.storage._ops_work import accept_event, create_work
+from conduit_core.storage._sql import Cx, find_work, first, load_work, save_work
+from conduit_core.storage._submit_key import DedupScope, SubmitKey, Submitted
+from conduit_core.storage._unsafe import fault, unsafe
+
+__all__ = ["submit_keyed"]
+
+
+def submit_keyed(
+    cx: Cx, work: Work, first_input: Event | None, key: SubmitKey, now_ms: int
+) -> Submitted:
+    # An explicit id already taken: ``create_work`` refuses (``work_exists``) and the store rolls
+    # this operation back whole, the key's row with it.
+    created = _with_key(work, key, now_ms)
+    ident = (key.kind, work.binding, key.key)
+    if unsafe("submit_key_lock"):
+        return _unlocked(cx, created, first_input, key, now_ms, ident)
+    taken = cx.count(
+        "INSERT INTO conduit_submit_key (kind, binding, submit_key, work_id) "
+        "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        (*ident, work.id),
+    )
+    fault("store.submit_key_read")  # the key's row is this submit's until commit
+    if taken:
+        return Submitted(_create(cx, created, first_input), deduplicated=False)
+    row = first(
+        cx,
+        "SELECT work_id FROM conduit_submit_key "
+        "WHERE kind = ? AND binding = ? AND submit_key = ? FOR UPDATE",
+        ident,
+    )
+    assert row is not None  # inserted by someone else, never deleted
+    joined = _join(cx, str(row[0]), first_input, key, now_ms)
+    if joined is not None:
+        return Submitted(joined, deduplicated=True)
+    cx.run(
+        "UPDATE conduit_submit_key SET work_id = ? "
+        "WHERE kind = ? AND binding = ? AND submit_key = ?",
+        (work.id, *ident),
+    )
+    return Submitted(_create(cx, created, first_input), deduplicated=False)
+
+
+def _unlocked(
+    cx: Cx, work: Work, first_input: Event | None, key: SubmitKey, now_ms: int,
+    ident: tuple[str, str, str],
+) -> Submitted:
+    """The negative control's submit: read the holder, then create (no insert-first, no lock)."""
+    row = first(cx, "SELECT work_id FROM conduit_submit_key "
+                    "WHERE kind = ? AND binding = ? AND submit_key = ?", ident)  # fmt: skip
+    fault("store.submit_key_read")
+    if row is not None:
+        joined = _join(cx, str(row[0]), first_input, key, now_ms)
+        if joined is not None:
+            return Submitted(joined, deduplicated=True)
+    cx.run(
+        "INSERT INTO conduit_submit_key (kind, binding, submit_key, work_id) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (kind, binding, submit_key) DO UPDATE SET work_id = excluded.work_id",
+        (*ident, work.id),
+    )
+    return Submitted(_create(cx, work, first_input), deduplicated=False)
+
+
+def _with_key(work: Work, key: SubmitKey, now_ms: int) -> Work:
+    if not key.debounced:
+        return msgspec.structs.replace(work, dedup_key=key.key)
+    assert key.quiet_ms is not None
+    deadline = None if key.max_wait_ms is None else now_ms + key.max_wait_ms
+    due = _capped(now_ms + key.quiet_ms, deadline)
+    return msgspec.structs.replace(
+        work,
+        dedup_key=key.key,
+        debounce=DebounceHold(timer_id=_timer_id(work.id, due), due_ms=due, deadline_ms=deadline),
+    )
+
+
+def _create(cx: Cx, work: Work, first_input: Event | None) -> Work:
+    stored = create_work(cx, work, first_input)
+    if work.debounce is not None:
+        arm_timer(cx, _timer(work.id, work.debounce.due_ms))
+    return stored
+
+
+def _join(
+    cx: Cx, holder_id: str, first_input: Event | None, key: SubmitKey, now_ms: int
+) -> Work | None:
+    """The holder this submit joins (its input added, a debounce pushed), or ``None``: the key
+    no longer refers to it and the submit creates a new Work."""
+    holder = find_work(cx, holder_id)
+    if holder is None or not _still_holds(holder, key, now_ms):
+        return None
+    if not key.debounced:
+        return holder
+    hold = holder.debounce
+    assert hold is not None
+    assert key.quiet_ms is not None
+    # Delete the hold's timer before touching the Work (the firing's lock order): if the firing
+    # took it first, the Work is released (or about to be) and this submit starts a new one.
+    if not disarm_timer(cx, hold.timer_id):
+        return None
+    # a later submit never pulls the start earlier, nor pushes it past the deadline
+    due = max(_capped(now_ms + key.quiet_ms, hold.deadline_ms), hold.due_ms)
+    arm_timer(cx, _timer(holder.id, due))
+    if first_input is not None:
+        accept_event(cx, _joined_input(first_input, holder.id, now_ms))
+    current = load_work(cx, holder.id, lock=True)
+    pushed = msgspec.structs.replace(
+        current,
+        debounce=msgspec.structs.replace(hold, timer_id=_timer_id(holder.id, due), due_ms=due),
+        updated_at_ms=now_ms,
+    )
+    save_work(cx, pushed)
+    return pushed
+
+
+def _capped(due_ms: int, deadline_ms: int | None) -> int:
+    return due_ms if deadline_ms is None else min(due_ms, deadline_ms)
+
+
+def _still_holds(holder: Work, key: SubmitKey, now_ms: int) -> bool:
+    if key.debounced:
+        return holder.debounce is not None and not holder.status.terminal
+    if key.scope is DedupScope.WINDOW:
+        return holder.created_at_ms > now_ms - key.window_ms
+    if holder.status.terminal:
+        return False
+    return key.scope is DedupScope.ACTIVE or holder.last_attempt == 0
+
+
+def _joined_input(first_input: Event, work_id: str, now_ms: int) -> Event:
+    """The submit's input as one more pending input of the Work it joined (its id names the
+    submit's own Work id, so a resend of this submit is accepted once)."""
+    delivery = f"{work_id}/joined/{first_input.delivery_id}"
+    return msgspec.structs.replace(
+        first_input, id=delivery, delivery_id=delivery, work_id=work_id, accepted_at_ms=now_ms
+    )
+
+
+def _timer_id(work_id: str, due_ms: int) -> str:
+    return f"debounce/{work_id}/{due_ms}"
+
+
+def _timer(work_id: str, due_ms: int) -> Timer:
+    return Timer(id=_timer_id(work_id, due_ms), kind=TimerKind.DEBOUNCE, due_at_ms=due_ms,
+                 work_id=work_id)  # fmt: skip

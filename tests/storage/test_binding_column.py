@@ -14,8 +14,23 @@ from conduit_core.storage.conformance import T0, make_input, make_work, snapshot
 
 pytestmark = pytest.mark.anyio
 
-#: What V6 added, undone: the store then looks like one a V5 conduit left.
+#: What the Work-search migration (after V7) added, undone: first, so V6 can be undone too.
+UNDO_SEARCH = (
+    "DROP INDEX conduit_work_created",
+    "DROP INDEX conduit_work_status_created",
+    "DROP INDEX conduit_work_scope_created",
+    "DROP INDEX conduit_work_binding_created",
+    "ALTER TABLE conduit_work DROP COLUMN created_at_ms",
+    "ALTER TABLE conduit_work DROP COLUMN first_input",
+    "UPDATE conduit_work SET status = 'ready' WHERE status = 'exhausted'",
+    "CREATE INDEX conduit_work_status ON conduit_work (status, id)",
+    "CREATE INDEX conduit_work_scope ON conduit_work (scope, id)",
+)
+
+#: What V6 added, undone (with what came after it): the store then looks like one a V5 conduit
+#: left.
 UNDO_V6 = (
+    *UNDO_SEARCH,
     "DROP INDEX conduit_work_ready_binding",
     "ALTER TABLE conduit_work DROP COLUMN binding",
 )

@@ -158,8 +158,9 @@ def test_bulk_approve_and_refuse_of_held_work_record_the_operator(
     assert approved["actor"] == "ops"
     for work_id in held[1:]:
         daemon.wait_status(work_id, "completed")
-    # Approving again: each item fails alone with its code (nothing is held any more).
-    again = bulk("approve", ids=held[1:])
-    assert {r["code"] for r in again["results"]} == {"not_held"}  # type: ignore[union-attr,index]
+    # An unknown id fails alone with its code.
+    again = bulk("approve", ids=["nope"])
+    assert again["failed"] == 1
+    assert again["results"][0]["code"] == "not_found"  # type: ignore[index]
     gate = [e for w in held for e in events(daemon.store, w) if e.type.startswith("core.gate.")]
     assert {e.actor for e in gate if e.type != "core.gate.held"} == {"ops"}

@@ -181,7 +181,8 @@ def test_async_client_bulk_submit_inputs_and_list_paging(
             every = await client.wait_many(ids, timeout=120, data_type=Echo)
             assert [o.data.inputs[0].n for o in every if o.data] == list(range(200))
 
-            # Paging: 50 a page, by id, until next is None; the filters apply.
+            # Paging: 50 a page, newest first (ids grow with time), until next is None; the
+            # filters apply.
             seen: list[str] = []
             after = None
             while True:
@@ -191,7 +192,7 @@ def test_async_client_bulk_submit_inputs_and_list_paging(
                 if page.next is None:
                     break
                 after = page.next
-            assert seen == sorted(ids)
+            assert seen == sorted(ids, reverse=True)
             assert len(seen) == 200
             assert [w.id async for w in client.iter_work(binding="echo", page_size=64)] == seen
             with pytest.raises(InvalidRequest) as bad_limit:

@@ -92,6 +92,7 @@ def test_search_filters_order_and_keyset_pages(
         ({"after": "%%%"}, "invalid_cursor", "'after'"),
         ({"order": "random"}, "invalid_filter", "'order'"),
         ({"input.no space": "x"}, "invalid_filter", "'input'"),
+        ({"id_prefix": "a/b"}, "invalid_filter", "'id_prefix'"),
         ({"sort": "id"}, "invalid_query", "'sort'"),
     ],
 )

@@ -14,14 +14,29 @@ from conduit_core.storage.conformance import T0, make_input, make_work, snapshot
 
 pytestmark = pytest.mark.anyio
 
+#: What the Work-search migration (V8) added, undone: first, so V6 can be undone too.
+UNDO_SEARCH = (
+    "DROP INDEX conduit_work_created",
+    "DROP INDEX conduit_work_status_created",
+    "DROP INDEX conduit_work_scope_created",
+    "DROP INDEX conduit_work_binding_created",
+    "ALTER TABLE conduit_work DROP COLUMN created_at_ms",
+    "ALTER TABLE conduit_work DROP COLUMN first_input",
+    "UPDATE conduit_work SET status = 'ready' WHERE status = 'exhausted'",
+    "CREATE INDEX conduit_work_status ON conduit_work (status, id)",
+    "CREATE INDEX conduit_work_scope ON conduit_work (scope, id)",
+)
+
 #: What V6 added (and the later migrations that touch the same tables), undone: the store then
-#: looks like one a V5 conduit left.
+#: looks like one a V5 conduit left. The tables later migrations create are created ``IF NOT
+#: EXISTS``, so they stay.
 UNDO_V6 = (
     # Concurrency keys (issue 36).
     "DROP INDEX conduit_execution_key",
     "ALTER TABLE conduit_execution DROP COLUMN concurrency_key",
     "ALTER TABLE conduit_work DROP COLUMN concurrency_key",
     "ALTER TABLE conduit_work DROP COLUMN key_limit",
+    *UNDO_SEARCH,
     "DROP INDEX conduit_work_ready_binding",
     "ALTER TABLE conduit_work DROP COLUMN binding",
 )

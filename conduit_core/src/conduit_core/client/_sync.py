@@ -329,7 +329,7 @@ class Client:
         limit: int = 100,
         after: str | None = None,
     ) -> WorkPage:
-        """One page of Work by id (``limit`` 1-500); pass ``page.next`` as ``after``."""
+        """One page of Work, newest first (``limit`` 1-500); pass ``page.next`` as ``after``."""
         return self._call(Calls.list(status, scope, binding, limit, after))
 
     def iter_work(

@@ -54,6 +54,7 @@ SEARCH_QUERY: tuple[tuple[str, Any, str], ...] = (
     ("after", str, "the previous page's `next` (an opaque cursor)"),
 )
 
+_PREFIX = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
 _KEY = re.compile(r"[A-Za-z0-9_\-]{1,64}")
 _RELATIVE = re.compile(r"-(\d{1,9})([smhd])")
 _UNIT_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -121,6 +122,9 @@ class WorkFilter(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
                           "invalid_status")  # fmt: skip
         if self.order not in ("newest", "oldest"):
             raise _refuse("order", f"{self.order!r} is not newest or oldest", "invalid_filter")
+        if self.id_prefix and not _PREFIX.fullmatch(self.id_prefix):
+            raise _refuse("id_prefix", f"{self.id_prefix!r} cannot begin a Work id (letters, "
+                          "digits, _ . : - up to 128)", "invalid_filter")  # fmt: skip
         key = value = None
         if self.input is not None:
             key, sep, value = self.input.partition("=")

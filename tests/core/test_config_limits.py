@@ -192,8 +192,11 @@ def test_the_digest_of_a_config_without_pools_is_unchanged() -> None:
     del settings["http"]["wrong_token_limit"]  # nor http.wrong_token_limit, unless set
     del settings["labels"]  # nor settings.labels
     bindings = msgspec.to_builtins(config.bindings)
+    later = ("requires", "priority", "concurrency_key", "key_limit", "on_dependency_failure",
+             "dedup_key", "dedup", "dedup_window", "debounce")  # fmt: skip
     for binding in bindings.values():
-        del binding["requires"]  # nor a binding's requires
+        for field in later:  # nor a binding's fields that joined later (labels, issue 36)
+            del binding[field]
     old = hashlib.sha256(
         msgspec.json.encode(
             [settings, config.scopes, bindings, config.routines, config.budgets],
@@ -208,6 +211,8 @@ def test_the_digest_of_a_config_without_pools_is_unchanged() -> None:
     assert parse_config("[settings]\nmetrics.open = false\n" + BINDING).digest == old
     assert parse_config('[settings]\nlabels = ["gpu"]\n' + BINDING).digest != old
     assert parse_config("[settings]\nlabels = []\n" + BINDING).digest == old
+    assert parse_config(BINDING + "priority = 2\n").digest != old
+    assert parse_config(BINDING + "priority = 0\n").digest == old
 
 
 class _PooledPlugins:

@@ -387,7 +387,8 @@ def parse_config(data: bytes | str, *, source: str = "conduit.toml") -> Config:
     # pools, executors, plugins and the later settings join the digest only when declared, so
     # existing configs keep their digest (and config generation).
     digested: list[Any] = [
-        _digested(settings), scopes, _digested_bindings(bindings), routines, budgets
+        _digested(settings), scopes, _digested_bindings(bindings), _digested_routines(routines),
+        budgets,
     ]
     if pools:
         digested.append(pools)
@@ -452,12 +453,31 @@ def _digested(settings: Settings) -> dict[str, Any]:
     return out
 
 
+#: Binding fields that joined later (host labels, priorities, concurrency keys, dependencies,
+#: dedup and debounce): digested only when not at their default, for the same reason.
+_BINDING_DIGESTED_WHEN_SET = (
+    "requires", "priority", "concurrency_key", "key_limit", "on_dependency_failure",
+    "dedup_key", "dedup", "dedup_window", "debounce",
+)  # fmt: skip
+
+
 def _digested_bindings(bindings: dict[str, Binding]) -> dict[str, Any]:
-    """The bindings as digested: ``requires`` joined later, so only when set."""
+    """The bindings as digested: the fields that joined later only when set."""
     out: dict[str, Any] = msgspec.to_builtins(bindings)
-    for name, binding in bindings.items():
-        if not binding.requires:
-            del out[name]["requires"]
+    defaults = msgspec.to_builtins(Binding(executor="x"))
+    for name in bindings:
+        for field in _BINDING_DIGESTED_WHEN_SET:
+            if out[name].get(field, defaults.get(field)) == defaults.get(field):
+                out[name].pop(field, None)
+    return out
+
+
+def _digested_routines(routines: list[RoutineSpec]) -> list[Any]:
+    """The Routines as digested: ``then`` (a fire's group, which joined later) only when set."""
+    out: list[dict[str, Any]] = msgspec.to_builtins(routines)
+    for routine in out:
+        if not routine.get("then"):
+            routine.pop("then", None)
     return out
 
 

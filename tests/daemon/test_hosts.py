@@ -76,6 +76,24 @@ def test_a_label_pins_work_to_the_daemon_that_has_it(
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("store", [pytest.param("postgres", id="postgres")], indirect=True)
+def test_negative_control_without_the_label_filter_work_runs_on_a_daemon_without_the_label(
+    make_daemon: Callable[..., Daemon], store: str
+) -> None:
+    """The same race with the claim's label rule switched off (``label_filter``, test only):
+    the detector (which daemon's command ran each job) sees the unlabelled daemon run ``gpu``
+    Work, so the test above could see it too."""
+    env = {"CONDUIT_TEST_UNSAFE": "label_filter"}
+    gpu = labelled(make_daemon, ["gpu"], job_concurrency=4).start(rescan=0.2, env=env)
+    plain = labelled(make_daemon, ["eu"], job_concurrency=4).start(rescan=0.2, env=env)
+    ids = [(gpu, plain)[i % 2].submit("gpu", id=f"g{i:03d}") for i in range(40)]
+    for work_id in ids:
+        gpu.wait_status(work_id, "completed", timeout=120)
+    runs = ran_on(gpu.side)
+    assert any(runs.get(w) == [plain.name] for w in ids), runs
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("store", [pytest.param("postgres", id="postgres")], indirect=True)
 def test_an_attempt_is_recovered_only_by_a_daemon_with_the_label(
     make_daemon: Callable[..., Daemon], store: str
 ) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from conduit_core.config import Binding, Budget, Config
+from conduit_core.extension import protection_off
 from conduit_core.storage import CapacityLimits
 
 __all__ = ["JOBS_POOL", "SchedulerOptions"]
@@ -70,6 +71,8 @@ class SchedulerOptions:
         lacking = sorted(
             name for name, b in self.bindings.items() if not self.labels.issuperset(b.requires)
         )
+        if protection_off("label_filter"):  # a race detector's negative control (test only)
+            lacking = []
         object.__setattr__(self, "lacking_bindings", tuple(lacking))
 
     @classmethod

@@ -123,6 +123,8 @@ def test_cli_list_takes_the_same_filters(populated: tuple[Daemon, list[str], lis
     assert "order-5" not in rest.stdout
     table = daemon.cli("work", "list", "--status", "exhausted").stdout
     assert "exhausted" in table
+    # `work show` names the same state on its status line.
+    assert f"{failed[0]}  exhausted" in daemon.cli("work", "show", failed[0]).stdout
     bad = daemon.cli("work", "list", "--since", "yesterday", check=False)
     assert bad.returncode != 0
     assert "invalid_time" in bad.stderr

@@ -122,7 +122,7 @@ def _attempts(detail: WorkDetail) -> Table:
 def status_line(detail: WorkDetail) -> Text:
     work = detail.work
     line = Text.assemble(
-        (work.id, "bold"), "  ", _status(str(work.status)),
+        (work.id, "bold"), "  ", _status(work.state or str(work.status)),
         f"  binding={work.binding} scope={work.scope} attempts={work.last_attempt}",
     )  # fmt: skip
     if work_note(work):

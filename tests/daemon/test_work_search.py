@@ -11,9 +11,11 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
+import anyio
 import msgspec
 import pytest
 
+from conduit_core.client import AsyncClient, Client
 from tests.daemon.conftest import Daemon, wait_for
 
 
@@ -128,6 +130,26 @@ def test_cli_list_takes_the_same_filters(populated: tuple[Daemon, list[str], lis
     bad = daemon.cli("work", "list", "--since", "yesterday", check=False)
     assert bad.returncode != 0
     assert "invalid_time" in bad.stderr
+
+
+def test_the_python_client_searches_with_the_same_filters(
+    populated: tuple[Daemon, list[str], list[str]],
+) -> None:
+    daemon, done, failed = populated
+    with Client(config=daemon.config) as client:
+        page = client.list(status="exhausted", order="oldest")
+        assert [w.id for w in page.items] == failed
+        acme = client.list(input={"customer": "acme"}, order="oldest", since="-1h")
+        assert [w.id for w in acme.items] == done[0::2]
+        assert [w.id for w in client.iter_work(id_prefix="order-", page_size=2)] == list(
+            reversed(done)
+        )
+
+    async def from_async() -> list[str]:
+        async with AsyncClient(config=daemon.config) as client:
+            return [w.id async for w in client.iter_work(binding="ok", order="oldest")]
+
+    assert anyio.run(from_async) == done
 
 
 def test_bulk_retry_dry_run_cap_and_per_item_results(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import os
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from conduit_core.client._address import resolve
@@ -314,24 +314,26 @@ class AsyncClient:
         status: str | None = None,
         scope: str | None = None,
         binding: str | None = None,
+        id: str | None = None,
+        id_prefix: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        input: Mapping[str, str] | None = None,
+        order: str | None = None,
         limit: int = 100,
         after: str | None = None,
     ) -> WorkPage:
-        return await self._call(Calls.list(status, scope, binding, limit, after))
+        filters = {
+            "status": status, "scope": scope, "binding": binding, "id": id,
+            "id_prefix": id_prefix, "since": since, "until": until, "input": input,
+            "order": order,
+        }  # fmt: skip
+        return await self._call(Calls.list(limit, after, filters))
 
-    async def iter_work(
-        self,
-        *,
-        status: str | None = None,
-        scope: str | None = None,
-        binding: str | None = None,
-        page_size: int = 500,
-    ) -> AsyncIterator[WorkView]:
+    async def iter_work(self, *, page_size: int = 500, **filters: Any) -> AsyncIterator[WorkView]:
         after: str | None = None
         while True:
-            page = await self.list(
-                status=status, scope=scope, binding=binding, limit=page_size, after=after
-            )
+            page = await self.list(limit=page_size, after=after, **filters)
             for item in page.items:
                 yield item
             if page.next is None:

@@ -7,7 +7,7 @@ API itself is here, once.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote, urlencode
@@ -93,14 +93,16 @@ class Calls:
         return Call("GET", _work(work_id), None, WorkDetail)
 
     @staticmethod
-    def list(
-        status: str | None, scope: str | None, binding: str | None, limit: int, after: str | None
-    ) -> Call[WorkPage]:
+    def list(limit: int, after: str | None, filters: Mapping[str, Any]) -> Call[WorkPage]:
+        """``GET /v1/work`` with the search's filters (``input`` a mapping: ``input.KEY``)."""
         query: dict[str, Any] = {"limit": limit}
-        for key, value in (("status", status), ("scope", scope), ("binding", binding),
-                           ("after", after)):  # fmt: skip
-            if value is not None:
+        for key, value in filters.items():
+            if key == "input":
+                query.update({f"input.{k}": v for k, v in (value or {}).items()})
+            elif value is not None:
                 query[key] = value
+        if after is not None:
+            query["after"] = after
         return Call("GET", f"/v1/work?{urlencode(query)}", None, WorkPage)
 
     @staticmethod

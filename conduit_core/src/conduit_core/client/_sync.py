@@ -9,7 +9,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 from conduit_core.client._address import Address, resolve
@@ -326,26 +326,31 @@ class Client:
         status: str | None = None,
         scope: str | None = None,
         binding: str | None = None,
+        id: str | None = None,
+        id_prefix: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        input: Mapping[str, str] | None = None,
+        order: str | None = None,
         limit: int = 100,
         after: str | None = None,
     ) -> WorkPage:
-        """One page of Work, newest first (``limit`` 1-500); pass ``page.next`` as ``after``."""
-        return self._call(Calls.list(status, scope, binding, limit, after))
+        """One page of Work matching every filter given, newest first (``order="oldest"`` for
+        the other way; ``limit`` 1-500); pass ``page.next`` as ``after``. ``status`` may be
+        ``exhausted``; ``since``/``until`` ISO-8601 with an offset or ``-1h``; ``input``
+        matches top-level keys of the first input (docs/http.md, "Search")."""
+        filters = {
+            "status": status, "scope": scope, "binding": binding, "id": id,
+            "id_prefix": id_prefix, "since": since, "until": until, "input": input,
+            "order": order,
+        }  # fmt: skip
+        return self._call(Calls.list(limit, after, filters))
 
-    def iter_work(
-        self,
-        *,
-        status: str | None = None,
-        scope: str | None = None,
-        binding: str | None = None,
-        page_size: int = 500,
-    ) -> Iterator[WorkView]:
+    def iter_work(self, *, page_size: int = 500, **filters: Any) -> Iterator[WorkView]:
         """Every matching Work, page after page."""
         after: str | None = None
         while True:
-            page = self.list(
-                status=status, scope=scope, binding=binding, limit=page_size, after=after
-            )
+            page = self.list(limit=page_size, after=after, **filters)
             yield from page.items
             if page.next is None:
                 return

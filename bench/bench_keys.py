@@ -43,7 +43,9 @@ import msgspec
 from conduit_core.http import ApiClient, BatchSubmitRequest, BatchSubmitResult, SubmitRequest
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # bench_daemon (a fresh PostgreSQL database)
+sys.path.insert(0, str(HERE))  # bench_daemon (a fresh PostgreSQL database, wait_until)
+
+from bench_daemon import wait_until  # noqa: E402
 
 CONFIG = """\
 [settings]
@@ -69,14 +71,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _wait(what: str, check: Any, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 class _Store:
@@ -125,9 +119,9 @@ def daemon_run(args: argparse.Namespace, case: str, src: str | None = None) -> f
             )  # fmt: skip
         try:
             token = root / "data" / "token"
-            _wait("the daemon's token", token.exists, 30)
+            wait_until("the daemon's token", token.exists, 30)
             client = ApiClient(token.read_text().strip(), listen=f"127.0.0.1:{port}", timeout=30)
-            _wait("the daemon to answer", lambda: _answers(client), 30)
+            wait_until("the daemon to answer", lambda: _answers(client), 30)
             rng = random.Random(7)
             items = [
                 SubmitRequest(
@@ -141,7 +135,7 @@ def daemon_run(args: argparse.Namespace, case: str, src: str | None = None) -> f
             for at in range(0, len(items), 1000):
                 chunk = BatchSubmitRequest(items=items[at : at + 1000])
                 client.request("POST", "/v1/work/batch", chunk, BatchSubmitResult)
-            _wait("every Work to complete", lambda: store.completed() >= args.work, 300)
+            wait_until("every Work to complete", lambda: store.completed() >= args.work, 300)
             return args.work / (time.perf_counter() - started)
         finally:
             proc.kill()

@@ -319,10 +319,12 @@ class Slots:
 
 class ReadySlice(NamedTuple):
     """One read of the ready queue: at most ``limit`` rows, of ``bindings`` only (``None``:
-    of any binding)."""
+    of any binding), of ``scopes_in`` only (empty: of any scope) and of none of ``scopes_out``."""
 
     limit: int
     bindings: tuple[str, ...] | None = None
+    scopes_in: tuple[str, ...] = ()
+    scopes_out: tuple[str, ...] = ()
 
 
 class ReadySlices(NamedTuple):
@@ -378,7 +380,45 @@ def capacity_sized(slots: Slots, limit: int) -> ReadySlices | None:
     if full:
         known = {*limits.scope_limits, *limits.scope_parents, *limits.scope_parents.values()}
         skip = tuple(sorted(s for s in known if full.intersection(limits.ancestry(s))))
+    if groups := _scope_groups(slots, full):
+        parts = _by_scope_group(parts, groups)
     return ReadySlices(tuple(parts), skip, limits.skip_bindings, keyed)
+
+
+def _scope_groups(slots: Slots, full: set[str]) -> list[tuple[int, tuple[str, ...]]]:
+    """The scopes under a limit with room, grouped by their outermost limited scope: each
+    group's headroom (that scope's free slots, which every scope under it shares) and its
+    scopes."""
+    limits = slots.limits
+    if not limits.scope_limits:
+        return []
+    known = {*limits.scope_limits, *limits.scope_parents, *limits.scope_parents.values()}
+    groups: dict[str, tuple[int, list[str]]] = {}
+    for scope in sorted(known):
+        limited = [s for s in limits.ancestry(scope) if s in limits.scope_limits]
+        if not limited or full.intersection(limited):
+            continue  # under no limit, or under a full one (skipped whole)
+        top = limited[-1]
+        room = limits.scope_limits[top] - slots.by_scope[top]
+        groups.setdefault(top, (room, []))[1].append(scope)
+    return [(room, tuple(scopes)) for room, scopes in groups.values()]
+
+
+def _by_scope_group(
+    parts: list[ReadySlice], groups: list[tuple[int, tuple[str, ...]]]
+) -> list[ReadySlice]:
+    """Each pool's read split by scope limit: at most a group's headroom of its scopes' Work,
+    and the rest outside every limited scope. A read sized by the pool alone would lock rows a
+    scope limit then refuses, and other claimers' ``SKIP LOCKED`` reads pass them by: with
+    several daemons, a scope with room for one took one claimer's read of three rows, and the
+    other claimer found none to take."""
+    grouped = tuple(sorted(s for _, scopes in groups for s in scopes))
+    split: list[ReadySlice] = []
+    for part in parts:
+        split.append(part._replace(scopes_out=grouped))
+        split += [part._replace(limit=min(part.limit, room), scopes_in=scopes)
+                  for room, scopes in groups]  # fmt: skip
+    return split
 
 
 def sized_batch(
@@ -744,6 +784,12 @@ def lock_ready_work_rows_later(
         if part.bindings is not None:
             filters += f" AND w.binding IN ({', '.join('?' for _ in part.bindings)})"
             params += part.bindings
+        if part.scopes_in:
+            filters += f" AND w.scope IN ({', '.join('?' for _ in part.scopes_in)})"
+            params += part.scopes_in
+        if part.scopes_out:
+            filters += f" AND w.scope NOT IN ({', '.join('?' for _ in part.scopes_out)})"
+            params += part.scopes_out
         sql = _ready_work_rows_sql(filters) + " FOR UPDATE OF w SKIP LOCKED"
         reads.append(cx.later(sql, (*params, min(limit, part.limit))))
 

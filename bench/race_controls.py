@@ -127,10 +127,9 @@ def daemon_runs(race: str, switch: str, runs: int) -> list[int]:
     """The peak of each of ``runs`` two-daemon races on one daemon pair (PostgreSQL)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's tests package
     from tests.daemon.test_capacity_daemons import (
-        CONTROL_EXTRA,
         LIMITS,
         WIDENED,
-        _run_held_jobs,
+        _control_run,
         _start_pair,
     )
 
@@ -140,8 +139,7 @@ def daemon_runs(race: str, switch: str, runs: int) -> list[int]:
         daemons: list[Any] = []
         try:
             pair = _start_pair(Path(tmp), url, daemons, env)
-            jobs = limit.limit + CONTROL_EXTRA
-            return [_run_held_jobs(pair, limit, run=n, jobs=jobs) for n in range(runs)]
+            return [_control_run(pair, limit, n) for n in range(runs)]
         finally:
             for daemon in daemons:
                 daemon.kill()

@@ -301,7 +301,9 @@ def test_clients_list_the_daemons_and_drain_the_one_they_talk_to(
             async with AsyncClient(url(daemon), token=daemon.token) as aclient:
                 return [d.state for d in (await aclient.daemons()).daemons]
 
-        assert anyio.run(listed_async) == ["draining"]
+        # The daemon writes its registry row's new state on its next pass.
+        wait_for("the async client to list the daemon draining",
+                 lambda: anyio.run(listed_async) == ["draining"])  # fmt: skip
         assert [d.state for d in client.daemons().daemons] == ["draining"]
     daemon.release(held)
     assert daemon.wait_exit(timeout=30) == 0

@@ -47,11 +47,13 @@ from conduit_core.storage._contract import (
     ClaimRequest,
     Decision,
     ExecutionChange,
+    KeyWaiting,
     RecoveryRefusal,
     Store,
     WorkChange,
 )
 from conduit_core.storage._group_commit import GroupCommit, Operation
+from conduit_core.storage._keys import key_waiting
 from conduit_core.storage._sql import ONE_STATEMENT_FROM, Cx, load_execution, load_work
 from conduit_core.storage._submit_key import SubmitKey, Submitted
 from conduit_core.storage._threads import StoreThreads
@@ -236,6 +238,9 @@ class SqlStore(Store):
 
     async def ready_summary(self) -> dict[str, tuple[int, int]]:
         return await self._read_one(ops.ready_summary)
+
+    async def key_waiting(self) -> list[KeyWaiting]:
+        return await self._read_one(key_waiting)
 
     async def capacity_refusal(self, capacity: CapacityLimits, work: Work) -> ClaimRefusal | None:
         return await self._read(ops.capacity_refusal, capacity, work)

@@ -256,6 +256,15 @@ class Store(ABC):
         Exactly one of any number of racing submitters creates the Work (docs/dedup.md)."""
 
     @abstractmethod
+    async def release_submit_keys(
+        self, *, after: tuple[str, str, str] | None, scan: int, now_ms: int
+    ) -> tuple[int, tuple[str, str, str] | None]:
+        """Delete the dedup and debounce key rows among the next ``scan`` after ``after`` (key
+        order) that can name nothing any more: their Work ended and any window it was created
+        under has passed. Returns how many were deleted and where to go on (``None``: the end
+        of the table). A row a racing submitter points at a new Work is never deleted."""
+
+    @abstractmethod
     async def create_works(
         self, items: Sequence[tuple[Work, Event | None]]
     ) -> list[Work | ConduitError]:

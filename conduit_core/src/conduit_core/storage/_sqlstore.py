@@ -169,6 +169,11 @@ class SqlStore(Store):
     ) -> Submitted:
         return await self._write(keyed.submit_keyed, work, first_input, key, now_ms)
 
+    async def release_submit_keys(
+        self, *, after: tuple[str, str, str] | None, scan: int, now_ms: int
+    ) -> tuple[int, tuple[str, str, str] | None]:
+        return await self._write(keyed.release_submit_keys, after, scan, now_ms)
+
     async def create_works(
         self, items: Sequence[tuple[Work, Event | None]]
     ) -> list[Work | ConduitError]:
@@ -662,6 +667,7 @@ ROW_LOCKED: frozenset[Callable[..., Any]] = frozenset(
     {
         ops.create_work,
         keyed.submit_keyed,
+        keyed.release_submit_keys,
         bulk.create_works,
         ops.accept_event,
         ops.update_work,

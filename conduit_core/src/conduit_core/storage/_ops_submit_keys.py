@@ -38,6 +38,9 @@ __all__ = ["release_submit_keys", "submit_keyed"]
 #: How many times a submit inserts its key again after the row it met was released under it.
 _RELEASED_RETRIES = 3
 
+#: Rows one DELETE of the release names (4 parameters each: under SQLite's oldest limit, 999).
+_DELETE_CHUNK = 200
+
 _TERMINAL = frozenset(str(s) for s in WorkStatus if s.terminal)
 
 
@@ -236,12 +239,13 @@ def release_submit_keys(
         and (int(expires) <= now_ms if expires is not None else str(kind) == "debounce")
     ]
     deleted = 0
-    if released:
-        marks = ", ".join("(?, ?, ?, ?)" for _ in released)
-        deleted = cx.count(
+    for start in range(0, len(released), _DELETE_CHUNK):  # a bounded number of parameters
+        chunk = released[start : start + _DELETE_CHUNK]
+        marks = ", ".join("(?, ?, ?, ?)" for _ in chunk)
+        deleted += cx.count(
             "DELETE FROM conduit_submit_key "
             f"WHERE (kind, binding, submit_key, work_id) IN ({marks})",
-            tuple(value for row in released for value in row),
+            tuple(value for row in chunk for value in row),
         )
     last = rows[-1] if len(rows) == scan else None
     return deleted, None if last is None else (str(last[0]), str(last[1]), str(last[2]))

@@ -14,10 +14,11 @@ replaces that timer under the key's lock. The timer's firing and a push both del
 timer row first, so whichever deletes it decides: a push that finds it gone (fired) creates a new
 Work instead of joining one that may already run.
 
-A row that can name nothing any more is deleted by a sweep (``release_submit_keys``, a step
-of the daemon's passes): its Work has ended and, if it was created under a window, the window
-has passed (``expires_at_ms``). The sweep deletes a row only if it still names the Work it
-judged (``work_id = ?``): on PostgreSQL a submitter that holds the row (locked, pointing it at a
+A row that can name nothing any more is deleted by a sweep (``Store.release_submit_keys``, a
+step of the daemon's passes: ``releasable_submit_keys`` reads, ``delete_submit_keys`` writes):
+its Work has ended and, if it was created under a window, the window has passed
+(``expires_at_ms``). The sweep deletes a row only if it still names the Work it judged
+(``work_id = ?``): on PostgreSQL a submitter that holds the row (locked, pointing it at a
 new Work) makes the delete wait and then miss it. A submitter whose conflicting insert met a
 row the sweep then deleted finds no row to lock and inserts again.
 """
@@ -33,7 +34,7 @@ from conduit_core.storage._sql import Cx, find_work, first, load_work, save_work
 from conduit_core.storage._submit_key import DedupScope, SubmitKey, Submitted
 from conduit_core.storage._unsafe import fault, unsafe
 
-__all__ = ["release_submit_keys", "submit_keyed"]
+__all__ = ["KeyRow", "delete_submit_keys", "releasable_submit_keys", "submit_keyed"]
 
 #: How many times a submit inserts its key again after the row it met was released under it.
 _RELEASED_RETRIES = 3
@@ -218,13 +219,19 @@ def _timer(work_id: str, due_ms: int) -> Timer:
                  work_id=work_id)  # fmt: skip
 
 
-def release_submit_keys(
+#: A key row to release: ``(kind, binding, submit_key, work_id)``, the Work it named when read.
+KeyRow = tuple[str, str, str, str]
+
+
+def releasable_submit_keys(
     cx: Cx, after: tuple[str, str, str] | None, scan: int, now_ms: int
-) -> tuple[int, tuple[str, str, str] | None]:
-    """Delete the key rows among the next ``scan`` (in key order, after ``after``) that name
-    nothing any more: their Work ended and any window it was created under has passed (a row
-    from before ``expires_at_ms`` existed only if it is a debounce key's). Returns how many were
-    deleted and where the next sweep goes on (``None``: the table's end, start again)."""
+) -> tuple[list[KeyRow], tuple[str, str, str] | None]:
+    """The key rows among the next ``scan`` (in key order, after ``after``) that name nothing
+    any more: their Work ended and any window it was created under has passed (a row from
+    before ``expires_at_ms`` existed only if it is a debounce key's); and where the next sweep
+    goes on (``None``: the table's end, start again). A read: both facts are final once true
+    (an ended Work never runs again, time passes), so :func:`delete_submit_keys` may act on
+    them later, as long as the row still names the same Work."""
     rows = cx.rows(
         "SELECT k.kind, k.binding, k.submit_key, k.work_id, k.expires_at_ms, w.status "
         "FROM conduit_submit_key k LEFT JOIN conduit_work w ON w.id = k.work_id "
@@ -238,14 +245,20 @@ def release_submit_keys(
         if (status is None or str(status) in _TERMINAL)
         and (int(expires) <= now_ms if expires is not None else str(kind) == "debounce")
     ]
+    last = rows[-1] if len(rows) == scan else None
+    return released, None if last is None else (str(last[0]), str(last[1]), str(last[2]))
+
+
+def delete_submit_keys(cx: Cx, rows: list[KeyRow]) -> int:
+    """Delete each row that still names the Work it named when read (``work_id = ?``): a row a
+    submitter pointed at a new Work meanwhile, or holds locked to do so, is left alone."""
     deleted = 0
-    for start in range(0, len(released), _DELETE_CHUNK):  # a bounded number of parameters
-        chunk = released[start : start + _DELETE_CHUNK]
+    for start in range(0, len(rows), _DELETE_CHUNK):  # a bounded number of parameters
+        chunk = rows[start : start + _DELETE_CHUNK]
         marks = ", ".join("(?, ?, ?, ?)" for _ in chunk)
         deleted += cx.count(
             "DELETE FROM conduit_submit_key "
             f"WHERE (kind, binding, submit_key, work_id) IN ({marks})",
             tuple(value for row in chunk for value in row),
         )
-    last = rows[-1] if len(rows) == scan else None
-    return deleted, None if last is None else (str(last[0]), str(last[1]), str(last[2]))
+    return deleted

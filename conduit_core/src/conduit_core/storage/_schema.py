@@ -196,7 +196,7 @@ _V12 = (
 
 # Dedup key release: a key row's window end (``holder created + window`` for a window key, 0
 # for a key without one), so a sweep can delete rows that name nothing any more
-# (``_ops_submit_keys.release_submit_keys``). NULL: written before this migration (kept).
+# (``Store.release_submit_keys``). NULL: written before this migration (kept).
 _V13 = ("ALTER TABLE conduit_submit_key ADD COLUMN expires_at_ms BIGINT",)
 
 #: Ordered forward migrations; ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.

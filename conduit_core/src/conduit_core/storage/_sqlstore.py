@@ -172,7 +172,11 @@ class SqlStore(Store):
     async def release_submit_keys(
         self, *, after: tuple[str, str, str] | None, scan: int, now_ms: int
     ) -> tuple[int, tuple[str, str, str] | None]:
-        return await self._write(keyed.release_submit_keys, after, scan, now_ms)
+        # A read first: an idle sweep takes no write transaction (nor SQLite's one writer).
+        rows, going_on = await self._read(keyed.releasable_submit_keys, after, scan, now_ms)
+        if not rows:
+            return 0, going_on
+        return await self._write(keyed.delete_submit_keys, rows), going_on
 
     async def create_works(
         self, items: Sequence[tuple[Work, Event | None]]
@@ -667,7 +671,7 @@ ROW_LOCKED: frozenset[Callable[..., Any]] = frozenset(
     {
         ops.create_work,
         keyed.submit_keyed,
-        keyed.release_submit_keys,
+        keyed.delete_submit_keys,
         bulk.create_works,
         ops.accept_event,
         ops.update_work,

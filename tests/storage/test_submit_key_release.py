@@ -19,8 +19,10 @@ import time
 from collections.abc import AsyncIterator
 
 import anyio
+import msgspec
 import pytest
 
+from conduit_core.model import Work, WorkStatus
 from conduit_core.storage import DedupScope, SqlStore, Store, SubmitKey, open_store
 from conduit_core.storage.conformance import T0
 from tests.storage.test_submit_keys import _finish, _start, _submit
@@ -89,6 +91,25 @@ async def test_only_rows_that_name_nothing_are_released(store: Store) -> None:
     assert await _submit(store, "w6", window, T0 + WINDOW_MS) == ("w6", False)
 
 
+async def test_a_debounce_key_is_released_once_its_hold_is(store: Store) -> None:
+    """A debounce key names its Work only while the start is held: after the timer released it
+    (the Work is ready, not ended), the row goes; a key still held stays."""
+    released, held = SubmitKey(key="fired", quiet_ms=5_000), SubmitKey(key="held", quiet_ms=60_000)
+    await _submit(store, "w-fired", released, T0)
+    await _submit(store, "w-held", held, T0)
+    (timer,) = await store.due_timers(now_ms=T0 + 5_000, limit=10)
+
+    def release(work: Work) -> Work:
+        return msgspec.structs.replace(work, debounce=None)
+
+    assert await store.fire_timer(timer.id, accept=None, update_work=release, now_ms=T0 + 5_000)
+    assert (await store.get_work("w-fired")).status is WorkStatus.READY
+    assert await _sweep(store, T0 + 5_001) == 1
+    assert await _keys(store) == {"held": "w-held"}
+    assert await _submit(store, "w2", released, T0 + 5_002) == ("w2", False)
+    assert await _submit(store, "w3", held, T0 + 5_002) == ("w-held", True)
+
+
 async def test_a_sweep_in_pieces_reaches_every_row_and_the_table_stays_small(
     store: Store,
 ) -> None:
@@ -152,7 +173,7 @@ def _submitter(url: str, work_id: str, fault: str) -> subprocess.Popen[str]:
 
 async def _wait_idle_after(url: str, statement: str) -> None:
     """Until a session of the store's database sits in a transaction after ``statement`` (a
-    prefix; ``""``: any)."""
+    prefix)."""
     import psycopg
 
     deadline = time.monotonic() + 20
@@ -171,6 +192,28 @@ async def _wait_idle_after(url: str, statement: str) -> None:
                                  "WHERE datname = current_database()")  # fmt: skip
         seen = await cur.fetchall()
     raise AssertionError(f"no submitter stopped after {statement!r}: {seen}")
+
+
+async def _wait_row_locked(url: str) -> None:
+    """Until a session in a transaction holds a row lock of ``conduit_submit_key`` (its
+    ``SELECT … FOR UPDATE`` ran: the row is the submitter's until it commits; its UPDATE may be
+    sent with the commit, as the store batches writes)."""
+    import psycopg
+
+    deadline = time.monotonic() + 20
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            cur = await conn.execute(
+                "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                "WHERE c.relname = 'conduit_submit_key' AND l.mode = 'RowShareLock' "
+                "AND l.granted AND l.pid <> pg_backend_pid() "
+                "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            )
+            row = await cur.fetchone()
+            if row is not None and row[0]:
+                return
+            await anyio.sleep(0.02)
+    raise AssertionError("no submitter locked the key's row")
 
 
 def _answer(proc: subprocess.Popen[str]) -> str:
@@ -203,9 +246,7 @@ async def test_a_row_released_under_a_submitter_is_inserted_again(
 async def test_a_row_a_submitter_took_over_is_never_released(store: Store, store_url: str) -> None:
     await _ended_holder(store)
     proc = _submitter(store_url, "new", "store.submit_key_taken_over")
-    # (the row locked, the Work it named read; the UPDATE may be sent with the commit, as the
-    # store batches writes)
-    await _wait_idle_after(store_url, "")
+    await _wait_row_locked(store_url)
     # The sweep reads the row naming the cancelled Work; its delete waits for the submitter's
     # commit, then finds the row names the new Work and leaves it.
     assert await _sweep(store, T0 + 2) == 0

@@ -219,6 +219,18 @@ def _timer(work_id: str, due_ms: int) -> Timer:
                  work_id=work_id)  # fmt: skip
 
 
+#: The next rows in key order, each with its Work's status and, for a debounce key, whether its
+#: hold was released (no debounce timer left: the timer's firing deletes it and clears the
+#: hold in one transaction, a push swaps it in one; ``conduit_timer_work`` finds it).
+_RELEASABLE_SQL = (
+    "SELECT k.kind, k.binding, k.submit_key, k.work_id, k.expires_at_ms, w.status, "
+    "CASE WHEN k.kind = 'debounce' AND w.id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM "
+    "conduit_timer t WHERE t.work_id = k.work_id AND t.id LIKE 'debounce/%') THEN 1 ELSE 0 END "
+    "FROM conduit_submit_key k LEFT JOIN conduit_work w ON w.id = k.work_id "
+    "WHERE (k.kind, k.binding, k.submit_key) > (?, ?, ?) "
+    "ORDER BY k.kind, k.binding, k.submit_key LIMIT ?"
+)
+
 #: A key row to release: ``(kind, binding, submit_key, work_id)``, the Work it named when read.
 KeyRow = tuple[str, str, str, str]
 
@@ -227,26 +239,33 @@ def releasable_submit_keys(
     cx: Cx, after: tuple[str, str, str] | None, scan: int, now_ms: int
 ) -> tuple[list[KeyRow], tuple[str, str, str] | None]:
     """The key rows among the next ``scan`` (in key order, after ``after``) that name nothing
-    any more: their Work ended and any window it was created under has passed (a row from
-    before ``expires_at_ms`` existed only if it is a debounce key's); and where the next sweep
-    goes on (``None``: the table's end, start again). A read: both facts are final once true
-    (an ended Work never runs again, time passes), so :func:`delete_submit_keys` may act on
-    them later, as long as the row still names the same Work."""
-    rows = cx.rows(
-        "SELECT k.kind, k.binding, k.submit_key, k.work_id, k.expires_at_ms, w.status "
-        "FROM conduit_submit_key k LEFT JOIN conduit_work w ON w.id = k.work_id "
-        "WHERE (k.kind, k.binding, k.submit_key) > (?, ?, ?) "
-        "ORDER BY k.kind, k.binding, k.submit_key LIMIT ?",
-        (*(after or ("", "", "")), scan),
-    )
+    any more: a debounce key whose hold was released (its Work may run, it takes no more
+    inputs), or a key whose Work ended and any window it was created under has passed (a row
+    from before ``expires_at_ms`` existed only if it is a debounce key's); and where the next
+    sweep goes on (``None``: the table's end, start again). A read: each fact is final once
+    true (a released hold never returns, an ended Work never runs again, time passes), so
+    :func:`delete_submit_keys` may act on them later, as long as the row still names the same
+    Work."""
+    rows = cx.rows(_RELEASABLE_SQL, (*(after or ("", "", "")), scan))
     released = [
         (str(kind), str(binding), str(key), str(work_id))
-        for kind, binding, key, work_id, expires, status in rows
-        if (status is None or str(status) in _TERMINAL)
-        and (int(expires) <= now_ms if expires is not None else str(kind) == "debounce")
+        for kind, binding, key, work_id, expires, status, fired in rows
+        if _names_nothing(str(kind), expires, status, bool(int(fired)), now_ms)
     ]
     last = rows[-1] if len(rows) == scan else None
     return released, None if last is None else (str(last[0]), str(last[1]), str(last[2]))
+
+
+def _names_nothing(
+    kind: str, expires_at_ms: int | None, status: str | None, hold_released: bool, now_ms: int
+) -> bool:
+    if hold_released:  # a debounce key: its Work no longer takes submits
+        return True
+    if status is not None and str(status) not in _TERMINAL:
+        return False  # its Work has not ended (a missing Work has: nothing to name)
+    if expires_at_ms is None:  # written before the window end was kept: only a debounce key's
+        return kind == "debounce"
+    return int(expires_at_ms) <= now_ms
 
 
 def delete_submit_keys(cx: Cx, rows: list[KeyRow]) -> int:

@@ -78,6 +78,7 @@ class FireTarget(Protocol):
 
     async def accept_input(self, event: Event) -> tuple[Event, list[Claim]]: ...
 
+
 #: ``Scheduler.submit_keyed``: a target's submit under a key (a target without one submits
 #: every fire unkeyed).
 SubmitKeyed = Callable[[Work, SubmitKey, Event | None], Awaitable[Submitted]]

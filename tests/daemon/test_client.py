@@ -21,6 +21,7 @@ from conduit_core.client import (
     Client,
     ConduitClientError,
     Conflict,
+    DaemonUnavailable,
     InvalidRequest,
     NotFound,
     SubmitItem,
@@ -275,3 +276,39 @@ def test_async_client_keeps_its_connection_alive_and_reopens_one_the_daemon_clos
             assert fresh is not conn
 
     anyio.run(go)
+
+
+def test_clients_list_the_daemons_and_drain_the_one_they_talk_to(
+    make_daemon: Callable[..., Daemon], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemon = start(make_daemon, tmp_path, monkeypatch)
+    held = daemon.submit("held", id="long-job")
+    daemon.wait_attempt(held, "running")
+    with Client(url(daemon), token=daemon.token) as client:
+        listed = client.daemons()
+        assert listed.lost_after_ms > 0
+        (me,) = listed.daemons
+        assert (me.state, me.pid) == ("running", daemon.proc.pid if daemon.proc else -1)
+        assert me.last_seen_ms >= me.started_at_ms > 0
+
+        drained = client.drain()
+        assert (drained.owner, drained.state, drained.running_attempts) == (
+            me.id, "draining", 1
+        )
+        assert client.drain().state == "draining"  # idempotent
+
+        async def listed_async() -> list[str]:
+            async with AsyncClient(url(daemon), token=daemon.token) as aclient:
+                return [d.state for d in (await aclient.daemons()).daemons]
+
+        # The daemon writes its registry row's new state on its next pass.
+        wait_for("the async client to list the daemon draining",
+                 lambda: anyio.run(listed_async) == ["draining"])  # fmt: skip
+        assert [d.state for d in client.daemons().daemons] == ["draining"]
+    daemon.release(held)
+    assert daemon.wait_exit(timeout=30) == 0
+    assert daemon.runs(held, "end") == 1
+    gone_client = Client(url(daemon), token=daemon.token, timeout=2)
+    with gone_client, pytest.raises(DaemonUnavailable) as gone:
+        gone_client.drain()
+    assert gone.value.code == "daemon_unreachable"

@@ -16,11 +16,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import msgspec
 import pytest
 
+from conduit_core.client import Client, Debounce, SubmitItem
 from conduit_core.http import WorkPage
-from tests.daemon.conftest import Daemon
+from conduit_core.storage import SqlStore, open_store
+from tests.daemon.conftest import Daemon, wait_for
 
 DEBOUNCED = """
 [bindings.debounced]
@@ -345,3 +348,52 @@ async def test_the_embedded_scheduler_answers_deduplicated(tmp_path: Any) -> Non
         assert (made.deduplicated, joined.deduplicated, other.deduplicated) == (False, True, False)
         assert joined.work.id == made.work.id != other.work.id
         assert (await scheduler.get(made.work.id)).work.pending_inputs == 2
+
+
+def _key_rows(store: str) -> dict[str, str]:
+    """Every dedup and debounce key row on the daemon's store: key -> the Work it names."""
+
+    async def read() -> dict[str, str]:
+        async with await open_store(store) as handle:
+            assert isinstance(handle, SqlStore)
+            rows = handle.transaction(
+                lambda cx: cx.rows("SELECT submit_key, work_id FROM conduit_submit_key"),
+                write=False,
+            )
+        return {str(key): str(work_id) for key, work_id in rows}
+
+    return anyio.run(read)
+
+
+def test_key_rows_of_ended_work_are_released(
+    make_daemon: Callable[..., Daemon], store: str
+) -> None:
+    """200 Work under 200 distinct keys run and end: the daemon's sweep releases their rows, so
+    the key table holds only the keys that still name something (a held job's, an open
+    window's)."""
+    daemon = make_daemon(concurrency=32, job_concurrency=32)
+    daemon.write_config(extra=_extra(daemon.side))
+    daemon.start()
+    with Client(config=daemon.config) as client:
+        held = client.submit("held", dedup_key="still-running", dedup="active").work.id
+        client.submit("ok", dedup_key="in-window", dedup_window="1h")
+        batch = client.submit_many(
+            [SubmitItem(binding="dedup_order", input={"order": n}) for n in range(190)]
+            + [SubmitItem(binding="ok", debounce=Debounce(key=f"d-{n}", quiet="500ms"))
+               for n in range(10)]
+        )  # fmt: skip
+        assert batch.created == 200
+        outcomes = client.wait_many(batch.ids, timeout=120)
+        assert {o.status for o in outcomes} == {"completed"}
+    wait_for(
+        "the ended Work's key rows to be released",
+        lambda: set(_key_rows(daemon.store)) == {"still-running", "in-window"},
+        timeout=30,
+    )
+    # The kept keys still answer with their Work; a released key creates a new one.
+    status, body = _post(daemon, {"binding": "held", "dedup_key": "still-running",
+                                  "dedup": "active"})  # fmt: skip
+    assert (status, body["work"]["id"]) == (200, held)
+    status, body = _post(daemon, {"binding": "dedup_order", "input": {"order": 7}})
+    assert (status, body["deduplicated"]) == (201, False)
+    daemon.release(held)

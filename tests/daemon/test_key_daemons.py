@@ -150,6 +150,34 @@ def test_a_key_at_its_limit_waits_visibly_and_keeps_no_other_key_back(
         daemon.release(work_id)
 
 
+def test_capacity_counts_the_work_a_key_at_its_limit_holds_back(
+    tmp_path: Path, store: str, daemons: list[Daemon]
+) -> None:
+    """Three held jobs of key ``c`` (limit 1) and one of ``d``: ``/v1/capacity`` and ``conduit
+    capacity`` show ``c`` at its limit with 2 waiting; ``d``, running within its limit, is not
+    listed; once ``c``'s first job ends, 1 waits."""
+    (daemon,) = start_daemons(tmp_path, store, daemons, count=1, slots=8)
+    c = [daemon.submit("keyed-held", id=f"c{i}", input={"customer": "c"}) for i in range(3)]
+    d = daemon.submit("keyed-held", id="d0", input={"customer": "d"})
+    for work_id in (c[0], d):
+        wait_for(f"{work_id} to start", lambda w=work_id: daemon.runs(w, "start"), 30)
+
+    def key_rows() -> tuple[list[dict[str, object]], int]:
+        body = daemon.raw("GET", "/v1/capacity")[1]
+        return body["keys"], body["keys_waiting"]
+
+    assert key_rows() == ([{"name": "c", "limit": 1, "in_use": 1, "waiting": 2}], 2)
+    shown = [line.split() for line in daemon.cli("capacity").stdout.splitlines()]
+    assert ["key", "c", "1", "1", "2"] in shown
+    assert not any(row[:2] == ["key", "d"] for row in shown)
+    daemon.release(c[0])
+    wait_for("c1 or c2 to start once c0 ended",
+             lambda: daemon.runs(c[1], "start") + daemon.runs(c[2], "start"), 30)  # fmt: skip
+    assert key_rows() == ([{"name": "c", "limit": 1, "in_use": 1, "waiting": 1}], 1)
+    for work_id in (*c, d):
+        daemon.release(work_id)
+
+
 def test_a_submit_whose_input_lacks_the_key_field_is_refused_and_stores_nothing(
     tmp_path: Path, daemons: list[Daemon]
 ) -> None:

@@ -140,3 +140,79 @@ def test_a_bad_routine_fails_config_check_and_daemon_start_with_one_coded_error(
     assert ok.returncode == 0, ok.stderr
     daemon.start()
     assert daemon.show(daemon.submit("ok")).work.binding == "ok"
+
+
+KEYED = """
+[bindings.synced]
+executor = "shell"
+dedup_key = "customer-{{customer}}"
+dedup = "active"
+config = {{ command = 'echo "$CONDUIT_WORK_ID start" >> {side}; while test ! -e {root}/release.$CONDUIT_WORK_ID; do sleep 0.05; done; echo "$CONDUIT_WORK_ID end" >> {side}' }}
+
+[[routines]]
+id = "sync-42"
+cron = "* * * * * *"
+binding = "synced"
+input = {{ customer = 42 }}
+"""
+
+
+def _routine(daemon: Daemon, routine_id: str) -> dict[str, object]:
+    proc = daemon.cli("routines", "list", "--json")
+    return next(r for r in json.loads(proc.stdout) if r["id"] == routine_id)
+
+
+def test_a_routine_fire_goes_under_its_bindings_dedup_key(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    """A fire of a binding with ``dedup_key`` is a keyed submit: its Work holds the key (an API
+    submit of the same customer answers with it), and a fire that finds the key held by another
+    Work takes that Work as its fired Work instead of creating a second one."""
+    daemon = make_daemon()
+    daemon.write_config(extra=KEYED.format(side=daemon.side, root=daemon.root))
+    daemon.start()
+
+    def routine_started() -> str | None:
+        lines = daemon.side.read_text().splitlines() if daemon.side.exists() else []
+        return next((line.split()[0] for line in lines if line.startswith("routine:sync-42:")),
+                    None)  # fmt: skip
+
+    fired = wait_for("the routine's first fire to start", routine_started)
+    status, body = daemon.raw("POST", "/v1/work", json.dumps(
+        {"binding": "synced", "input": {"customer": 42}}).encode())  # fmt: skip
+    assert (status, body["work"]["id"], body["deduplicated"]) == (200, fired, True)
+
+    # The key of customer 7 is held by an API submit; a Routine added now fires onto it.
+    status, body = daemon.raw("POST", "/v1/work", json.dumps(
+        {"binding": "synced", "id": "manual-7", "input": {"customer": 7}}).encode())  # fmt: skip
+    assert status == 201, body
+    daemon.wait_attempt("manual-7", "running")
+    added = daemon.cli("routines", "add", "sync-7", "--cron", "* * * * * *", "--binding",
+                       "synced", "--input", '{"customer": 7}')  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    wait_for("sync-7 to fire onto manual-7",
+             lambda: _routine(daemon, "sync-7").get("fired_work_id") == "manual-7")  # fmt: skip
+    status, page = daemon.raw("GET", "/v1/work?binding=synced&limit=50")
+    ids = {w["id"] for w in page["items"]}
+    assert not any(i.startswith("routine:sync-7:") for i in ids), ids
+    # Once manual-7 ends, the fire settles and the next one creates its own Work.
+    daemon.release("manual-7")
+    daemon.wait_status("manual-7", "completed")
+
+    def own_fire() -> str | None:
+        fired_id = _routine(daemon, "sync-7").get("fired_work_id")
+        return str(fired_id) if str(fired_id).startswith("routine:sync-7:") else None
+
+    second = wait_for("sync-7 to fire its own Work", own_fire)
+    daemon.wait_attempt(second, "running")
+    for work_id in (fired, second):
+        daemon.release(work_id)
+
+    # A fire whose input lacks the template's field is refused as a submit would be: the
+    # Routine halts in error with the code naming it.
+    added = daemon.cli("routines", "add", "sync-none", "--cron", "* * * * * *", "--binding",
+                       "synced", "--input", '{"other": 1}')  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    halted = wait_for("sync-none to halt in error",
+                      lambda: (r := _routine(daemon, "sync-none"))["status"] == "error" and r)
+    assert "key_field_missing" in str(halted["last_error"]), halted

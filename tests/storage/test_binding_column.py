@@ -31,6 +31,8 @@ UNDO_SEARCH = (
 #: looks like one a V5 conduit left. The tables later migrations create are created ``IF NOT
 #: EXISTS``, so they stay.
 UNDO_V6 = (
+    # Dedup key release: the key table stays (``IF NOT EXISTS``), its later column goes.
+    "ALTER TABLE conduit_submit_key DROP COLUMN expires_at_ms",
     # Concurrency keys (issue 36).
     "DROP INDEX conduit_execution_key",
     "ALTER TABLE conduit_execution DROP COLUMN concurrency_key",

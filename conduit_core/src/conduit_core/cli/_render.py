@@ -180,6 +180,10 @@ def capacity_table(view: CapacityView) -> Table:
         table.add_row(
             f"scope {scope.name}", str(scope.in_use), _max(scope.limit), str(scope.waiting)
         )
+    for key in view.keys:
+        table.add_row(f"key {key.name}", str(key.in_use), str(key.limit), str(key.waiting))
+    if view.keys_waiting > sum(key.waiting for key in view.keys):
+        table.add_row("keys (all)", "", "", str(view.keys_waiting))
     return table
 
 

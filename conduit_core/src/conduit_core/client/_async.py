@@ -13,7 +13,9 @@ from conduit_core.client._errors import Conflict
 from conduit_core.client._sync import headers, unreachable
 from conduit_core.client._types import (
     BatchResult,
+    DaemonList,
     Debounce,
+    DrainView,
     InputAccepted,
     Outcome,
     Settled,
@@ -353,3 +355,9 @@ class AsyncClient:
 
     async def health(self) -> dict[str, Any]:
         return await self._call(Calls.health())
+
+    async def daemons(self) -> DaemonList:
+        return await self._call(Calls.daemons())
+
+    async def drain(self) -> DrainView:
+        return await self._call(Calls.drain())

@@ -18,6 +18,8 @@ from conduit_core.client._errors import ConduitClientError, WaitTimeout, error_f
 from conduit_core.client._types import (
     BatchItemResult,
     BatchResult,
+    DaemonList,
+    DrainView,
     InputAccepted,
     Outcome,
     Settled,
@@ -135,6 +137,14 @@ class Calls:
     @staticmethod
     def health() -> Call[dict[str, Any]]:
         return Call("GET", "/v1/health", None, dict)
+
+    @staticmethod
+    def daemons() -> Call[DaemonList]:
+        return Call("GET", "/v1/daemons", None, DaemonList)
+
+    @staticmethod
+    def drain() -> Call[DrainView]:
+        return Call("POST", "/v1/daemon/drain", None, DrainView)
 
 
 def chunks(items: Iterable[SubmitItem]) -> list[list[SubmitItem]]:

@@ -17,7 +17,9 @@ from conduit_core.client._calls import Call, Calls, Poll, chunks, decode, merge_
 from conduit_core.client._errors import Conflict, DaemonUnavailable
 from conduit_core.client._types import (
     BatchResult,
+    DaemonList,
     Debounce,
+    DrainView,
     InputAccepted,
     Outcome,
     Settled,
@@ -370,3 +372,12 @@ class Client:
 
     def health(self) -> dict[str, Any]:
         return self._call(Calls.health())
+
+    def daemons(self) -> DaemonList:
+        """The daemons on the store: host, labels, state, load, last seen (``GET /v1/daemons``)."""
+        return self._call(Calls.daemons())
+
+    def drain(self) -> DrainView:
+        """Drain the daemon this client talks to (an admin token): it claims nothing new, its
+        running attempts finish, then it exits 0. Idempotent."""
+        return self._call(Calls.drain())

@@ -16,6 +16,9 @@ __all__ = [
     "AttemptView",
     "BatchItemResult",
     "BatchResult",
+    "DaemonList",
+    "DaemonView",
+    "DrainView",
     "InputAccepted",
     "Outcome",
     "Settled",
@@ -228,3 +231,35 @@ class Outcome(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
     @property
     def ok(self) -> bool:
         return self.status == "completed"
+
+
+class DaemonView(msgspec.Struct, frozen=True, kw_only=True):
+    """One daemon on the store, as its registry row says (``GET /v1/daemons``)."""
+
+    id: str
+    host: str
+    pid: int
+    labels: list[str] = []
+    #: ``running``, ``draining``, ``stopped`` or ``lost`` (running or draining, not seen for
+    #: the list's ``lost_after_ms``).
+    state: str
+    #: Attempts it ran when it last wrote its row.
+    load: int = 0
+    started_at_ms: int = 0
+    last_seen_ms: int = 0
+
+
+class DaemonList(msgspec.Struct, frozen=True, kw_only=True):
+    """Every daemon that ever wrote its row on the store, and when one counts as lost."""
+
+    daemons: list[DaemonView]
+    lost_after_ms: int = 0
+
+
+class DrainView(msgspec.Struct, frozen=True, kw_only=True):
+    """``POST /v1/daemon/drain``'s answer: the daemon that took the drain (``owner``) claims
+    nothing new and exits 0 once its ``running_attempts`` have ended."""
+
+    owner: str
+    state: str
+    running_attempts: int = 0

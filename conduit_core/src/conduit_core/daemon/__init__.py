@@ -7,6 +7,7 @@ from conduit_core._lazy import lazy_exports
 if TYPE_CHECKING:
     from conduit_core.daemon._gc import tune_garbage_collection
     from conduit_core.daemon._host import HostLoop, PassStep
+    from conduit_core.daemon._key_release import KeyRelease
     from conduit_core.daemon._logging import LogFormat, configure_logging
     from conduit_core.daemon._netfs import check_local_filesystem, filesystem_type
     from conduit_core.daemon._paths import DaemonPaths, is_postgres
@@ -23,6 +24,7 @@ else:  # each part loads on first use: the CLI needs DaemonPaths, not the host l
             "tune_garbage_collection": "_gc",
             "HostLoop": "_host",
             "PassStep": "_host",
+            "KeyRelease": "_key_release",
             "LogFormat": "_logging",
             "configure_logging": "_logging",
             "check_local_filesystem": "_netfs",
@@ -50,6 +52,7 @@ __all__ = [
     "DaemonPaths",
     "DaemonRegistry",
     "HostLoop",
+    "KeyRelease",
     "LogFormat",
     "PassStep",
     "PgWakeChannel",

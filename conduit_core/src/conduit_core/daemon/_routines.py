@@ -6,6 +6,8 @@ The ticker holds no durable state and is not a per-pass step: it sleeps until th
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 from anyio.abc import TaskStatus
 
@@ -15,16 +17,17 @@ from conduit_core.errors import ConduitError, ConfigError
 from conduit_core.routines import (
     ConduitRoutineSource,
     CrontabSource,
+    KeyFor,
     ScheduleMultiplexer,
     Ticker,
     fired_by,
     parse_spec,
     reconcile_routines,
 )
-from conduit_core.runtime import Clock, Scheduler
-from conduit_core.storage import Claim, Store
+from conduit_core.runtime import Clock, Scheduler, binding_key
+from conduit_core.storage import Claim, Store, SubmitKey
 
-__all__ = ["RoutinesHost", "check_routine_specs"]
+__all__ = ["RoutinesHost", "binding_keys", "check_routine_specs"]
 
 
 def check_routine_specs(config: Config) -> None:
@@ -56,7 +59,7 @@ class RoutinesHost:
         self.ticker = Ticker(
             store, scheduler, clock, owner=scheduler.options.owner,
             claim_ahead_ms=_claim_ahead_ms(config),
-            on_fired=host.wake, on_resumed=host.run_resumed,
+            on_fired=host.wake, on_resumed=host.run_resumed, key_for=binding_keys(config),
         )  # fmt: skip
         self.source = ConduitRoutineSource(
             store, clock, bindings=_binding_scopes(config), scopes=set(config.scopes),
@@ -85,6 +88,7 @@ class RoutinesHost:
         """New fires feed the new scheduler; the ledger follows the new config."""
         self.config = config
         self.ticker.target = scheduler
+        self.ticker.key_for = binding_keys(config)
         self.ticker.claim_ahead_ms = _claim_ahead_ms(config)
         self.source.bindings = _binding_scopes(config)
         self.source.scopes = set(config.scopes)
@@ -94,6 +98,17 @@ class RoutinesHost:
 
 def _claim_ahead_ms(config: Config) -> int:
     return round(config.settings.routine_claim_ahead_seconds * 1000)
+
+
+def binding_keys(config: Config) -> KeyFor:
+    """A fire's key by its binding's templates in ``config`` (docs/routines.md, "Dedup and
+    debounce keys")."""
+
+    def key_for(binding: str, payload: Any) -> SubmitKey | None:
+        found = config.bindings.get(binding)
+        return None if found is None else binding_key(found, payload)
+
+    return key_for
 
 
 def _binding_scopes(config: Config) -> dict[str, str]:

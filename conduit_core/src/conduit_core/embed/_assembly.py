@@ -26,6 +26,7 @@ from conduit_core.daemon import (
     DaemonPaths,
     DaemonRegistry,
     HostLoop,
+    KeyRelease,
     PgWakeChannel,
     PidFile,
     RoutinesHost,
@@ -187,6 +188,7 @@ class Assembly:
         except ConduitError as exc:  # its heartbeat writes it once the store answers
             log.warning("daemon registry: start not recorded: [%s] %s", exc.code, exc.message)
         host.add_step("daemon registry", registry.heartbeat)
+        host.add_step("dedup key release", KeyRelease().step)
         stack.push_async_callback(registry.stopped)  # after the host loop has returned
         self.service = ApiService(self.config, scheduler, host)
         if self.with_routines:

@@ -52,6 +52,12 @@ async def stored_state_metrics(service: ApiService) -> list[Metric]:
         capacity.scopes,
         "Attempts holding a slot of the scope (its own and its sub-scopes')",
     )
+    keys_waiting = GaugeMetricFamily(
+        "conduit_keys_waiting",
+        "Ready Work waiting for a concurrency key at its limit, over every key (no label per "
+        "key: /v1/capacity lists the keys)",
+        value=capacity.keys_waiting,
+    )
     work = GaugeMetricFamily("conduit_work", "Work per status", labels=["status"])
     for status, count in sorted(counts.items()):
         if status != "startable":
@@ -96,7 +102,9 @@ async def stored_state_metrics(service: ApiService) -> list[Metric]:
     )
     attempts_held.add_metric(["recovery"], len(recoveries))
     attempts_held.add_metric(["stop_unconfirmed"], len(unconfirmed))
-    return [*pools, *scopes, work, ready, ready_by_binding, oldest, holds, attempts_held]
+    return [
+        *pools, *scopes, keys_waiting, work, ready, ready_by_binding, oldest, holds, attempts_held
+    ]
 
 
 class _SlotRow(Protocol):

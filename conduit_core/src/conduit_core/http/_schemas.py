@@ -50,6 +50,7 @@ __all__ = [
     "InputRequest",
     "InputView",
     "InterruptRequest",
+    "KeyCapacity",
     "PoolCapacity",
     "RetryRequest",
     "ScopeCapacity",
@@ -334,9 +335,24 @@ class ScopeCapacity(_Response, frozen=True, kw_only=True):
     waiting: int = 0
 
 
+class KeyCapacity(_Response, frozen=True, kw_only=True):
+    """A concurrency key at its limit: its attempts holding a slot, and the ready Work it holds
+    back (``waiting for key``)."""
+
+    name: str
+    limit: int
+    in_use: int
+    waiting: int
+
+
 class CapacityView(_Response, frozen=True, kw_only=True):
     pools: list[PoolCapacity]
     scopes: list[ScopeCapacity] = []
+    #: The concurrency keys at their limit with ready Work waiting, most waiting first (at most
+    #: ``KEYS_SHOWN``; ``keys_waiting`` counts over every key).
+    keys: list[KeyCapacity] = []
+    #: Ready Work waiting for a concurrency key at its limit, over every key.
+    keys_waiting: int = 0
     #: When the waiting counts were taken (the daemon's last pass); ``null`` without a daemon.
     waiting_at_ms: int | None = None
 

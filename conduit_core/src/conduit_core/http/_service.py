@@ -36,6 +36,7 @@ from conduit_core.http._schemas import (
     InputRequest,
     InputView,
     InterruptRequest,
+    KeyCapacity,
     PoolCapacity,
     ProgramView,
     RetryRequest,
@@ -70,6 +71,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("conduit.api")
+
+#: The most concurrency keys ``/v1/capacity`` lists (those with the most Work waiting).
+KEYS_SHOWN = 100
 
 #: The name capacity reports for executors without a pool (``settings.concurrency``).
 GLOBAL_POOL = "global"
@@ -332,7 +336,16 @@ class ApiService:
             )
             for name, limit in sorted(opts.scope_limits.items())
         ]
-        return CapacityView(pools=pools, scopes=scopes, waiting_at_ms=at_ms)
+        held_keys = await self.store.key_waiting()
+        keys = [KeyCapacity(name=k.key, limit=k.limit, in_use=k.in_use, waiting=k.waiting)
+                for k in held_keys[:KEYS_SHOWN]]  # fmt: skip
+        return CapacityView(
+            pools=pools,
+            scopes=scopes,
+            keys=keys,
+            keys_waiting=sum(k.waiting for k in held_keys),
+            waiting_at_ms=at_ms,
+        )
 
     async def health(self) -> Health:
         latest = await self.store.latest_config_generation()  # proves the store answers

@@ -23,6 +23,7 @@ from conduit_core.routines.errors import (
 )
 from conduit_core.routines.fire import (
     FireTarget,
+    KeyFor,
     check_bound_owner,
     fired_by,
     firing_owner,
@@ -60,6 +61,7 @@ __all__ = [
     "DomainViolationError",
     "DuplicateFiringOwnerError",
     "FireTarget",
+    "KeyFor",
     "IllegalTransitionError",
     "InvalidCronSpecError",
     "InvalidRoutineIdError",

@@ -33,12 +33,13 @@ from conduit_core.routines.errors import (
     StaleRoutineClaimError,
 )
 from conduit_core.routines.occurrence import MisfireDecision
-from conduit_core.storage import Claim, RoutineRun, RoutineUpdate, Store
+from conduit_core.storage import Claim, RoutineRun, RoutineUpdate, Store, SubmitKey, Submitted
 from conduit_core.telemetry import METRICS
 
 __all__ = [
     "FIRE_INPUT_TYPE",
     "FireTarget",
+    "KeyFor",
     "check_bound_owner",
     "fire_claimed",
     "fire_claimed_many",
@@ -64,6 +65,10 @@ EVENT_PREFIX = "core.routine."
 _OWNER_PREFIX = "routine:"
 
 OnResumed = Callable[[list[Claim]], Awaitable[None] | None]
+#: The dedup or debounce key a fire's Work goes under: its binding's templates over the fire's
+#: input (``None``: the binding declares none); raises the refusal of an input a template
+#: cannot read.
+KeyFor = Callable[[str, Any], SubmitKey | None]
 
 
 class FireTarget(Protocol):
@@ -72,6 +77,11 @@ class FireTarget(Protocol):
     async def submit(self, work: Work, first_input: Event | None = None) -> Work: ...
 
     async def accept_input(self, event: Event) -> tuple[Event, list[Claim]]: ...
+
+
+#: ``Scheduler.submit_keyed``: a target's submit under a key (a target without one submits
+#: every fire unkeyed).
+SubmitKeyed = Callable[[Work, SubmitKey, Event | None], Awaitable[Submitted]]
 
 
 def firing_owner(routine_id: str) -> str:
@@ -263,8 +273,11 @@ async def fire_claimed(
     *,
     now_ms: int,
     on_resumed: OnResumed | None = None,
+    key_for: KeyFor | None = None,
 ) -> Routine | None:
     """Fire a Routine this caller claimed: misfire decision, Work (or input), then ``running``.
+    ``key_for``: the binding's dedup or debounce key of the fire's Work (a fire that finds the
+    key's Work takes it as its fired Work).
 
     Returns the Routine as written, or ``None`` when a newer claim or a deletion took the row.
     """
@@ -277,7 +290,7 @@ async def fire_claimed(
     key = ledger.fire_key(routine.id, scheduled)
     fired = _fired_event(routine, token, plan, now_ms)
     try:
-        work_id = await _dispatch(target, routine, key, now_ms, on_resumed)
+        work_id = await _dispatch(target, routine, key, now_ms, on_resumed, key_for)
     except ConduitError as exc:
         return await _apply(store, _not_dispatched(routine, token, scheduled, fired, exc, now_ms))
     return await _apply(store, _dispatched(routine, token, scheduled, fired, work_id, now_ms))
@@ -290,13 +303,15 @@ async def fire_claimed_many(
     *,
     now_ms: int,
     on_created: Callable[[], None] | None = None,
+    key_for: KeyFor | None = None,
 ) -> list[Routine]:
     """Fire many claimed Routines in two store writes: their new Work with first inputs in one
     (``target.submit_many``), every outcome (``running``, a skip, an error) in the other.
 
     Only Routines that create Work are fired here, and only when ``target`` can submit many;
-    the rest (bound Routines deliver input and may resume a parked attempt) are returned for
-    :func:`fire_claimed`. ``on_created`` is called once the Work exists (wake the scheduler).
+    the rest (bound Routines deliver input and may resume a parked attempt; a binding with a
+    dedup or debounce key decides under the key's row) are returned for :func:`fire_claimed`.
+    ``on_created`` is called once the Work exists (wake the scheduler).
     Each fire is the one :func:`fire_claimed` makes: same Work id and input (its fire key),
     same events, same fenced transitions.
     """
@@ -312,6 +327,7 @@ async def fire_claimed_many(
             routine.target.work_id is not None
             or routine.target.binding is None
             or routine.target.then  # a group: its steps are submitted in order (fire_claimed)
+            or _keyed(routine, key_for)
         ):
             rest.append(routine)
             continue
@@ -351,7 +367,12 @@ async def fire_claimed_many(
 
 
 async def _dispatch(
-    target: FireTarget, routine: Routine, key: str, now_ms: int, on_resumed: OnResumed | None
+    target: FireTarget,
+    routine: Routine,
+    key: str,
+    now_ms: int,
+    on_resumed: OnResumed | None,
+    key_for: KeyFor | None = None,
 ) -> str:
     """Create the fire's Work (idempotently) or deliver input to the bound Work; its id."""
     template = routine.target
@@ -367,7 +388,14 @@ async def _dispatch(
     if template.binding is None:
         raise ConduitError(f"routine {routine.id!r} has no binding", code="unknown_binding")
     work = _fire_work(routine, key, now_ms)
-    group = [(work, _fire_input(routine, key, key, scope, now_ms)), *_then(routine, key, now_ms)]
+    first_input = _fire_input(routine, key, key, scope, now_ms)
+    submit_key = None
+    if key_for is not None and not template.then:  # a group's steps are chained by id, unkeyed
+        submit_key = key_for(template.binding, template.input)
+    submit_keyed: SubmitKeyed | None = getattr(target, "submit_keyed", None)
+    if submit_key is not None and submit_keyed is not None:
+        return await _submit_keyed(submit_keyed, routine, work, first_input, submit_key)
+    group = [(work, first_input), *_then(routine, key, now_ms)]
     for member, first_input in group:  # in order: each step's dependency exists before it
         try:
             await target.submit(member, first_input)
@@ -376,6 +404,36 @@ async def _dispatch(
                 raise
             log.info("routine %s: work %s exists already (a retried fire)", routine.id, member.id)
     return group[-1][0].id
+
+
+async def _submit_keyed(
+    submit_keyed: SubmitKeyed, routine: Routine, work: Work, first_input: Event, key: SubmitKey
+) -> str:
+    """Submit the fire's Work under its binding's key: the Work the key already names (its
+    fired Work then, the fire joining it as any submit would), or the new one."""
+    try:
+        submitted = await submit_keyed(work, key, first_input)
+    except ConduitError as exc:
+        if exc.code != "work_exists":
+            raise
+        log.info("routine %s: work %s exists already (a retried fire)", routine.id, work.id)
+        return work.id
+    if submitted.deduplicated:
+        log.info("routine %s: %s key %r names work %s: the fire takes it", routine.id, key.kind,
+                 key.key, submitted.work.id)  # fmt: skip
+    return submitted.work.id
+
+
+def _keyed(routine: Routine, key_for: KeyFor | None) -> bool:
+    """Whether a fire of ``routine`` goes under its binding's key (a key that cannot be made
+    counts: :func:`fire_claimed` records the refusal)."""
+    binding = routine.target.binding
+    if key_for is None or binding is None or routine.target.then:
+        return False
+    try:
+        return key_for(binding, routine.target.input) is not None
+    except ConduitError:
+        return True
 
 
 def _then(routine: Routine, key: str, now_ms: int) -> list[tuple[Work, Event]]:

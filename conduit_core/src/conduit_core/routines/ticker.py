@@ -36,6 +36,7 @@ from conduit_core.model import Routine, RoutineStatus
 from conduit_core.routines import ledger
 from conduit_core.routines.fire import (
     FireTarget,
+    KeyFor,
     OnResumed,
     fire_claimed,
     fire_claimed_many,
@@ -88,9 +89,12 @@ class Ticker:
         claim_ahead_ms: int = CLAIM_AHEAD_MS,
         on_fired: Callable[[], None] | None = None,
         on_resumed: OnResumed | None = None,
+        key_for: KeyFor | None = None,
     ) -> None:
         self.store = store
         self.target = target
+        #: The binding's dedup or debounce key of a fire's Work (assign again after a reload).
+        self.key_for = key_for
         self.clock = clock
         self.owner = owner or f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(3)}"
         self.lease_ms = lease_ms
@@ -252,7 +256,7 @@ class Ticker:
         try:
             rest = await fire_claimed_many(
                 self.store, self.target, claimed, now_ms=self.clock.now_ms(),
-                on_created=self.on_fired,
+                on_created=self.on_fired, key_for=self.key_for,
             )  # fmt: skip
         except Exception:
             log.exception("routine fires of %d routines failed", len(claimed))
@@ -283,6 +287,7 @@ class Ticker:
                 routine,
                 now_ms=self.clock.now_ms(),
                 on_resumed=self.on_resumed,
+                key_for=self.key_for,
             )
         except Exception:
             log.exception("routine %s: fire failed", routine.id)

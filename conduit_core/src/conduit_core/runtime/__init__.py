@@ -5,6 +5,7 @@ executor and a controllable clock.
 """
 
 from conduit_core.runtime._admission import HUMAN_GATE, NeedsYou, StartGateError, needs_you
+from conduit_core.runtime._binding_keys import binding_key, debounce_key, dedup_scope
 from conduit_core.runtime._budgets import BudgetBook, BudgetNotice
 from conduit_core.runtime._clock import Clock, ManualClock, SystemClock
 from conduit_core.runtime._holder import HeldLease, hold_lease
@@ -27,6 +28,9 @@ __all__ = [
     "StartGateError",
     "SystemClock",
     "TaskPool",
+    "binding_key",
+    "debounce_key",
+    "dedup_scope",
     "hold_lease",
     "needs_you",
 ]

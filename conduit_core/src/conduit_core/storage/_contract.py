@@ -157,6 +157,18 @@ class ClaimRefusal(msgspec.Struct, frozen=True, kw_only=True):
     limit_name: str = ""
 
 
+class KeyWaiting(NamedTuple):
+    """A concurrency key at its limit with startable Work held back by it."""
+
+    key: str
+    #: The held Work's ``key_limit`` (the largest, should bindings sharing the key differ).
+    limit: int
+    #: Attempts of the key holding a slot.
+    in_use: int
+    #: Startable Work with the key, none of which may start until a slot of the key frees.
+    waiting: int
+
+
 class Candidate(NamedTuple):
     """A Work as a dry run of its claim leaves it, for the start gates to be asked about."""
 
@@ -244,6 +256,15 @@ class Store(ABC):
         Exactly one of any number of racing submitters creates the Work (docs/dedup.md)."""
 
     @abstractmethod
+    async def release_submit_keys(
+        self, *, after: tuple[str, str, str] | None, scan: int, now_ms: int
+    ) -> tuple[int, tuple[str, str, str] | None]:
+        """Delete the dedup and debounce key rows among the next ``scan`` after ``after`` (key
+        order) that can name nothing any more: their Work ended and any window it was created
+        under has passed. Returns how many were deleted and where to go on (``None``: the end
+        of the table). A row a racing submitter points at a new Work is never deleted."""
+
+    @abstractmethod
     async def create_works(
         self, items: Sequence[tuple[Work, Event | None]]
     ) -> list[Work | ConduitError]:
@@ -319,6 +340,12 @@ class Store(ABC):
         """How many startable Work wait for each full limit now (``global``, a pool's name,
         ``scope:<id>``), from the slot holders and the ready Work per binding and scope: two
         grouped reads of partial indexes, never a claim that fails."""
+
+    @abstractmethod
+    async def key_waiting(self) -> list[KeyWaiting]:
+        """The concurrency keys at their limit with startable Work waiting for them, most
+        waiting first: one grouped read of the startable keyed Work (a partial index), each
+        key's slot holders counted in the same statement (never a read per Work)."""
 
     @abstractmethod
     async def ready_depth(self) -> dict[str, int]:

@@ -18,11 +18,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 
 from conduit_core.model import Work
-from conduit_core.storage._contract import ClaimRefusal
+from conduit_core.storage._contract import ClaimRefusal, KeyWaiting
 from conduit_core.storage._sql import Cx, lock_counter_rows
 from conduit_core.storage._unsafe import unsafe
 
-__all__ = ["KEY_REFUSAL_CODE", "READY_KEY_FILTER", "KeyCounts", "keys_checked"]
+__all__ = ["KEY_REFUSAL_CODE", "READY_KEY_FILTER", "KeyCounts", "key_waiting", "keys_checked"]
 
 #: The refusal (and waiting) code of a Work whose key is at its limit.
 KEY_REFUSAL_CODE = "concurrency_key"
@@ -33,6 +33,38 @@ READY_KEY_FILTER = (
     " AND (w.concurrency_key IS NULL OR (SELECT COUNT(*) FROM conduit_execution k "
     "WHERE k.concurrency_key = w.concurrency_key AND k.holds_slot = 1) < w.key_limit)"
 )
+
+
+#: Per key (and limit) of startable Work: how many, and the key's slot holders, in one grouped
+#: statement. Startable as ``_ops_work`` reads it (claimable, no attempt holding its slot).
+_KEY_WAITING_SQL = (
+    "SELECT w.concurrency_key, w.key_limit, COUNT(*), "
+    "(SELECT COUNT(*) FROM conduit_execution k "
+    "WHERE k.concurrency_key = w.concurrency_key AND k.holds_slot = 1) "
+    "FROM conduit_work w WHERE w.claimable = 1 AND w.concurrency_key IS NOT NULL "
+    "AND NOT EXISTS (SELECT 1 FROM conduit_execution x "
+    "WHERE x.work_id = w.id AND x.holds_slot = 1) "
+    "GROUP BY w.concurrency_key, w.key_limit"
+)
+
+
+def key_waiting(cx: Cx) -> list[KeyWaiting]:
+    """The keys at their limit and the startable Work they hold back (``Store.key_waiting``).
+
+    Work of a key below its limit is not counted: the next pass may start it. A key shared by
+    bindings with different limits is at its limit for each held Work's own ``key_limit``."""
+    held: dict[str, KeyWaiting] = {}
+    for key, limit, count, in_use in cx.rows(_KEY_WAITING_SQL):
+        if int(in_use) < int(limit):
+            continue
+        before = held.get(str(key))
+        held[str(key)] = KeyWaiting(
+            key=str(key),
+            limit=max(int(limit), before.limit if before else 0),
+            in_use=int(in_use),
+            waiting=int(count) + (before.waiting if before else 0),
+        )
+    return sorted(held.values(), key=lambda k: (-k.waiting, k.key))
 
 
 def keys_checked() -> bool:

@@ -194,9 +194,14 @@ _V12 = (
         work_id TEXT NOT NULL, PRIMARY KEY (kind, binding, submit_key))""",
 )
 
+# Dedup key release: a key row's window end (``holder created + window`` for a window key, 0
+# for a key without one), so a sweep can delete rows that name nothing any more
+# (``Store.release_submit_keys``). NULL: written before this migration (kept).
+_V13 = ("ALTER TABLE conduit_submit_key ADD COLUMN expires_at_ms BIGINT",)
+
 #: Ordered forward migrations; ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.
 MIGRATIONS: tuple[tuple[str | PerBackend, ...], ...] = (
-    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12,
+    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -47,11 +47,13 @@ from conduit_core.storage._contract import (
     ClaimRequest,
     Decision,
     ExecutionChange,
+    KeyWaiting,
     RecoveryRefusal,
     Store,
     WorkChange,
 )
 from conduit_core.storage._group_commit import GroupCommit, Operation
+from conduit_core.storage._keys import key_waiting
 from conduit_core.storage._sql import ONE_STATEMENT_FROM, Cx, load_execution, load_work
 from conduit_core.storage._submit_key import SubmitKey, Submitted
 from conduit_core.storage._threads import StoreThreads
@@ -167,6 +169,15 @@ class SqlStore(Store):
     ) -> Submitted:
         return await self._write(keyed.submit_keyed, work, first_input, key, now_ms)
 
+    async def release_submit_keys(
+        self, *, after: tuple[str, str, str] | None, scan: int, now_ms: int
+    ) -> tuple[int, tuple[str, str, str] | None]:
+        # A read first: an idle sweep takes no write transaction (nor SQLite's one writer).
+        rows, going_on = await self._read(keyed.releasable_submit_keys, after, scan, now_ms)
+        if not rows:
+            return 0, going_on
+        return await self._write(keyed.delete_submit_keys, rows), going_on
+
     async def create_works(
         self, items: Sequence[tuple[Work, Event | None]]
     ) -> list[Work | ConduitError]:
@@ -236,6 +247,9 @@ class SqlStore(Store):
 
     async def ready_summary(self) -> dict[str, tuple[int, int]]:
         return await self._read_one(ops.ready_summary)
+
+    async def key_waiting(self) -> list[KeyWaiting]:
+        return await self._read_one(key_waiting)
 
     async def capacity_refusal(self, capacity: CapacityLimits, work: Work) -> ClaimRefusal | None:
         return await self._read(ops.capacity_refusal, capacity, work)
@@ -657,6 +671,7 @@ ROW_LOCKED: frozenset[Callable[..., Any]] = frozenset(
     {
         ops.create_work,
         keyed.submit_keyed,
+        keyed.delete_submit_keys,
         bulk.create_works,
         ops.accept_event,
         ops.update_work,

@@ -10,7 +10,9 @@ provider up; spawned racers and daemon subprocesses inherit the variables and re
   executor's ``shell.before_intent``, ``shell.after_intent``, ``shell.after_spawn``; the container
   handle's ``container.after_record``, ``container.after_remove``) and the store's
   ``store.capacity_counted`` (a claim counted the slot holders, not yet committed) and
-  ``store.submit_key_read`` (a keyed submit decided on its key's row, not yet committed): ``kill``
+  ``store.submit_key_read`` (a keyed submit decided on its key's row, not yet committed),
+  ``store.submit_key_met`` (its insert met an existing row, not locked yet) and
+  ``store.submit_key_taken_over`` (it pointed a stale row at its new Work, not yet committed): ``kill``
   SIGKILLs this very process, as a crashing daemon; ``sleep=<seconds>`` widens the window for an
   outside kill or a race.
 """

@@ -294,9 +294,9 @@ class HostLoop:
         try:
             while True:
                 self._claim_again = False
-                await self._step("claim", self._claim, sched)
-                if not self._claim_again or self.stopping or self.draining:
-                    break
+                answered = await self._step("claim", self._claim, sched)
+                if not answered or not self._claim_again or self.stopping or self.draining:
+                    break  # (the store did not answer: the passes take over from the outage)
         finally:
             self._claiming_off_pass = False
 

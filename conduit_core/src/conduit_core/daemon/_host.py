@@ -82,8 +82,10 @@ class HostLoop:
         # Held recoveries are tried at once after a start or reload (the pinned generation may
         # be back), not only after their backoff.
         self._retry_held = True
-        # Set while a claim started by a settlement is under way (one at a time).
-        self._claiming_with_settlement = False
+        # Set while a claim started off the pass (by a settlement, or an attempt's end) is
+        # under way (one at a time); ``_claim_again``: a slot was freed meanwhile, claim again.
+        self._claiming_off_pass = False
+        self._claim_again = False
         scheduler.set_settling_listener(self._claim_with_settlement)
         #: Stops and controls, each in a task of its own with its own deadline.
         self.calls = ExecutorCalls()
@@ -267,18 +269,36 @@ class HostLoop:
         joins the settlement's group-commit batch and takes the slot it frees (one transaction,
         not a settlement and then a pass's claim). The pass the attempt's end wakes still runs.
         """
+        if self._claiming_off_pass:
+            return  # the claim under way takes every slot its batch frees
+        self._claim_off_pass()
+
+    def _slot_freed(self) -> None:
+        """An attempt completed (its exclusion confirmed, nothing left to stop or time): claim
+        for its slot, without a whole pass. Its settlement's claim has usually taken the slot
+        already; a pass would read timers, expiries, stops and controls for nothing."""
+        if self._on_wake is not None:
+            self._on_wake()  # other daemons may wait for this slot (capacity is shared)
+        if self._claiming_off_pass:
+            self._claim_again = True  # the claim under way may have read before this freed
+            return
+        self._claim_off_pass()
+
+    def _claim_off_pass(self) -> None:
         if self.stopping or self.draining or self.outage.down or self._tasks is None:
             return
-        if self._claiming_with_settlement:
-            return  # the claim under way takes every slot its batch frees
-        self._claiming_with_settlement = True
+        self._claiming_off_pass = True
         self._tasks.start_soon(self._claim_now, self.scheduler)
 
     async def _claim_now(self, sched: Scheduler) -> None:
         try:
-            await self._step("claim", self._claim, sched)
+            while True:
+                self._claim_again = False
+                answered = await self._step("claim", self._claim, sched)
+                if not answered or not self._claim_again or self.stopping or self.draining:
+                    break  # (the store did not answer: the passes take over from the outage)
         finally:
-            self._claiming_with_settlement = False
+            self._claiming_off_pass = False
 
     async def _confirm(self, sched: Scheduler) -> None:
         keys = []
@@ -342,6 +362,7 @@ class HostLoop:
     async def _run_attempt(self, sched: Scheduler, claim: Claim, running: _Running) -> None:
         ex = claim.execution
         ids = {"execution_id": ex.id, "epoch": ex.epoch, "work_id": ex.work_id}
+        completed = False  # completed with its exclusion confirmed: only its slot to refill
         log.info(
             "attempt %s execution=%s epoch=%s work=%s attempt=%d executor=%s",
             running.kind, ex.id, ex.epoch, ex.work_id, ex.attempt, ex.snapshot.executor,
@@ -361,6 +382,9 @@ class HostLoop:
                     f" code={ended.failure_code}" if ended.failure_code else "",
                     extra={**ids, "epoch": ended.epoch},
                 )  # fmt: skip
+                completed = (
+                    ended.status is ExecutionStatus.COMPLETED and ended.exclusion_confirmed
+                )
             if running.scope.cancelled_caught and not self.stopping:
                 # Only a cancel (``forget``) cancels an attempt's scope while not stopping.
                 log.info("attempt cancelled execution=%s epoch=%s: its Work was cancelled; "
@@ -396,7 +420,10 @@ class HostLoop:
             if not self.running:
                 self._idle.set()
             if not self.stopping:
-                self.wake()  # a slot is free: claim again (here and on other daemons)
+                if completed and not self.draining and not running.scope.cancelled_caught:
+                    self._slot_freed()  # claim for the slot (here and on other daemons)
+                else:
+                    self.wake()  # a pass: a stop, a retry timer or a drain's end may follow
                 for listener in self._attempt_listeners:
                     try:
                         listener(claim)

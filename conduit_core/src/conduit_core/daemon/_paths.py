@@ -40,7 +40,8 @@ def is_postgres(store: str) -> bool:
 class DaemonPaths:
     config_file: Path
     data_dir: Path
-    #: The store URL to open: a resolved SQLite path, or the PostgreSQL URL as written.
+    #: The store URL to open: a resolved SQLite path (``sqlite://PATH?OPTIONS`` when the
+    #: config gives options), or the PostgreSQL URL as written.
     store: str
     #: The SQLite file, or ``None`` on PostgreSQL.
     sqlite_file: Path | None
@@ -66,8 +67,10 @@ class DaemonPaths:
         sqlite_file: Path | None = None
         if not is_postgres(store):
             raw = store[len("sqlite://") :] if store.startswith("sqlite://") else store
+            # The options after ``?`` (``synchronous=normal``) are the store's, not the file's.
+            raw, _, options = raw.partition("?") if store.startswith("sqlite://") else (raw, "", "")
             sqlite_file = resolve(raw)
-            store = str(sqlite_file)
+            store = f"sqlite://{sqlite_file}?{options}" if options else str(sqlite_file)
         http = settings.http
         return cls(
             config_file=config_file,

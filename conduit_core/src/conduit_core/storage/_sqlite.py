@@ -84,8 +84,9 @@ class SqliteStore(SqlStore):
         """Use :meth:`open` (or ``open_store``), which checks and migrates the file first."""
         self.path = Path(path)
         # Two threads: the writer, and a reader on a connection of its own, so a read never
-        # waits behind a write batch's disk sync (WAL readers see the last commit).
-        super().__init__(f"sqlite://{self.path}", threads=2)
+        # waits behind a write batch's disk sync (WAL readers see the last commit), and a
+        # write batch never waits for a thread while reads queue for the one reader.
+        super().__init__(f"sqlite://{self.path}", threads=1, read_threads=1)
         self.busy_budget_s = busy_budget_s
         self._lock = threading.Lock()
         self._conn = _connect(self.path)
@@ -169,6 +170,7 @@ class SqliteStore(SqlStore):
 
     def close(self) -> None:
         self._threads.stop()
+        self._read_threads.stop()
         with self._lock:
             self._conn.close()
         with self._read_lock:

@@ -67,10 +67,17 @@ _KNOWN_MAX = 20_000
 class SqlStore(Store):
     """Shared by the SQL backends; a backend supplies ``transaction`` (blocking, retrying)."""
 
-    def __init__(self, url: str, *, threads: int, parallel_batches: int = 1) -> None:
+    def __init__(
+        self, url: str, *, threads: int, parallel_batches: int = 1, read_threads: int = 0
+    ) -> None:
         self.url = url
         #: Where every call runs, at most ``threads`` at once (the store's connections).
         self._threads = StoreThreads(threads, name="conduit-store")
+        #: Where reads run when the backend keeps them apart (``read_threads``): a read then
+        #: never takes the thread a write batch waits for (SQLite: one writer, one reader).
+        self._read_threads = (
+            StoreThreads(read_threads, name="conduit-store-read") if read_threads else self._threads
+        )
         # Concurrent writes share a transaction (and a disk sync): see _group_commit. Fewer
         # batches in flight make each one larger; serializable batches in parallel conflict.
         #: Per live attempt of this process, its row as last written (``update_attempt``).
@@ -147,13 +154,13 @@ class SqlStore(Store):
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         call = partial(self.transaction, partial(_bind, fn, args), write=False)
-        return await self._threads.run(call)
+        return await self._read_threads.run(call)
 
     async def _read_one(self, fn: Callable[..., T], *args: Any) -> T:
         """A read that is one SELECT: one statement is one snapshot at any isolation level, so
         a backend may run it without a transaction block (see ``read_statement``)."""
         call = partial(self.read_statement, partial(_bind, fn, args))
-        return await self._threads.run(call)
+        return await self._read_threads.run(call)
 
     def read_statement(self, fn: Callable[[Cx], T]) -> T:
         """Run ``fn``, which issues a single SELECT; by default in a read transaction."""

@@ -31,8 +31,7 @@ from conduit_core.storage._contract import (
 from conduit_core.storage._keys import READY_KEY_FILTER, KeyCounts, keys_checked
 from conduit_core.storage._ops_dependencies import plan_dependencies
 from conduit_core.storage._sql import (
-    INSERT_EXECUTION,
-    PUT_LEASE,
+    INSERT_LEASED_EXECUTION,
     SAVE_WORK,
     Codec,
     Cx,
@@ -170,7 +169,6 @@ def cancel_work(cx: Cx, work_id: str, now_ms: int, actor: str | None = None) -> 
                 ended_at_ms=now_ms,
             ),
         )
-        cx.run("DELETE FROM conduit_lease WHERE execution_id = ?", (ex.id,))
     cx.run("DELETE FROM conduit_wait WHERE work_id = ?", (work_id,))
     cx.run("DELETE FROM conduit_timer WHERE work_id = ?", (work_id,))
     if not work.status.terminal:
@@ -577,11 +575,18 @@ class ClaimWrites:
 
     def flush(self) -> None:
         """One statement per table for the whole batch (set-based where the backend takes
-        arrays: a batch of 64 claims is four statements on PostgreSQL, not 256)."""
+        arrays: a batch of 64 claims is three statements on PostgreSQL, not 192; the lease goes
+        on its attempt's row)."""
         cx = self._cx
         write_rows(cx, CONSUME_INPUT, [(dump(e), e.id) for e in self._inputs])
-        write_rows(cx, INSERT_EXECUTION, [execution_params(e) for e in self._executions])
-        write_rows(cx, PUT_LEASE, [lease_params(lease) for lease in self._leases])
+        write_rows(
+            cx,
+            INSERT_LEASED_EXECUTION,
+            [
+                (*execution_params(e), *lease_params(lease))
+                for e, lease in zip(self._executions, self._leases, strict=True)
+            ],
+        )
         write_rows(cx, SAVE_WORK, [save_work_params(w) for w in self._works])
         if self._works and cx.works_written is not None:
             cx.works_written.update(w.id for w in self._works)

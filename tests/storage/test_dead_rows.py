@@ -1,0 +1,85 @@
+"""PostgreSQL: the row versions one attempt leaves dead (issue 32, fewer dead rows per job).
+
+An attempt's lease lives on its row (schema V13): the claim inserts the attempt with its lease,
+and the settlement's write of the attempt drops it, so nothing is deleted on an attempt's path
+(there was a lease row, inserted and deleted per attempt). The input a claim consumes changes
+only its ``pending`` flag and document, which no index covers (the inputs are indexed by
+``(work_id, seq)`` whatever their flag), so with room on the page the write is heap-only (HOT).
+Counted from ``pg_stat_user_tables`` once the store's connections have closed (a backend
+reports its counts at exit, at the latest).
+"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import msgspec
+import psycopg
+import pytest
+
+from conduit_core.model import ExecutionStatus
+from conduit_core.storage import AttemptEnd, Claim, Settlement, open_store
+from conduit_core.storage._schema import TABLES
+from conduit_core.storage.conformance import T0, make_input, make_work, snapshot
+
+pytestmark = pytest.mark.anyio
+
+JOBS = 4
+
+
+def _table_counts(url: str) -> dict[str, tuple[int, int, int]]:
+    """Per conduit table: updates, of them heap-only, deletes."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        rows = conn.execute(
+            "SELECT relname, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables "
+            "WHERE relname LIKE 'conduit_%'"
+        ).fetchall()
+    return {name: (int(upd), int(hot), int(deleted)) for name, upd, hot, deleted in rows}
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+async def test_an_attempt_deletes_no_row_and_consumes_its_input_heap_only(
+    store_url: str,
+) -> None:
+    async with await open_store(store_url) as store:
+        for i in range(JOBS):
+            await store.create_work(make_work(f"w{i}"), first_input=make_input(f"in{i}"))
+        claims = await store.claim_ready(
+            limit=JOBS, snapshot_for=lambda w: snapshot(), owner="o", now_ms=T0 + 1,
+            lease_ms=30_000,
+        )  # fmt: skip
+        assert len(claims) == JOBS
+        for claim in claims:
+            assert isinstance(claim, Claim)
+            # The two in-flight writes of a launch: its intent, then its recovery metadata.
+            for key in ("launch_intent", "recovery"):
+                await store.update_attempt(
+                    claim.lease,
+                    lambda ex, key=key: msgspec.structs.replace(ex, **{key: {"n": 1}}),
+                    now_ms=T0 + 2,
+                )
+            await store.settle_attempt(
+                claim.lease,
+                lambda ex, w: Settlement(
+                    end=AttemptEnd(status=ExecutionStatus.COMPLETED, exclusion_confirmed=True),
+                    work=lambda w: w,
+                ),
+                now_ms=T0 + 3,
+            )
+            assert await store.get_lease(claim.execution.id) is None
+    deadline = time.monotonic() + 30
+    while True:  # the counts arrive once the store's backends have exited
+        counts = _table_counts(store_url)
+        if counts.get("conduit_execution", (0, 0, 0))[0] >= 3 * JOBS:
+            break
+        assert time.monotonic() < deadline, f"the counts never arrived: {counts}"
+        await anyio.sleep(0.05)
+    assert {name: c[2] for name, c in counts.items() if c[2]} == {}, "a row was deleted"
+    # The attempt row three times (launch intent, recovery metadata, settlement, which also
+    # drops the lease); the input once, heap-only.
+    assert counts["conduit_execution"][0] == 3 * JOBS
+    assert counts["conduit_event"][:2] == (JOBS, JOBS), "the consumed input left index entries"
+    assert "conduit_lease" not in counts
+    assert "conduit_lease" not in TABLES

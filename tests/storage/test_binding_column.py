@@ -33,6 +33,7 @@ UNDO_SEARCH = (
 UNDO_V6 = (
     # Fewer dead rows per job (issue 32): the inputs' partial index, the lease table.
     "DROP INDEX conduit_event_work",
+    "ALTER TABLE conduit_work DROP COLUMN input_floor",
     "CREATE INDEX conduit_event_pending ON conduit_event (work_id, seq) WHERE pending = 1",
     "DROP INDEX conduit_execution_lease_expiry",
     *(

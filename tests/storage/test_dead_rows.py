@@ -6,7 +6,9 @@ and the settlement's write of the attempt drops it, so nothing is deleted on an 
 only its ``pending`` flag and document, which no index covers (the inputs are indexed by
 ``(work_id, seq)`` whatever their flag), so with room on the page the write is heap-only (HOT).
 Counted from ``pg_stat_user_tables`` once the store's connections have closed (a backend
-reports its counts at exit, at the latest).
+reports its counts at exit, at the latest). The index holds a Work's consumed inputs too, so a
+read of its pending ones starts above the Work's ``input_floor``, the last input a claim
+consumed: a long-lived Work's history costs the read nothing.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ import msgspec
 import psycopg
 import pytest
 
-from conduit_core.model import ExecutionStatus
-from conduit_core.storage import AttemptEnd, Claim, Settlement, open_store
+from conduit_core.model import ExecutionStatus, WorkStatus
+from conduit_core.storage import AttemptEnd, Claim, ClaimRequest, Settlement, open_store
 from conduit_core.storage._schema import TABLES
-from conduit_core.storage.conformance import T0, make_input, make_work, snapshot
+from conduit_core.storage.conformance import LEASE_MS, T0, make_input, make_work, snapshot
 
 pytestmark = pytest.mark.anyio
 
@@ -83,3 +85,55 @@ async def test_an_attempt_deletes_no_row_and_consumes_its_input_heap_only(
     assert counts["conduit_event"][:2] == (JOBS, JOBS), "the consumed input left index entries"
     assert "conduit_lease" not in counts
     assert "conduit_lease" not in TABLES
+
+
+def _run(url: str, sql: str, params: tuple[object, ...]) -> list[tuple[object, ...]]:
+    """One statement behind the store's back, on either backend."""
+    if url.startswith("sqlite://"):
+        import sqlite3
+
+        conn = sqlite3.connect(url.removeprefix("sqlite://"), isolation_level=None)
+        try:
+            return list(conn.execute(sql, params).fetchall())
+        finally:
+            conn.close()
+    with psycopg.connect(url, autocommit=True) as pg:
+        cur = pg.execute(sql.replace("?", "%s"), params)
+        return list(cur.fetchall()) if cur.description else []
+
+
+async def test_a_pending_read_starts_above_the_inputs_a_claim_consumed(store_url: str) -> None:
+    async with await open_store(store_url) as store:
+        await store.create_work(make_work("w"), first_input=make_input("0"))
+        claim = await store.claim_attempt(
+            ClaimRequest(work_id="w", snapshot=snapshot()), owner="o", now_ms=T0,
+            lease_ms=LEASE_MS,
+        )  # fmt: skip
+        assert [e.id for e in claim.inputs] == ["ev-0"]
+        await store.settle_attempt(
+            claim.lease,
+            lambda ex, w: Settlement(
+                end=AttemptEnd(status=ExecutionStatus.COMPLETED, exclusion_confirmed=True),
+                work=lambda w: msgspec.structs.replace(w, status=WorkStatus.READY),
+            ),
+            now_ms=T0 + 1,
+        )
+        (consumed,) = claim.inputs
+        assert _run(store_url, "SELECT input_floor FROM conduit_work WHERE id = ?", ("w",)) == [
+            (consumed.seq,)
+        ]
+        # The consumed input marked pending again behind the store's back: below the floor, no
+        # read sees it (without the floor, every read would deliver it a second time).
+        _run(store_url, "UPDATE conduit_event SET pending = 1 WHERE id = ?", ("ev-0",))
+        later = await store.accept_event(make_input("1", work_id="w"))
+        assert later.seq > consumed.seq
+        assert [e.id for e in await store.pending_inputs("w")] == ["ev-1"]
+        assert [e.id for e in (await store.first_pending_inputs(["w"])).values()] == ["ev-1"]
+        again = await store.claim_attempt(
+            ClaimRequest(work_id="w", snapshot=snapshot()), owner="o", now_ms=T0 + 2,
+            lease_ms=LEASE_MS,
+        )  # fmt: skip
+        assert [e.id for e in again.inputs] == ["ev-1"]
+        assert _run(store_url, "SELECT input_floor FROM conduit_work WHERE id = ?", ("w",)) == [
+            (later.seq,)
+        ]

@@ -21,7 +21,7 @@ from conduit_core.model import ExecutionStatus, Work, WorkStatus
 from conduit_core.storage import AttemptEnd, Claim, Settlement, Store, open_store
 from conduit_core.storage._admission import NoBudgets
 from conduit_core.storage._ops_budgets import _DROP_STAGED, _STAGE_USAGE
-from conduit_core.storage._ops_work import CONSUME_INPUT
+from conduit_core.storage._ops_work import CONSUME_INPUT, SAVE_CLAIMED_WORK
 from conduit_core.storage._sql import (
     INSERT_LEASED_EXECUTION,
     SAVE_EXECUTION,
@@ -144,9 +144,9 @@ async def test_a_batch_of_claims_sends_each_kind_of_write_once(
             assert not await store.pending_inputs(claim.work.id), "the input stayed pending"
         assert not await store.ready_work(limit=10)
     if rows == "set":
-        _each_sent_once(store_url, sent, CONSUME_INPUT, INSERT_LEASED_EXECUTION, SAVE_WORK)
+        _each_sent_once(store_url, sent, CONSUME_INPUT, INSERT_LEASED_EXECUTION, SAVE_CLAIMED_WORK)
     elif store_url.startswith("postgresql"):
-        for write in (CONSUME_INPUT, INSERT_LEASED_EXECUTION, SAVE_WORK):
+        for write in (CONSUME_INPUT, INSERT_LEASED_EXECUTION, SAVE_CLAIMED_WORK):
             assert (sent.count(write.one), sent.count(write.many)) == (1, 0), write.one
 
 

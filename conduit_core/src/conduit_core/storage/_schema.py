@@ -203,6 +203,11 @@ _V13 = (
     "DROP INDEX conduit_event_pending",
     "CREATE INDEX conduit_event_work ON conduit_event (work_id, seq) WHERE work_id IS NOT NULL",
     PerBackend(None, "ALTER TABLE conduit_event SET (fillfactor = 70)"),
+    # What keeps a Work's pending reads short now that the index holds its consumed inputs too:
+    # every input of the Work numbered up to ``input_floor`` is no longer pending. A claim sets it
+    # to the last input it consumed (it consumes the oldest pending ones, and a Work's inputs are
+    # numbered under its lock, so none below can commit later); a read starts above it.
+    "ALTER TABLE conduit_work ADD COLUMN input_floor BIGINT NOT NULL DEFAULT 0",
     # The lease on the attempt's row, which every attempt writes anyway: a claim inserts the
     # attempt with its lease, the settlement's write of the row drops it (no lease row inserted
     # and deleted per attempt), and a fence reads one row. ``lease_token`` NULL: no lease.

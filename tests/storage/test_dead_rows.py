@@ -20,6 +20,7 @@ import msgspec
 import psycopg
 import pytest
 
+from conduit_core.errors import LeaseLostError
 from conduit_core.model import ExecutionStatus, WorkStatus
 from conduit_core.storage import AttemptEnd, Claim, ClaimRequest, Settlement, open_store
 from conduit_core.storage._schema import TABLES
@@ -137,3 +138,50 @@ async def test_a_pending_read_starts_above_the_inputs_a_claim_consumed(store_url
         assert _run(store_url, "SELECT input_floor FROM conduit_work WHERE id = ?", ("w",)) == [
             (later.seq,)
         ]
+
+
+#: Schema V13 undone (the store a V12 conduit left): the lease back in a table of its own.
+UNDO_V13 = (
+    """CREATE TABLE conduit_lease (
+        execution_id TEXT PRIMARY KEY, work_id TEXT NOT NULL, epoch INTEGER NOT NULL,
+        owner TEXT NOT NULL, token TEXT NOT NULL, expires_at_ms BIGINT NOT NULL,
+        duration_ms BIGINT NOT NULL, released INTEGER NOT NULL)""",
+    "CREATE INDEX conduit_lease_expiry ON conduit_lease (expires_at_ms)",
+    "INSERT INTO conduit_lease SELECT id, work_id, epoch, lease_owner, lease_token, "
+    "lease_expires_at_ms, lease_duration_ms, lease_released FROM conduit_execution "
+    "WHERE lease_token IS NOT NULL",
+    "DROP INDEX conduit_execution_lease_expiry",
+    *(
+        f"ALTER TABLE conduit_execution DROP COLUMN lease_{column}"
+        for column in ("owner", "token", "expires_at_ms", "duration_ms", "released")
+    ),
+    "ALTER TABLE conduit_work DROP COLUMN input_floor",
+    "DROP INDEX conduit_event_work",
+    "CREATE INDEX conduit_event_pending ON conduit_event (work_id, seq) WHERE pending = 1",
+    "UPDATE conduit_meta SET value = '12' WHERE key = 'schema_version'",
+)
+
+
+async def test_an_upgraded_store_keeps_the_leases_of_running_attempts(store_url: str) -> None:
+    """A V12 store with a running attempt: after the upgrade its holder's lease still holds
+    (its writes and renewals go through), and a stale token is still refused."""
+    async with await open_store(store_url) as store:
+        await store.create_work(make_work("w"), first_input=make_input("0"))
+        claim = await store.claim_attempt(
+            ClaimRequest(work_id="w", snapshot=snapshot()), owner="o", now_ms=T0,
+            lease_ms=LEASE_MS,
+        )  # fmt: skip
+    for statement in UNDO_V13:
+        _run(store_url, statement, ())
+    assert _run(store_url, "SELECT token FROM conduit_lease", ()) == [(claim.lease.token,)]
+    async with await open_store(store_url) as store:  # migrates V12 -> current
+        assert await store.get_lease(claim.execution.id) == claim.lease
+        written = await store.update_attempt(
+            claim.lease, lambda ex: msgspec.structs.replace(ex, recovery={"n": 1}), now_ms=T0 + 1
+        )
+        assert written.recovery == {"n": 1}
+        (renewed,) = await store.renew_leases([claim.lease], now_ms=T0 + 2)
+        assert renewed.expires_at_ms == T0 + 2 + LEASE_MS
+        stale = msgspec.structs.replace(claim.lease, token="stale")
+        with pytest.raises(LeaseLostError):
+            await store.update_attempt(stale, lambda ex: ex, now_ms=T0 + 3)

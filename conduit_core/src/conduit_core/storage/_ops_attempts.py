@@ -197,11 +197,15 @@ def release_lease(cx: Cx, lease: Lease, now_ms: int) -> None:
 def release_leases_of(cx: Cx, owner: str, now_ms: int) -> int:
     # The attempt rows in id order: the order every writer of several attempts locks them in
     # (see _FENCE_SQL), so this cannot deadlock with a fenced write or a recovery claim of one of
-    # them. Only a live attempt holds a lease (the ``live = 1`` partial indexes serve the scan).
+    # them. Only a live attempt holds a lease: the owner's are found through the live attempts'
+    # expiry index (the subquery: SQLite would rather walk the whole table in id order), then
+    # locked in id order, each checked again on its newest version.
     rows = cx.rows(
-        "SELECT id FROM conduit_execution WHERE live = 1 AND lease_owner = ? "
-        "AND lease_released = 0 AND lease_token IS NOT NULL ORDER BY id FOR UPDATE",
-        (owner,),
+        "SELECT id FROM conduit_execution WHERE id IN (SELECT id FROM conduit_execution "
+        "WHERE live = 1 AND lease_expires_at_ms IS NOT NULL AND lease_owner = ?) AND live = 1 "
+        "AND lease_owner = ? AND lease_released = 0 AND lease_token IS NOT NULL "
+        "ORDER BY id FOR UPDATE",
+        (owner, owner),
     )
     if not rows:
         return 0
@@ -210,7 +214,8 @@ def release_leases_of(cx: Cx, owner: str, now_ms: int) -> int:
     cx.run(
         "UPDATE conduit_execution SET rev = rev + 1, lease_released = 1, lease_expires_at_ms = "
         "CASE WHEN lease_expires_at_ms < ? THEN lease_expires_at_ms ELSE ? END "
-        "WHERE live = 1 AND lease_owner = ? AND lease_released = 0 AND lease_token IS NOT NULL",
+        "WHERE live = 1 AND lease_expires_at_ms IS NOT NULL AND lease_owner = ? "
+        "AND lease_released = 0 AND lease_token IS NOT NULL",
         (now_ms, now_ms, owner),
     )
     return len(rows)

@@ -27,7 +27,7 @@ def _running(daemon: Daemon, binding: str) -> tuple[str, str]:
 
 def _drop_lease(store: str, execution_id: str) -> None:
     """Take the lease away behind the daemon's back: a real loss, no cancel recorded."""
-    sql = "DELETE FROM conduit_lease WHERE execution_id = "
+    sql = "UPDATE conduit_execution SET lease_token = NULL WHERE id = "
     if "://" in store:
         with psycopg.connect(store, autocommit=True) as conn:
             conn.execute(sql + "%s", (execution_id,))

@@ -126,8 +126,8 @@ def _lease_expired(daemon: Daemon, work_id: str) -> bool:
 
     with psycopg.connect(daemon.store, autocommit=True) as conn:
         row = conn.execute(
-            "SELECT expires_at_ms < (EXTRACT(EPOCH FROM clock_timestamp()) * 1000) "
-            "FROM conduit_lease WHERE work_id = %s", (work_id,),
+            "SELECT lease_expires_at_ms < (EXTRACT(EPOCH FROM clock_timestamp()) * 1000) "
+            "FROM conduit_execution WHERE work_id = %s AND lease_token IS NOT NULL", (work_id,),
         ).fetchone()  # fmt: skip
     return bool(row and row[0])
 

@@ -31,6 +31,20 @@ UNDO_SEARCH = (
 #: looks like one a V5 conduit left. The tables later migrations create are created ``IF NOT
 #: EXISTS``, so they stay.
 UNDO_V6 = (
+    # Fewer dead rows per job (issue 32): the inputs' partial index, the lease table.
+    "DROP INDEX conduit_event_work",
+    "ALTER TABLE conduit_work DROP COLUMN input_floor",
+    "CREATE INDEX conduit_event_pending ON conduit_event (work_id, seq) WHERE pending = 1",
+    "DROP INDEX conduit_execution_lease_expiry",
+    *(
+        f"ALTER TABLE conduit_execution DROP COLUMN lease_{column}"
+        for column in ("owner", "token", "expires_at_ms", "duration_ms", "released")
+    ),
+    """CREATE TABLE conduit_lease (
+        execution_id TEXT PRIMARY KEY, work_id TEXT NOT NULL, epoch INTEGER NOT NULL,
+        owner TEXT NOT NULL, token TEXT NOT NULL, expires_at_ms BIGINT NOT NULL,
+        duration_ms BIGINT NOT NULL, released INTEGER NOT NULL)""",
+    "CREATE INDEX conduit_lease_expiry ON conduit_lease (expires_at_ms)",
     # Dedup key release: the key table stays (``IF NOT EXISTS``), its later column goes.
     "ALTER TABLE conduit_submit_key DROP COLUMN expires_at_ms",
     # Concurrency keys (issue 36).

@@ -1,6 +1,6 @@
 """A settlement's writes are deferred (``Cx.defer``): a batch's go as one statement per kind.
 
-A settlement has locked its attempt, lease and Work when it writes them (and only its holder
+A settlement has locked its attempt (which carries its lease) and Work when it writes them (and only its holder
 inserts the attempt's pending-usage row), so on PostgreSQL those writes are held and sent with the transaction's next other statement or its commit, the
 held rows of one kind as one set-based statement. Nothing the transaction does next may tell:
 a read sees the held writes, a second write of a row lands after the first, a rolled-back
@@ -21,11 +21,9 @@ from conduit_core.model import ExecutionStatus, Work, WorkStatus
 from conduit_core.storage import AttemptEnd, Claim, Settlement, Store, open_store
 from conduit_core.storage._admission import NoBudgets
 from conduit_core.storage._ops_budgets import _DROP_STAGED, _STAGE_USAGE
-from conduit_core.storage._ops_work import CONSUME_INPUT
+from conduit_core.storage._ops_work import CONSUME_INPUT, SAVE_CLAIMED_WORK
 from conduit_core.storage._sql import (
-    DELETE_LEASE,
-    INSERT_EXECUTION,
-    PUT_LEASE,
+    INSERT_LEASED_EXECUTION,
     SAVE_EXECUTION,
     SAVE_WORK,
     SetWrite,
@@ -108,7 +106,7 @@ async def test_a_batch_of_settlements_sends_each_kind_of_write_once(
         assert await store.settle_budgets(NoBudgets(), now_ms=T0 + 3) == count
         assert await store.pending_usage() == []
     _each_sent_once(
-        store_url, sent, SAVE_EXECUTION, DELETE_LEASE, SAVE_WORK, _STAGE_USAGE, _DROP_STAGED
+        store_url, sent, SAVE_EXECUTION, SAVE_WORK, _STAGE_USAGE, _DROP_STAGED
     )
 
 
@@ -116,7 +114,7 @@ async def test_a_batch_of_settlements_sends_each_kind_of_write_once(
 async def test_a_batch_of_claims_sends_each_kind_of_write_once(
     store_url: str, monkeypatch: pytest.MonkeyPatch, rows: str
 ) -> None:
-    """A claim batch's four writes (input consumed, attempt, lease, Work) go as one set-based
+    """A claim batch's three writes (input consumed, attempt with its lease, Work) go as one set-based
     statement each on PostgreSQL, not one per claim, and every claim's rows are as if alone.
     A batch of fewer rows sends one statement per row (all in one round trip): set-based, it
     cost PostgreSQL at c = 4 more than it saved."""
@@ -146,9 +144,9 @@ async def test_a_batch_of_claims_sends_each_kind_of_write_once(
             assert not await store.pending_inputs(claim.work.id), "the input stayed pending"
         assert not await store.ready_work(limit=10)
     if rows == "set":
-        _each_sent_once(store_url, sent, CONSUME_INPUT, INSERT_EXECUTION, PUT_LEASE, SAVE_WORK)
+        _each_sent_once(store_url, sent, CONSUME_INPUT, INSERT_LEASED_EXECUTION, SAVE_CLAIMED_WORK)
     elif store_url.startswith("postgresql"):
-        for write in (CONSUME_INPUT, INSERT_EXECUTION, PUT_LEASE, SAVE_WORK):
+        for write in (CONSUME_INPUT, INSERT_LEASED_EXECUTION, SAVE_CLAIMED_WORK):
             assert (sent.count(write.one), sent.count(write.many)) == (1, 0), write.one
 
 
@@ -250,7 +248,7 @@ async def test_postgres_a_row_held_twice_is_written_twice(store_url: str) -> Non
         def twice(cx: Any) -> None:
             p = execution_params(claim.execution)
             for _ in range(2):
-                cx.defer(SAVE_EXECUTION, (p[3], p[4], p[5], p[6], p[9], claim.execution.id))
+                cx.defer(SAVE_EXECUTION, (p[3], p[4], p[5], p[6], p[9], p[5], claim.execution.id))
 
         await _in_transaction(store, twice)
         (after,) = (await _in_transaction(store, lambda cx: cx.rows(rev, (claim.execution.id,))))[0]

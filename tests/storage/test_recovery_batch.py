@@ -17,7 +17,7 @@ import pytest
 from conduit_core.errors import LeaseLostError
 from conduit_core.storage import Claim, RecoveryRefusal, SqlStore, open_store
 from conduit_core.storage import _ops_attempts as att
-from conduit_core.storage._sql import SAVE_EXECUTION, Cx, Row, SetWrite
+from conduit_core.storage._sql import SAVE_LEASED_EXECUTION, Cx, Row, SetWrite
 from conduit_core.storage.conformance import LEASE_MS, T0, _claim, make_work
 
 pytestmark = pytest.mark.anyio
@@ -66,7 +66,7 @@ async def _expired(store: SqlStore, count: int) -> list[str]:
     return ids
 
 
-async def test_a_chunk_of_attempts_costs_three_statements_and_two_held_writes(
+async def test_a_chunk_of_attempts_costs_two_statements_and_one_held_write(
     store_url: str,
 ) -> None:
     async with await open_store(store_url) as store:
@@ -85,11 +85,11 @@ async def test_a_chunk_of_attempts_costs_three_statements_and_two_held_writes(
         call = partial(store.transaction, claim, write=True, shared=True)
         results = await anyio.to_thread.run_sync(call)
         assert all(isinstance(r, Claim) for r in results)
-        # Lock the attempts, lock their leases, read the Work rows: three statements; and the
-        # attempts' and the leases' writes held, one statement per kind on PostgreSQL (five
+        # Lock the attempts with their leases, read the Work rows: two statements; and the
+        # attempts' writes (each with its new lease) held, one statement on PostgreSQL (three
         # statements for sixty attempts; about seven each, one by one).
-        assert counted[-1] == 3
-        assert deferred[-1] == {SAVE_EXECUTION: 60, att._REPLACE_LEASE: 60}
+        assert counted[-1] == 2
+        assert deferred[-1] == {SAVE_LEASED_EXECUTION: 60}
         assert [(await store.get_execution(i)).epoch for i in ids] == [2] * 60
 
 

@@ -38,12 +38,10 @@ from conduit_core.storage._ops_controls import settle_consumed
 from conduit_core.storage._ops_misc import arm_timer, register_wait
 from conduit_core.storage._ops_work import Slots, accept_event, new_lease
 from conduit_core.storage._sql import (
-    DELETE_LEASE,
     LEASE_COLUMNS,
     ONE_STATEMENT_FROM,
     Codec,
     Cx,
-    SetWrite,
     as_columns,
     changed_work,
     close_open_segment,
@@ -53,29 +51,28 @@ from conduit_core.storage._sql import (
     lease_of,
     load_execution,
     load_work,
-    put_lease,
-    put_leases,
     save_execution,
+    save_leased_execution,
     save_work,
-    touch_execution,
     with_new_segment,
 )
 
 
 def find_lease(cx: Cx, execution_id: str) -> tuple[Lease, bool] | None:
     row = first(
-        cx, f"SELECT {LEASE_COLUMNS} FROM conduit_lease WHERE execution_id = ?", (execution_id,)
+        cx,
+        f"SELECT {LEASE_COLUMNS} FROM conduit_execution WHERE id = ? AND lease_token IS NOT NULL",
+        (execution_id,),
     )
     return None if row is None else lease_of(row)
 
 
-# The attempt row first, then its lease, both locked: every writer of an attempt's execution or
-# lease row locks them in this order (the attempt row is the attempt's mutex), and a statement
-# that waited for them reads their newest versions, so a fence is checked on current rows.
+# The attempt row, which carries its lease (schema V14), locked: the row is the attempt's mutex
+# for every writer, and a statement that waited for it reads its newest version, so a fence is
+# checked on the current row.
 _FENCE_SQL = (
-    f"SELECT {', '.join('l.' + c for c in LEASE_COLUMNS.split(', '))}, e.data, e.rev "
-    "FROM conduit_execution e JOIN conduit_lease l ON l.execution_id = e.id "
-    "WHERE e.id = ? FOR UPDATE"
+    f"SELECT {LEASE_COLUMNS}, data, rev FROM conduit_execution "
+    "WHERE id = ? AND lease_token IS NOT NULL FOR UPDATE"
 )
 
 
@@ -124,8 +121,10 @@ def renew_lease(cx: Cx, lease: Lease, now_ms: int) -> Lease:
     _, stored = fenced_lease(cx, lease, now_ms)
     # A clock stepped back must never shorten the lease: keep the later expiry.
     expiry = max(stored.expires_at_ms, now_ms + stored.duration_ms)
+    # No revision bump: a renewal changes nothing a known-revision writer relies on (a later
+    # expiry only widens its fence).
     cx.run(
-        "UPDATE conduit_lease SET expires_at_ms = ? WHERE execution_id = ?",
+        "UPDATE conduit_execution SET lease_expires_at_ms = ? WHERE id = ?",
         (expiry, lease.execution_id),
     )
     return msgspec.structs.replace(stored, expires_at_ms=expiry)
@@ -144,12 +143,11 @@ def renew_leases(cx: Cx, leases: Sequence[Lease], now_ms: int) -> list[Lease]:
     for start in range(0, len(ids), _RENEW_CHUNK):
         chunk = ids[start : start + _RENEW_CHUNK]
         marks = ", ".join("?" for _ in chunk)
-        # The attempt rows, then their leases, locked in id order (see _FENCE_SQL): the fence
-        # reads the attempt's own epoch and live flag from its columns, no document decoded.
+        # The attempt rows locked in id order (see _FENCE_SQL): the fence reads the attempt's
+        # own epoch and live flag from its columns, no document decoded.
         rows = cx.rows(
-            f"SELECT {', '.join('l.' + c for c in LEASE_COLUMNS.split(', '))}, e.epoch, e.live "
-            "FROM conduit_execution e JOIN conduit_lease l ON l.execution_id = e.id "
-            f"WHERE e.id IN ({marks}) ORDER BY e.id FOR UPDATE",
+            f"SELECT {LEASE_COLUMNS}, epoch, live FROM conduit_execution "
+            f"WHERE id IN ({marks}) AND lease_token IS NOT NULL ORDER BY id FOR UPDATE",
             tuple(chunk),
         )
         held: list[Lease] = []
@@ -171,8 +169,9 @@ def renew_leases(cx: Cx, leases: Sequence[Lease], now_ms: int) -> list[Lease]:
         marks = ", ".join("?" for _ in held)
         # A clock stepped back must never shorten a lease: keep the later expiry.
         cx.run(
-            "UPDATE conduit_lease SET expires_at_ms = CASE WHEN expires_at_ms > ? + duration_ms "
-            f"THEN expires_at_ms ELSE ? + duration_ms END WHERE execution_id IN ({marks})",
+            "UPDATE conduit_execution SET lease_expires_at_ms = CASE WHEN lease_expires_at_ms > "
+            "? + lease_duration_ms THEN lease_expires_at_ms ELSE ? + lease_duration_ms END "
+            f"WHERE id IN ({marks})",
             (now_ms, now_ms, *(lease.execution_id for lease in held)),
         )
         renewed.extend(
@@ -186,38 +185,37 @@ def renew_leases(cx: Cx, leases: Sequence[Lease], now_ms: int) -> list[Lease]:
 
 def release_lease(cx: Cx, lease: Lease, now_ms: int) -> None:
     fenced(cx, lease, now_ms, check_expiry=False)
-    touch_execution(cx, lease.execution_id)
-    # A released lease reads as expired, so recovery finds it through the expiry index.
+    # A released lease reads as expired, so recovery finds it through the expiry index; the
+    # revision moves on, so no holder takes the known-revision fast path past it.
     cx.run(
-        "UPDATE conduit_lease SET released = 1, "
-        "expires_at_ms = CASE WHEN expires_at_ms < ? THEN expires_at_ms ELSE ? END "
-        "WHERE execution_id = ?",
+        "UPDATE conduit_execution SET rev = rev + 1, lease_released = 1, lease_expires_at_ms = "
+        "CASE WHEN lease_expires_at_ms < ? THEN lease_expires_at_ms ELSE ? END WHERE id = ?",
         (now_ms, now_ms, lease.execution_id),
     )
 
 
 def release_leases_of(cx: Cx, owner: str, now_ms: int) -> int:
-    # The attempt rows first, then their leases, in id order: the order every writer of an
-    # attempt locks them in (see _FENCE_SQL), so this cannot deadlock with a fenced write or a
-    # recovery claim of one of them.
+    # The attempt rows in id order: the order every writer of several attempts locks them in
+    # (see _FENCE_SQL), so this cannot deadlock with a fenced write or a recovery claim of one of
+    # them. Only a live attempt holds a lease: the owner's are found through the live attempts'
+    # expiry index (the subquery: SQLite would rather walk the whole table in id order), then
+    # locked in id order, each checked again on its newest version.
     rows = cx.rows(
-        "SELECT e.id FROM conduit_execution e JOIN conduit_lease l ON l.execution_id = e.id "
-        "WHERE l.owner = ? AND l.released = 0 ORDER BY e.id FOR UPDATE",
-        (owner,),
+        "SELECT id FROM conduit_execution WHERE id IN (SELECT id FROM conduit_execution "
+        "WHERE live = 1 AND lease_expires_at_ms IS NOT NULL AND lease_owner = ?) AND live = 1 "
+        "AND lease_owner = ? AND lease_released = 0 AND lease_token IS NOT NULL "
+        "ORDER BY id FOR UPDATE",
+        (owner, owner),
     )
     if not rows:
         return 0
-    cx.run(
-        "UPDATE conduit_execution SET rev = rev + 1 WHERE id IN "
-        "(SELECT execution_id FROM conduit_lease WHERE owner = ? AND released = 0)",
-        (owner,),
-    )
     # Released the way release_lease releases one: the owner's later writes are refused and
     # recovery finds the attempts through the expiry index at once.
     cx.run(
-        "UPDATE conduit_lease SET released = 1, "
-        "expires_at_ms = CASE WHEN expires_at_ms < ? THEN expires_at_ms ELSE ? END "
-        "WHERE owner = ? AND released = 0",
+        "UPDATE conduit_execution SET rev = rev + 1, lease_released = 1, lease_expires_at_ms = "
+        "CASE WHEN lease_expires_at_ms < ? THEN lease_expires_at_ms ELSE ? END "
+        "WHERE live = 1 AND lease_expires_at_ms IS NOT NULL AND lease_owner = ? "
+        "AND lease_released = 0 AND lease_token IS NOT NULL",
         (now_ms, now_ms, owner),
     )
     return len(rows)
@@ -225,8 +223,8 @@ def release_leases_of(cx: Cx, owner: str, now_ms: int) -> int:
 
 def expired_attempts(cx: Cx, now_ms: int, limit: int) -> list[Execution]:
     rows = cx.rows(
-        "SELECT e.data FROM conduit_lease l JOIN conduit_execution e ON e.id = l.execution_id "
-        "WHERE l.expires_at_ms <= ? AND e.live = 1 ORDER BY l.expires_at_ms LIMIT ?",
+        "SELECT data FROM conduit_execution WHERE live = 1 AND lease_expires_at_ms <= ? "
+        "ORDER BY lease_expires_at_ms LIMIT ?",
         (now_ms, limit),
     )
     return [Codec.execution.decode(r[0]) for r in rows]
@@ -237,18 +235,15 @@ def claim_recovery(cx: Cx, execution_id: str, owner: str, now_ms: int, lease_ms:
     ex = load_execution(cx, execution_id, lock=True)
     found = find_lease(cx, execution_id)
     ex, lease = _recovered(ex, found, owner, now_ms, lease_ms)
-    if ex.recovery_hold is None:
-        save_execution(cx, ex)
-    else:
-        touch_execution(cx, ex.id)  # the same row under a new lease: its revision moves on
-    put_lease(cx, lease)
+    # A held recovery's row is written as it was, under its new lease: its revision moves on.
+    save_leased_execution(cx, ex, lease)
     return Claim(execution=ex, lease=lease, work=load_work(cx, ex.work_id))
 
 
 def _recovered(
     ex: Execution, found: tuple[Lease, bool] | None, owner: str, now_ms: int, lease_ms: int
 ) -> tuple[Execution, Lease]:
-    """The recovery claim of the locked attempt ``ex`` whose lease row is ``found``: the attempt
+    """The recovery claim of the locked attempt ``ex`` whose lease is ``found``: the attempt
     as it is to be written and its new lease; ``NotEligibleError`` if it is not recoverable."""
     if not ex.status.live:
         raise NotEligibleError(f"attempt {ex.id} is {ex.status}, not recoverable")
@@ -297,49 +292,19 @@ def claim_recoveries(
     return [done[execution_id] for execution_id in wanted], revs
 
 
-def _replace_leases(cx: Cx, leases: list[Lease], existing: set[str]) -> None:
-    """Write the claims' new leases: the rows that exist (locked) updated, cheaper than an
-    upsert's conflict path, and held to go as one statement (``Cx.defer``); the others
-    inserted."""
-    for lease in leases:
-        if lease.execution_id in existing:
-            cx.defer(
-                _REPLACE_LEASE,
-                (lease.epoch, lease.owner, lease.token, lease.expires_at_ms, lease.duration_ms,
-                 lease.execution_id),
-            )  # fmt: skip
-    put_leases(cx, [lease for lease in leases if lease.execution_id not in existing])
-
-
-_REPLACE_LEASE = SetWrite(
-    "UPDATE conduit_lease SET epoch = ?, owner = ?, token = ?, expires_at_ms = ?, "
-    "duration_ms = ?, released = 0 WHERE execution_id = ?",
-    "UPDATE conduit_lease SET epoch = v.epoch, owner = v.owner, token = v.token, "
-    "expires_at_ms = v.expires_at_ms, duration_ms = v.duration_ms, released = 0 "
-    "FROM unnest(%b::int[], %b::text[], %b::text[], %b::bigint[], %b::bigint[], %b::text[]) "
-    "AS v(epoch, owner, token, expires_at_ms, duration_ms, execution_id) "
-    "WHERE conduit_lease.execution_id = v.execution_id",
-)
-
-
 def _claim_chunk(
     cx: Cx, ids: list[str], owner: str, now_ms: int, lease_ms: int, revs: dict[str, int]
 ) -> dict[str, Claim | RecoveryRefusal]:
     marks = ", ".join("?" for _ in ids)
-    # The attempt rows first, locked in id order (each attempt's mutex, see _FENCE_SQL: two
-    # batches, a renewal or a fenced write lock the attempts they share in one order); then their
-    # leases, read by a statement of their own once every attempt lock is held, so each is the
-    # newest version (every writer of a lease holds its attempt's lock).
+    # The attempt rows, with their leases (schema V14), locked in id order (each attempt's mutex,
+    # see _FENCE_SQL: two batches, a renewal or a fenced write lock the attempts they share in
+    # one order).
     attempts = cx.rows(
-        f"SELECT id, data, rev FROM conduit_execution WHERE id IN ({marks}) ORDER BY id FOR UPDATE",
+        f"SELECT id, data, rev, {LEASE_COLUMNS} FROM conduit_execution WHERE id IN ({marks}) "
+        "ORDER BY id FOR UPDATE",
         tuple(ids),
     )
-    leases = cx.rows(
-        f"SELECT {LEASE_COLUMNS} FROM conduit_lease WHERE execution_id IN ({marks}) "
-        "ORDER BY execution_id FOR UPDATE",
-        tuple(ids),
-    )
-    found = {row[0]: lease_of(row) for row in leases}
+    found = {row[0]: lease_of(row[3:]) for row in attempts if row[7] is not None}
     out: dict[str, Claim | RecoveryRefusal] = {
         execution_id: RecoveryRefusal(
             execution_id=execution_id,
@@ -349,7 +314,7 @@ def _claim_chunk(
         for execution_id in ids
     }
     claimed: list[tuple[Execution, Lease]] = []
-    for execution_id, data, rev in attempts:
+    for execution_id, data, rev, *_ in attempts:
         revs[execution_id] = int(rev) + 1  # as written below (the row is locked until commit)
         try:
             claimed.append(
@@ -364,12 +329,11 @@ def _claim_chunk(
             )
     if not claimed:
         return out
-    # Every claimed attempt written, its revision bumped (a held recovery's row is rewritten
-    # as it was: its epoch and segment stay), then every lease: the rows are locked, so the
-    # writes are held and go as one statement per kind (``Cx.defer``).
-    for ex, _ in claimed:
-        save_execution(cx, ex, locked=True)
-    _replace_leases(cx, [lease for _, lease in claimed], set(found))
+    # Every claimed attempt written with its new lease, its revision bumped (a held recovery's
+    # row is rewritten as it was: its epoch and segment stay): the rows are locked, so the writes
+    # are held and go as one statement (``Cx.defer``).
+    for ex, lease in claimed:
+        save_leased_execution(cx, ex, lease, locked=True)
     work_ids = sorted({ex.work_id for ex, _ in claimed})
     works = {
         work.id: work
@@ -417,9 +381,8 @@ def resume_attempt(
         epoch=epoch,
         status=ExecutionStatus.RESUMING,
     )
-    save_execution(cx, ex)
     lease = new_lease(ex, owner, now_ms, lease_ms)
-    put_lease(cx, lease)
+    save_leased_execution(cx, ex, lease)
     cx.run("DELETE FROM conduit_wait WHERE execution_id = ?", (execution_id,))
     work = msgspec.structs.replace(work, status=WorkStatus.RUNNING, updated_at_ms=now_ms)
     save_work(cx, work)
@@ -465,9 +428,8 @@ class Known(NamedTuple):
 # (an UPDATE that names a column maintains every index on it: 13 → 9 µs per write, c = 64).
 _KNOWN_UPDATE_SQL = (
     "UPDATE conduit_execution SET status = ?, data = ?, rev = rev + 1 "
-    "WHERE id = ? AND rev = ? AND epoch = ? AND live = 1 AND EXISTS (SELECT 1 FROM conduit_lease "
-    "l WHERE l.execution_id = ? AND l.epoch = ? AND l.token = ? AND l.released = 0 "
-    "AND l.expires_at_ms > ?)"
+    "WHERE id = ? AND rev = ? AND epoch = ? AND live = 1 AND lease_token = ? "
+    "AND lease_released = 0 AND lease_expires_at_ms > ?"
 )
 
 
@@ -528,9 +490,8 @@ _KNOWN_UPDATES_SQL = (
     "%b::bigint[]) AS v(id, status, data, rev, epoch, token, now_ms) "
     "WHERE conduit_execution.id = v.id AND conduit_execution.rev = v.rev "
     "AND conduit_execution.epoch = v.epoch AND conduit_execution.live = 1 "
-    "AND EXISTS (SELECT 1 FROM conduit_lease l WHERE l.execution_id = v.id "
-    "AND l.epoch = v.epoch AND l.token = v.token AND l.released = 0 "
-    "AND l.expires_at_ms > v.now_ms) "
+    "AND conduit_execution.lease_token = v.token AND conduit_execution.lease_released = 0 "
+    "AND conduit_execution.lease_expires_at_ms > v.now_ms "
     "RETURNING conduit_execution.id"
 )
 
@@ -616,8 +577,7 @@ class _KnownWrite(NamedTuple):
 
     def params(self) -> tuple[Any, ...]:
         """The write as ``_KNOWN_UPDATE_SQL``'s parameters."""
-        return (self.status, self.data, self.id, self.rev, self.epoch,
-                self.id, self.epoch, self.token, self.now_ms)  # fmt: skip
+        return (self.status, self.data, self.id, self.rev, self.epoch, self.token, self.now_ms)
 
 
 def _known_update(
@@ -665,10 +625,9 @@ def finish_attempt(
 # that order (the order every writer locks them in): the Work's document, if the attempt row is
 # still at the known revision. A row updated meanwhile is rechecked against the whole WHERE.
 _KNOWN_SETTLE_SQL = (
-    "SELECT w.data FROM conduit_execution e JOIN conduit_lease l ON l.execution_id = e.id "
-    "JOIN conduit_work w ON w.id = e.work_id WHERE e.id = ? AND e.rev = ? AND e.epoch = ? "
-    "AND e.live = 1 AND l.epoch = ? AND l.token = ? AND l.released = 0 AND l.expires_at_ms > ? "
-    "FOR UPDATE"
+    "SELECT w.data FROM conduit_execution e JOIN conduit_work w ON w.id = e.work_id "
+    "WHERE e.id = ? AND e.rev = ? AND e.epoch = ? AND e.live = 1 AND e.lease_token = ? "
+    "AND e.lease_released = 0 AND e.lease_expires_at_ms > ? FOR UPDATE"
 )
 
 
@@ -700,7 +659,7 @@ def settle_attempt(
 
 
 def _known_settle_params(lease: Lease, known: Known, now_ms: int) -> tuple[Any, ...]:
-    return (lease.execution_id, known.rev, lease.epoch, lease.epoch, lease.token, now_ms)
+    return (lease.execution_id, known.rev, lease.epoch, lease.token, now_ms)
 
 
 def _knows(lease: Lease, known: Known | None) -> bool:
@@ -724,11 +683,10 @@ def _settle_known(
 _KNOWN_SETTLES_SQL = (
     "SELECT e.id, w.id, w.data FROM unnest(%b::text[], %b::bigint[], %b::bigint[], %b::text[], "
     "%b::bigint[]) AS v(id, rev, epoch, token, now_ms) "
-    "JOIN conduit_execution e ON e.id = v.id JOIN conduit_lease l ON l.execution_id = e.id "
-    "JOIN conduit_work w ON w.id = e.work_id "
-    "WHERE e.rev = v.rev AND e.epoch = v.epoch AND e.live = 1 AND l.epoch = v.epoch "
-    "AND l.token = v.token AND l.released = 0 AND l.expires_at_ms > v.now_ms "
-    "ORDER BY e.id FOR UPDATE OF e, l, w"
+    "JOIN conduit_execution e ON e.id = v.id JOIN conduit_work w ON w.id = e.work_id "
+    "WHERE e.rev = v.rev AND e.epoch = v.epoch AND e.live = 1 AND e.lease_token = v.token "
+    "AND e.lease_released = 0 AND e.lease_expires_at_ms > v.now_ms "
+    "ORDER BY e.id FOR UPDATE OF e, w"
 )
 
 
@@ -823,10 +781,9 @@ def _settle(cx: Cx, ex: Execution, work: Work, decide: Decision, now_ms: int) ->
         ended_at_ms=None if end.status is ExecutionStatus.PARKED else now_ms,
     )
     ex = stage_usage(cx, ex, now_ms)  # budgets: charged at the next start or settle pass
-    # The attempt, its lease and its Work are locked: their writes may go with those of the
-    # batch's other settlements (``Cx.defer``).
+    # The attempt (with its lease) and its Work are locked: their writes may go with those of
+    # the batch's other settlements (``Cx.defer``). The attempt's write drops its lease.
     save_execution(cx, ex, locked=True)
-    cx.defer(DELETE_LEASE, (ex.id,))
     save_work(cx, changed_work(work, settlement.work(work), now_ms), locked=True)
     for timer in settlement.arm:
         arm_timer(cx, timer)
@@ -871,7 +828,7 @@ def hold_recovery(cx: Cx, lease: Lease, hold: RecoveryHold, now_ms: int) -> Exec
     ex = msgspec.structs.replace(ex, status=ExecutionStatus.RECOVERING, recovery_hold=hold)
     save_execution(cx, ex)
     cx.run(
-        "UPDATE conduit_lease SET released = 1, expires_at_ms = ? WHERE execution_id = ?",
+        "UPDATE conduit_execution SET lease_released = 1, lease_expires_at_ms = ? WHERE id = ?",
         (hold.retry_at_ms, ex.id),
     )
     return ex

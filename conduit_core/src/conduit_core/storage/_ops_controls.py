@@ -52,8 +52,7 @@ def interrupt_work(
         ended_at_ms=now_ms,
         exclusion_confirmed=False,
     )
-    save_execution(cx, fenced)
-    cx.run("DELETE FROM conduit_lease WHERE execution_id = ?", (ex.id,))
+    save_execution(cx, fenced)  # ends the attempt: drops its lease
     if not work.status.terminal:
         save_work(cx, msgspec.structs.replace(work, status=WorkStatus.READY, updated_at_ms=now_ms))
     return create_control(

@@ -424,38 +424,60 @@ INSERT_EXECUTION = SetWrite(
 )
 
 
+# An attempt's lease lives on its row (schema V14): ``lease_token`` NULL is no lease. A live
+# attempt holds one; the write that ends or parks an attempt drops it (``CASE`` without ``ELSE``:
+# NULL once ``live`` is 0), so settling an attempt is one row version, not a row and a deleted
+# lease row.
 SAVE_EXECUTION = SetWrite(
     "UPDATE conduit_execution SET epoch = ?, status = ?, live = ?, holds_slot = ?, data = ?, "
-    "rev = rev + 1 WHERE id = ?",
+    "rev = rev + 1, lease_token = CASE WHEN ? = 1 THEN lease_token END WHERE id = ?",
     "UPDATE conduit_execution SET epoch = v.epoch, status = v.status, live = v.live, "
-    "holds_slot = v.holds_slot, data = v.data, rev = conduit_execution.rev + 1 "
-    "FROM unnest(%b::int[], %b::text[], %b::int[], %b::int[], %b::text[], %b::text[]) "
-    "AS v(epoch, status, live, holds_slot, data, id) WHERE conduit_execution.id = v.id",
+    "holds_slot = v.holds_slot, data = v.data, rev = conduit_execution.rev + 1, "
+    "lease_token = CASE WHEN v.still_live = 1 THEN conduit_execution.lease_token END "
+    "FROM unnest(%b::int[], %b::text[], %b::int[], %b::int[], %b::text[], %b::int[], "
+    "%b::text[]) AS v(epoch, status, live, holds_slot, data, still_live, id) "
+    "WHERE conduit_execution.id = v.id",
 )
 
 
 def save_execution(cx: Cx, ex: Execution, *, locked: bool = False) -> None:
-    """Update the attempt's row, its revision bumped; ``locked``: this transaction has locked
-    it already, so the write may be deferred (``Cx.defer``)."""
+    """Update the attempt's row, its revision bumped (and its lease dropped if it is no longer
+    live); ``locked``: this transaction has locked it already, so the write may be deferred
+    (``Cx.defer``)."""
     p = execution_params(ex)
-    params = (p[3], p[4], p[5], p[6], p[9], ex.id)
+    params = (p[3], p[4], p[5], p[6], p[9], p[5], ex.id)
     if locked:
         cx.defer(SAVE_EXECUTION, params)
     else:
         cx.run(SAVE_EXECUTION.one, params)
 
 
-#: Drop an attempt's lease (its attempt has ended).
-DELETE_LEASE = SetWrite(
-    "DELETE FROM conduit_lease WHERE execution_id = ?",
-    "DELETE FROM conduit_lease WHERE execution_id = ANY(%b::text[])",
+#: The attempt's row and a new lease on it, in one write (a resume, a recovery claim).
+SAVE_LEASED_EXECUTION = SetWrite(
+    "UPDATE conduit_execution SET epoch = ?, status = ?, live = ?, holds_slot = ?, data = ?, "
+    "rev = rev + 1, lease_owner = ?, lease_token = ?, lease_expires_at_ms = ?, "
+    "lease_duration_ms = ?, lease_released = 0 WHERE id = ?",
+    "UPDATE conduit_execution SET epoch = v.epoch, status = v.status, live = v.live, "
+    "holds_slot = v.holds_slot, data = v.data, rev = conduit_execution.rev + 1, "
+    "lease_owner = v.owner, lease_token = v.token, lease_expires_at_ms = v.expires_at_ms, "
+    "lease_duration_ms = v.duration_ms, lease_released = 0 "
+    "FROM unnest(%b::int[], %b::text[], %b::int[], %b::int[], %b::text[], %b::text[], "
+    "%b::text[], %b::bigint[], %b::bigint[], %b::text[]) "
+    "AS v(epoch, status, live, holds_slot, data, owner, token, expires_at_ms, duration_ms, id) "
+    "WHERE conduit_execution.id = v.id",
 )
 
 
-def touch_execution(cx: Cx, execution_id: str) -> None:
-    """Bump the attempt's revision: its lease changed (released, re-tokened) but not its row, and
-    a writer holding an older revision must no longer take the one-statement fast path."""
-    cx.run("UPDATE conduit_execution SET rev = rev + 1 WHERE id = ?", (execution_id,))
+def save_leased_execution(cx: Cx, ex: Execution, lease: Lease, *, locked: bool = False) -> None:
+    """``save_execution`` with ``lease`` (of this attempt, at its epoch) as the row's lease."""
+    assert lease.execution_id == ex.id, "a lease of this attempt"
+    assert lease.epoch == ex.epoch, "a lease at the attempt's epoch"
+    p = execution_params(ex)
+    params = (p[3], p[4], p[5], p[6], p[9], *lease_params(lease), ex.id)
+    if locked:
+        cx.defer(SAVE_LEASED_EXECUTION, params)
+    else:
+        cx.run(SAVE_LEASED_EXECUTION.one, params)
 
 
 def find_execution(cx: Cx, execution_id: str, *, lock: bool = False) -> Execution | None:
@@ -472,61 +494,35 @@ def load_execution(cx: Cx, execution_id: str, *, lock: bool = False) -> Executio
     return ex
 
 
-PUT_LEASE_SQL = (
-    "INSERT INTO conduit_lease "
-    "(execution_id, work_id, epoch, owner, token, expires_at_ms, duration_ms, released) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, 0) ON CONFLICT (execution_id) DO UPDATE SET "
-    "epoch = excluded.epoch, owner = excluded.owner, token = excluded.token, "
-    "expires_at_ms = excluded.expires_at_ms, duration_ms = excluded.duration_ms, "
-    "released = 0"
-)
-
-
-#: ``PUT_LEASE_SQL`` for many leases, ``lease_params`` each (of distinct attempts).
-PUT_LEASE = SetWrite(
-    PUT_LEASE_SQL,
-    PUT_LEASE_SQL.replace(
-        "VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
-        "SELECT v.*, 0 FROM unnest(%b::text[], %b::text[], %b::int[], %b::text[], %b::text[], "
-        "%b::bigint[], %b::bigint[]) AS v",
-    ),
+#: A new attempt row holding its first lease: ``execution_params`` then ``lease_params``.
+INSERT_LEASED_EXECUTION = SetWrite(
+    f"INSERT INTO conduit_execution ({EXECUTION_COLUMNS}, lease_owner, lease_token, "
+    "lease_expires_at_ms, lease_duration_ms) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    f"INSERT INTO conduit_execution ({EXECUTION_COLUMNS}, lease_owner, lease_token, "
+    "lease_expires_at_ms, lease_duration_ms) "
+    "SELECT * FROM unnest(%b::text[], %b::text[], %b::int[], %b::int[], %b::text[], %b::int[], "
+    "%b::int[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], "
+    "%b::bigint[], %b::bigint[])",
 )
 
 
 def lease_params(lease: Lease) -> tuple[Any, ...]:
-    return (
-        lease.execution_id,
-        lease.work_id,
-        lease.epoch,
-        lease.owner,
-        lease.token,
-        lease.expires_at_ms,
-        lease.duration_ms,
-    )
+    """The lease's columns on its attempt's row (``lease_owner`` … ``lease_duration_ms``)."""
+    return (lease.owner, lease.token, lease.expires_at_ms, lease.duration_ms)
 
 
-def put_lease(cx: Cx, lease: Lease) -> None:
-    cx.run(PUT_LEASE_SQL, lease_params(lease))
-
-
-def put_leases(cx: Cx, leases: list[Lease]) -> None:
-    """``put_lease`` for the leases of distinct attempts, in one statement."""
-    if not leases:
-        return
-    cx.run(
-        PUT_LEASE_SQL.replace(
-            "VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
-            f"VALUES {', '.join('(?, ?, ?, ?, ?, ?, ?, 0)' for _ in leases)}",
-        ),
-        tuple(value for lease in leases for value in lease_params(lease)),
-    )
-
-
-LEASE_COLUMNS = "execution_id, work_id, epoch, owner, token, expires_at_ms, duration_ms, released"
+#: An attempt's lease as read from its row, in ``lease_of``'s order (select from
+#: ``conduit_execution`` with ``lease_token IS NOT NULL``). The lease's epoch is the attempt's:
+#: a lease is only ever written with the epoch it was taken at.
+LEASE_COLUMNS = (
+    "id, work_id, epoch, lease_owner, lease_token, lease_expires_at_ms, lease_duration_ms, "
+    "lease_released"
+)
 
 
 def lease_of(row: Row) -> tuple[Lease, bool]:
-    """A lease row as a Lease and whether it was released."""
+    """A lease as read (``LEASE_COLUMNS``) and whether it was released."""
     lease = Lease(
         execution_id=row[0],
         work_id=row[1],

@@ -1,0 +1,187 @@
+"""PostgreSQL: the row versions one attempt leaves dead (issue 32, fewer dead rows per job).
+
+An attempt's lease lives on its row (schema V14): the claim inserts the attempt with its lease,
+and the settlement's write of the attempt drops it, so nothing is deleted on an attempt's path
+(there was a lease row, inserted and deleted per attempt). The input a claim consumes changes
+only its ``pending`` flag and document, which no index covers (the inputs are indexed by
+``(work_id, seq)`` whatever their flag), so with room on the page the write is heap-only (HOT).
+Counted from ``pg_stat_user_tables`` once the store's connections have closed (a backend
+reports its counts at exit, at the latest). The index holds a Work's consumed inputs too, so a
+read of its pending ones starts above the Work's ``input_floor``, the last input a claim
+consumed: a long-lived Work's history costs the read nothing.
+"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import msgspec
+import psycopg
+import pytest
+
+from conduit_core.errors import LeaseLostError
+from conduit_core.model import ExecutionStatus, WorkStatus
+from conduit_core.storage import AttemptEnd, Claim, ClaimRequest, Settlement, open_store
+from conduit_core.storage._schema import TABLES
+from conduit_core.storage.conformance import LEASE_MS, T0, make_input, make_work, snapshot
+
+pytestmark = pytest.mark.anyio
+
+JOBS = 4
+
+
+def _table_counts(url: str) -> dict[str, tuple[int, int, int]]:
+    """Per conduit table: updates, of them heap-only, deletes."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        rows = conn.execute(
+            "SELECT relname, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables "
+            "WHERE relname LIKE 'conduit_%'"
+        ).fetchall()
+    return {name: (int(upd), int(hot), int(deleted)) for name, upd, hot, deleted in rows}
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+async def test_an_attempt_deletes_no_row_and_consumes_its_input_heap_only(
+    store_url: str,
+) -> None:
+    async with await open_store(store_url) as store:
+        for i in range(JOBS):
+            await store.create_work(make_work(f"w{i}"), first_input=make_input(f"in{i}"))
+        claims = await store.claim_ready(
+            limit=JOBS, snapshot_for=lambda w: snapshot(), owner="o", now_ms=T0 + 1,
+            lease_ms=30_000,
+        )  # fmt: skip
+        assert len(claims) == JOBS
+        for claim in claims:
+            assert isinstance(claim, Claim)
+            # The two in-flight writes of a launch: its intent, then its recovery metadata.
+            for key in ("launch_intent", "recovery"):
+                await store.update_attempt(
+                    claim.lease,
+                    lambda ex, key=key: msgspec.structs.replace(ex, **{key: {"n": 1}}),
+                    now_ms=T0 + 2,
+                )
+            await store.settle_attempt(
+                claim.lease,
+                lambda ex, w: Settlement(
+                    end=AttemptEnd(status=ExecutionStatus.COMPLETED, exclusion_confirmed=True),
+                    work=lambda w: w,
+                ),
+                now_ms=T0 + 3,
+            )
+            assert await store.get_lease(claim.execution.id) is None
+    deadline = time.monotonic() + 30
+    while True:  # the counts arrive once the store's backends have exited
+        counts = _table_counts(store_url)
+        if counts.get("conduit_execution", (0, 0, 0))[0] >= 3 * JOBS:
+            break
+        assert time.monotonic() < deadline, f"the counts never arrived: {counts}"
+        await anyio.sleep(0.05)
+    assert {name: c[2] for name, c in counts.items() if c[2]} == {}, "a row was deleted"
+    # The attempt row three times (launch intent, recovery metadata, settlement, which also
+    # drops the lease); the input once, heap-only.
+    assert counts["conduit_execution"][0] == 3 * JOBS
+    assert counts["conduit_event"][:2] == (JOBS, JOBS), "the consumed input left index entries"
+    assert "conduit_lease" not in counts
+    assert "conduit_lease" not in TABLES
+
+
+def _run(url: str, sql: str, params: tuple[object, ...]) -> list[tuple[object, ...]]:
+    """One statement behind the store's back, on either backend."""
+    if url.startswith("sqlite://"):
+        import sqlite3
+
+        conn = sqlite3.connect(url.removeprefix("sqlite://"), isolation_level=None)
+        try:
+            return list(conn.execute(sql, params).fetchall())
+        finally:
+            conn.close()
+    with psycopg.connect(url, autocommit=True) as pg:
+        cur = pg.execute(sql.replace("?", "%s"), params)
+        return list(cur.fetchall()) if cur.description else []
+
+
+async def test_a_pending_read_starts_above_the_inputs_a_claim_consumed(store_url: str) -> None:
+    async with await open_store(store_url) as store:
+        await store.create_work(make_work("w"), first_input=make_input("0"))
+        claim = await store.claim_attempt(
+            ClaimRequest(work_id="w", snapshot=snapshot()), owner="o", now_ms=T0,
+            lease_ms=LEASE_MS,
+        )  # fmt: skip
+        assert [e.id for e in claim.inputs] == ["ev-0"]
+        await store.settle_attempt(
+            claim.lease,
+            lambda ex, w: Settlement(
+                end=AttemptEnd(status=ExecutionStatus.COMPLETED, exclusion_confirmed=True),
+                work=lambda w: msgspec.structs.replace(w, status=WorkStatus.READY),
+            ),
+            now_ms=T0 + 1,
+        )
+        (consumed,) = claim.inputs
+        assert _run(store_url, "SELECT input_floor FROM conduit_work WHERE id = ?", ("w",)) == [
+            (consumed.seq,)
+        ]
+        # The consumed input marked pending again behind the store's back: below the floor, no
+        # read sees it (without the floor, every read would deliver it a second time).
+        _run(store_url, "UPDATE conduit_event SET pending = 1 WHERE id = ?", ("ev-0",))
+        later = await store.accept_event(make_input("1", work_id="w"))
+        assert later.seq > consumed.seq
+        assert [e.id for e in await store.pending_inputs("w")] == ["ev-1"]
+        assert [e.id for e in (await store.first_pending_inputs(["w"])).values()] == ["ev-1"]
+        again = await store.claim_attempt(
+            ClaimRequest(work_id="w", snapshot=snapshot()), owner="o", now_ms=T0 + 2,
+            lease_ms=LEASE_MS,
+        )  # fmt: skip
+        assert [e.id for e in again.inputs] == ["ev-1"]
+        assert _run(store_url, "SELECT input_floor FROM conduit_work WHERE id = ?", ("w",)) == [
+            (later.seq,)
+        ]
+
+
+#: Schema V14 undone (the store a V13 conduit left): the lease back in a table of its own.
+UNDO_V14 = (
+    """CREATE TABLE conduit_lease (
+        execution_id TEXT PRIMARY KEY, work_id TEXT NOT NULL, epoch INTEGER NOT NULL,
+        owner TEXT NOT NULL, token TEXT NOT NULL, expires_at_ms BIGINT NOT NULL,
+        duration_ms BIGINT NOT NULL, released INTEGER NOT NULL)""",
+    "CREATE INDEX conduit_lease_expiry ON conduit_lease (expires_at_ms)",
+    "INSERT INTO conduit_lease SELECT id, work_id, epoch, lease_owner, lease_token, "
+    "lease_expires_at_ms, lease_duration_ms, lease_released FROM conduit_execution "
+    "WHERE lease_token IS NOT NULL",
+    "DROP INDEX conduit_execution_lease_expiry",
+    *(
+        f"ALTER TABLE conduit_execution DROP COLUMN lease_{column}"
+        for column in ("owner", "token", "expires_at_ms", "duration_ms", "released")
+    ),
+    "ALTER TABLE conduit_work DROP COLUMN input_floor",
+    "DROP INDEX conduit_event_work",
+    "CREATE INDEX conduit_event_pending ON conduit_event (work_id, seq) WHERE pending = 1",
+    "UPDATE conduit_meta SET value = '13' WHERE key = 'schema_version'",
+)
+
+
+async def test_an_upgraded_store_keeps_the_leases_of_running_attempts(store_url: str) -> None:
+    """A V13 store with a running attempt: after the upgrade its holder's lease still holds
+    (its writes and renewals go through), and a stale token is still refused."""
+    async with await open_store(store_url) as store:
+        await store.create_work(make_work("w"), first_input=make_input("0"))
+        claim = await store.claim_attempt(
+            ClaimRequest(work_id="w", snapshot=snapshot()), owner="o", now_ms=T0,
+            lease_ms=LEASE_MS,
+        )  # fmt: skip
+    for statement in UNDO_V14:
+        _run(store_url, statement, ())
+    assert _run(store_url, "SELECT token FROM conduit_lease", ()) == [(claim.lease.token,)]
+    async with await open_store(store_url) as store:  # migrates V13 -> current
+        assert await store.get_lease(claim.execution.id) == claim.lease
+        written = await store.update_attempt(
+            claim.lease, lambda ex: msgspec.structs.replace(ex, recovery={"n": 1}), now_ms=T0 + 1
+        )
+        assert written.recovery == {"n": 1}
+        (renewed,) = await store.renew_leases([claim.lease], now_ms=T0 + 2)
+        assert renewed.expires_at_ms == T0 + 2 + LEASE_MS
+        stale = msgspec.structs.replace(claim.lease, token="stale")
+        with pytest.raises(LeaseLostError):
+            await store.update_attempt(stale, lambda ex: ex, now_ms=T0 + 3)

@@ -82,6 +82,16 @@ def store_factory(store_url: str) -> StoreFactory:
 
 
 @pytest.fixture
+async def store(store_url: str) -> AsyncIterator[Store]:
+    """One open handle on the store under test, closed after the test."""
+    handle = await open_store(store_url)
+    try:
+        yield handle
+    finally:
+        await handle.aclose()
+
+
+@pytest.fixture
 async def two(store_url: str) -> AsyncIterator[tuple[Store, Store]]:
     """Two handles on one store, as two daemons have."""
     a = await open_store(store_url)

@@ -22,7 +22,14 @@ import pytest
 
 from conduit_core.errors import LeaseLostError
 from conduit_core.model import ExecutionStatus, WorkStatus
-from conduit_core.storage import AttemptEnd, Claim, ClaimRequest, Settlement, open_store
+from conduit_core.storage import (
+    AttemptEnd,
+    Claim,
+    ClaimRequest,
+    Settlement,
+    Store,
+    open_store,
+)
 from conduit_core.storage._schema import TABLES
 from conduit_core.storage.conformance import LEASE_MS, T0, make_input, make_work, snapshot
 
@@ -103,13 +110,17 @@ def _run(url: str, sql: str, params: tuple[object, ...]) -> list[tuple[object, .
         return list(cur.fetchall()) if cur.description else []
 
 
+async def _claim_new_work(store: Store) -> Claim:
+    """Work ``w``, submitted with input ``ev-0``, claimed by owner ``o`` at ``T0``."""
+    await store.create_work(make_work("w"), first_input=make_input("0"))
+    return await store.claim_attempt(
+        ClaimRequest(work_id="w", snapshot=snapshot()), owner="o", now_ms=T0, lease_ms=LEASE_MS
+    )
+
+
 async def test_a_pending_read_starts_above_the_inputs_a_claim_consumed(store_url: str) -> None:
     async with await open_store(store_url) as store:
-        await store.create_work(make_work("w"), first_input=make_input("0"))
-        claim = await store.claim_attempt(
-            ClaimRequest(work_id="w", snapshot=snapshot()), owner="o", now_ms=T0,
-            lease_ms=LEASE_MS,
-        )  # fmt: skip
+        claim = await _claim_new_work(store)
         assert [e.id for e in claim.inputs] == ["ev-0"]
         await store.settle_attempt(
             claim.lease,
@@ -166,11 +177,7 @@ async def test_an_upgraded_store_keeps_the_leases_of_running_attempts(store_url:
     """A V13 store with a running attempt: after the upgrade its holder's lease still holds
     (its writes and renewals go through), and a stale token is still refused."""
     async with await open_store(store_url) as store:
-        await store.create_work(make_work("w"), first_input=make_input("0"))
-        claim = await store.claim_attempt(
-            ClaimRequest(work_id="w", snapshot=snapshot()), owner="o", now_ms=T0,
-            lease_ms=LEASE_MS,
-        )  # fmt: skip
+        claim = await _claim_new_work(store)
     for statement in UNDO_V14:
         _run(store_url, statement, ())
     assert _run(store_url, "SELECT token FROM conduit_lease", ()) == [(claim.lease.token,)]

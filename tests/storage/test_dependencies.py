@@ -4,8 +4,6 @@ two handles (real concurrent transactions on PostgreSQL)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import anyio
 import msgspec
 import pytest
@@ -30,15 +28,6 @@ def _work(
     deps = Dependencies(after=list(after), on_failure=on_failure) if after else None
     return Work(id=work_id, scope="root", binding="b", kind=WorkKind.TASK, created_at_ms=T0,
                 updated_at_ms=T0, dependencies=deps)  # fmt: skip
-
-
-@pytest.fixture
-async def store(store_factory: StoreFactory) -> AsyncIterator[Store]:
-    handle = await store_factory.open()
-    try:
-        yield handle
-    finally:
-        await handle.aclose()
 
 
 async def _claimed(store: Store) -> list[str]:

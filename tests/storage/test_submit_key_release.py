@@ -16,29 +16,19 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 
 import anyio
 import msgspec
 import pytest
 
 from conduit_core.model import Work, WorkStatus
-from conduit_core.storage import DedupScope, SqlStore, Store, SubmitKey, open_store
+from conduit_core.storage import DedupScope, SqlStore, Store, SubmitKey
 from conduit_core.storage.conformance import T0
 from tests.storage.test_submit_keys import _finish, _start, _submit
 
 pytestmark = pytest.mark.anyio
 
 WINDOW_MS = 600_000
-
-
-@pytest.fixture
-async def store(store_url: str) -> AsyncIterator[Store]:
-    handle = await open_store(store_url)
-    try:
-        yield handle
-    finally:
-        await handle.aclose()
 
 
 async def _keys(store: Store) -> dict[str, str]:

@@ -8,7 +8,7 @@ processes, where exactly one Work is created and every submitter gets its id.
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import anyio
 import msgspec
@@ -26,15 +26,6 @@ from conduit_core.storage import (
 from conduit_core.storage.conformance import LEASE_MS, T0, make_input, make_work, snapshot
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def store(store_url: str) -> AsyncIterator[Store]:
-    handle = await open_store(store_url)
-    try:
-        yield handle
-    finally:
-        await handle.aclose()
 
 
 def _task(work_id: str, at: int = T0) -> Work:

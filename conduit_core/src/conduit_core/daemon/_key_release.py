@@ -10,14 +10,9 @@ rows of a table that holds only the keys of unfinished Work and of open windows.
 
 from __future__ import annotations
 
-import logging
-
-from conduit_core.errors import ConduitError
 from conduit_core.runtime import Scheduler
 
 __all__ = ["SWEEP_EVERY_MS", "SWEEP_SCAN", "KeyRelease"]
-
-log = logging.getLogger("conduit.daemon")
 
 #: How often a daemon sweeps the key rows (when the last sweep reached the table's end).
 SWEEP_EVERY_MS = 5_000
@@ -40,12 +35,10 @@ class KeyRelease:
         last = self._last_ms
         if self._after is None and last is not None and now - last < self.every_ms:
             return  # the last sweep reached the table's end lately
-        try:
-            released, self._after = await sched.store.release_submit_keys(
-                after=self._after, scan=self.scan, now_ms=now
-            )
-        except ConduitError as exc:  # the next pass tries again
-            log.warning("key release: [%s] %s", exc.code, exc.message)
-            return
+        # A store error goes to the pass (``HostLoop._step``: an outage stops the pass and is
+        # tracked, anything else is logged); the next pass tries again from the same place.
+        released, self._after = await sched.store.release_submit_keys(
+            after=self._after, scan=self.scan, now_ms=now
+        )
         self._last_ms = now
         self.released += released

@@ -47,7 +47,7 @@ while (msg := read()) is not None:
             send({"kind": "teleported", "id": rid})
         elif MODE == "bad_field":
             send({"kind": "launched", "id": rid, "handle": 12})
-        elif MODE in ("bad_result", "forgetful"):
+        elif MODE in ("bad_result", "forgetful", "silent_wait"):
             send({"kind": "launched", "id": rid, "handle": "h"})
         elif MODE == "oversized":
             out.write(struct.pack(">I", 2**31))
@@ -81,6 +81,8 @@ while (msg := read()) is not None:
         # Recovery after a restart: this program cannot tell, so the attempt would be held.
         error = {"code": "cannot_tell", "message": "the rogue program knows nothing"}
         send({"kind": "failed", "id": rid, "error": error})
+    elif kind == "wait" and MODE == "silent_wait":
+        pass  # never answered: the job runs on
     elif kind == "wait" and MODE == "forgetful":
         error = {"code": "unknown_handle", "message": "no such handle"}
         send({"kind": "failed", "id": rid, "error": error})

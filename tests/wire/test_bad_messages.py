@@ -4,6 +4,7 @@ misbehaving real program never takes the daemon's side down (nor a bad core mess
 
 from __future__ import annotations
 
+import asyncio
 import select
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from conduit_core.extension import (
 from conduit_core.plugins import Plugins
 from conduit_core.remote import ProgramSettings, ProgramSpec, ProgramSupervisor, RemoteExecutor
 from conduit_core.testing._jobs import RecordingCallbacks
+from tests.shell._harness import wait_until_async
 
 HERE = Path(__file__).resolve().parent
 CTX = {
@@ -202,6 +204,29 @@ async def test_a_wait_on_a_forgotten_handle_follows_the_segment_through_recovery
         result = await recovered.wait()
         assert result.summary == "found again"
         assert executor.supervisor.state()["restarts"] == 0
+    finally:
+        await executor.supervisor.close()
+
+
+@pytest.mark.anyio
+async def test_a_wait_cancelled_as_its_program_dies_ends_cancelled() -> None:
+    # The core cancels a wait (its quick window ended) in the moment the program died: its stdin
+    # is closed but its reader has not yet seen the end. The cancel sent on the way out finds no
+    # program; the wait still ends cancelled, so the core's next wait hands the attempt to
+    # recovery instead of failing it with the program's end as an executor error.
+    executor = _rogue("silent_wait")
+    try:
+        handle = await executor.run(_ctx(RecordingCallbacks()))
+        waiting = asyncio.ensure_future(handle.wait())
+        conn = executor.supervisor._conn
+        assert conn is not None
+        await wait_until_async(lambda: bool(conn._pending), "the wait to be sent")
+        conn.process.stdin.close()  # as after a kill -9, before the reader sees its output end
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        with pytest.raises(LostSightError):
+            await handle.wait()
     finally:
         await executor.supervisor.close()
 

@@ -270,10 +270,12 @@ class ProgramConnection:
                 del self._ended[next(iter(self._ended))]
 
     def send_nowait(self, build: Callable[[int], msgspec.Struct]) -> None:
-        """Fire and forget (a cancel): its reply is read and dropped."""
+        """Fire and forget (a cancel): its reply is read and dropped. Never raises: it is sent
+        from a cancelled caller's cleanup, and a program found gone (its stdin closed before
+        its reader saw the end) has nothing left to cancel."""
         if self.gone is None:
             self._next_id += 1
-            self._write(build(self._next_id))
+            self._write_quietly(build(self._next_id))
 
     def _write(self, message: msgspec.Struct) -> None:
         frame = encode_frame(message)

@@ -143,6 +143,16 @@ class FreshDatabase:
             return None
         return both, cold
 
+    def commits(self) -> int | None:
+        """Transactions committed in the database so far (every system's, the bench's few reads
+        included): per finished job, the synced commits one job costs."""
+        try:
+            return self.scalar(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+            )
+        except Exception:
+            return None
+
     def churn_by_table(self) -> dict[str, int]:
         """``churn``'s row versions made dead so far per table, all and not heap-only."""
         import psycopg
@@ -439,10 +449,13 @@ def measure(system: Any, rate: float, args: argparse.Namespace) -> dict[str, Any
     if system.db is not None and finished_end:
         time.sleep(1.5)  # backends report their counts at most once a second
         made = system.db.churn()
+        commits = system.db.commits()
         if made is not None:
             by_table = system.db.churn_by_table()
             churn = {"dead_made_per_job": round(made[0] / finished_end, 2),
                      "non_hot_dead_per_job": round(made[1] / finished_end, 2),
+                     "commits_per_job": None if commits is None
+                     else round(commits / finished_end, 2),
                      "dead_per_job_by_table": {name: round(n / finished_end, 2)
                                                for name, n in by_table.items()}}  # fmt: skip
     return {

@@ -5,6 +5,7 @@ stops reading past it), how many one attempt may make, and how fast (docs/wire-p
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ pytestmark = pytest.mark.anyio
 FLOODER = r"""
 import json, os, struct, sys, threading
 SENT = int(sys.argv[1])
+#: "callbacks" (the default): phase_begin callbacks; "replies": replies to ids never sent.
+WHAT = sys.argv[2] if len(sys.argv) > 2 else "callbacks"
 out = os.fdopen(os.dup(1), "wb", buffering=0)
 lock = threading.Lock()
 replies, done = {}, threading.Event()
@@ -39,6 +42,11 @@ def read():
     return json.loads(sys.stdin.buffer.read(struct.unpack(">I", header)[0]))
 
 def flood(rid):
+    if WHAT == "replies":
+        for i in range(1, SENT + 1):
+            send({"kind": "replied", "id": 10_000_000 + i})
+        send({"kind": "launched", "id": rid, "handle": "h", "result": {"outcome": "completed"}})
+        return
     for i in range(1, SENT + 1):
         send({"kind": "phase_begin", "id": i, "request": rid, "name": "step"})
     done.wait(60)
@@ -87,11 +95,13 @@ class _SlowPhases(RecordingCallbacks):
         await super().begin_phase(name)
 
 
-def _flooder(tmp_path: Path, sent: int, limits: CallbackLimits) -> RemoteExecutor:
+def _flooder(
+    tmp_path: Path, sent: int, limits: CallbackLimits, what: str = "callbacks"
+) -> RemoteExecutor:
     program = tmp_path / "flooder.py"
     program.write_text(FLOODER)
     settings = ProgramSettings(request_timeout=60, callbacks=limits)
-    command = (sys.executable, str(program), str(sent))
+    command = (sys.executable, str(program), str(sent), what)
     supervisor = ProgramSupervisor("flooder", command, expected=None, settings=settings)
     return RemoteExecutor(supervisor, 1, None)
 
@@ -146,3 +156,29 @@ async def test_callbacks_faster_than_the_rate_are_refused_with_their_code(tmp_pa
     assert 20 <= int(counts["callback_ok"]) < 200
     assert int(counts["callback_ok"]) + int(counts["callback_rate_exceeded"]) == 500
     assert len(recorded.phases) == int(counts["callback_ok"])
+
+
+@pytest.mark.parametrize("what", ["callbacks", "replies"])
+async def test_refusals_past_their_rate_slow_the_reader_down(what: str, tmp_path: Path) -> None:
+    # A refusal writes nothing, but reading it and answering it still costs the daemon's loop,
+    # as does a reply nobody asked for: past ``refused_per_second`` the reader waits, so a
+    # flooding program gets a bounded share of the daemon's time.
+    limits = CallbackLimits(per_attempt=10, per_second=1_000_000, in_flight=8,
+                            refused_per_second=1_000)  # fmt: skip
+    executor = _flooder(tmp_path, 2_000, limits, what)
+    recorded = RecordingCallbacks()
+    try:
+        with anyio.fail_after(60):
+            began = time.monotonic()
+            result = await (await executor.run(_ctx(recorded))).wait()
+            took = time.monotonic() - began
+    finally:
+        await executor.supervisor.close()
+    if what == "callbacks":
+        assert result.summary == "callback_limit_exceeded=1990 callback_ok=10"
+        assert len(recorded.phases) == 10
+    else:
+        assert result.outcome == "completed"
+    # ~2,000 refused or dropped at 1,000 a second after a burst of 1,000: about a second at
+    # least (read unpaced they take a twentieth of that).
+    assert took >= 0.9, took

@@ -166,6 +166,9 @@ class ExecutorProgram(_Section, frozen=True, kw_only=True):
     callbacks_per_second: Annotated[float, msgspec.Meta(ge=1, le=1_000_000)] = 100.0
     #: Callbacks of the program being recorded at once; past it the daemon stops reading it.
     callbacks_in_flight: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 256
+    #: Refused callbacks of the program per second (on average); past it the daemon reads the
+    #: program's output only as fast as this.
+    callbacks_refused_per_second: Annotated[float, msgspec.Meta(ge=1, le=1_000_000)] = 2000.0
     #: The longest wait before a program that keeps dying is started again (0.1 s doubling).
     restart_backoff_max_seconds: PositiveSeconds = 10.0
 
@@ -181,6 +184,7 @@ class ExecutorProgram(_Section, frozen=True, kw_only=True):
                 per_attempt=self.callbacks_per_attempt,
                 per_second=self.callbacks_per_second,
                 in_flight=self.callbacks_in_flight,
+                refused_per_second=self.callbacks_refused_per_second,
             ),
             backoff_max=self.restart_backoff_max_seconds,
         )

@@ -71,6 +71,9 @@ _CALLBACKS = (RecordLaunchIntent, PersistRecovery, PhaseBegin, PhaseEnd, Pin)
 _CALLBACK_KINDS = ("launch_intent", "persist_recovery", "phase_begin", "phase_end", "pin")
 #: The reader lets the event loop run after this many frames read without a pause.
 _FRAMES_PER_TURN = 16
+#: A reader past its refusal rate pauses this long beyond its debt (so it pauses now and then,
+#: not after every refusal).
+_REFUSAL_PAUSE_S = 0.02
 #: After the end of a program's output, how long its exit may take to be seen (to say how it
 #: ended) before it is taken for a program that closed its stdout and is killed.
 _EXIT_AFTER_EOF_S = 2.0
@@ -105,6 +108,11 @@ class CallbackLimits:
     per_second: float = 100.0
     #: Callbacks of one program being recorded at once; past it the core stops reading.
     in_flight: int = 256
+    #: Refusals one program may cost per second on average (bursts of as many); past it the
+    #: core reads the program's output only as fast as this (backpressure, no error). A refusal
+    #: writes nothing to the store but still costs the event loop its reading and its answer:
+    #: a flooding program gets a bounded share of the daemon's time, not all of it.
+    refused_per_second: float = 2000.0
 
 
 class _CallbackBudget:
@@ -143,6 +151,8 @@ class ProgramConnection:
         self._limits = limits or CallbackLimits()
         self._budgets: dict[int, _CallbackBudget] = {}
         self._callback_slots = asyncio.Semaphore(self._limits.in_flight)
+        self._refusal_tokens = self._limits.refused_per_second
+        self._refusal_at = self.loop.time()
         self._ended: dict[int, None] = {}  # insertion-ordered: the oldest is forgotten first
         self._callback_tasks: set[asyncio.Task[None]] = set()
         self._frames = 0
@@ -298,11 +308,12 @@ class ProgramConnection:
                     if exc.code == "wire_malformed":
                         raise  # not even a JSON object: the stream is not to be trusted
                     self._refused(exc)
+                    await self._pace_refusals()
                     continue
                 if isinstance(message, _CALLBACKS):
                     await self._take_callback(message)
-                else:
-                    self._route(message)
+                elif not self._route(message):
+                    await self._pace_refusals()  # read for nothing, as a refusal is
                 await self._backpressure()
         except asyncio.IncompleteReadError:
             # End of its output: it exited (say how), or it closed stdout and cannot answer.
@@ -331,11 +342,14 @@ class ProgramConnection:
         if future is not None and not future.done():
             future.set_exception(WireProtocolError(exc.code, text, request_id=exc.request_id))
 
-    def _route(self, message: ExecutorMessage) -> None:
+    def _route(self, message: ExecutorMessage) -> bool:
+        """Hand a reply to its request; ``False``: nobody waits for it (a cancelled wait, a late
+        answer, an id never sent), so it is dropped."""
         future = self._pending.get(message.id)
         if future is not None and not future.done():
             future.set_result(message)
-        # A reply nobody waits for (a cancelled wait, a late answer) is dropped.
+            return True
+        return False
 
     async def _take_callback(self, message: Any) -> None:
         """Refuse it at once (unknown request, past a bound), or record it in a task of its own
@@ -348,6 +362,7 @@ class ProgramConnection:
                 "or recovered): start nothing"
             )
             self._write_quietly(LeaseLost(id=message.id, message=text))
+            await self._pace_refusals()
             return
         if ctx is None:
             error = _refusal(
@@ -356,10 +371,12 @@ class ProgramConnection:
                 "of this program still in progress",
             )
             self._write_quietly(CallbackRefused(id=message.id, error=error))
+            await self._pace_refusals()
             return
         refusal = self._over_bound(message, ctx)
         if refusal is not None:
             self._write_quietly(CallbackRefused(id=message.id, error=refusal))
+            await self._pace_refusals()
             return
         await self._callback_slots.acquire()
         task = self.loop.create_task(self._callback(message, ctx))
@@ -403,6 +420,17 @@ class ProgramConnection:
             log.warning("%s execution=%s epoch=%s", line, ctx.execution_id, ctx.epoch)
             self._on_protocol_error(line)
         return WireError(code=code, message=text)
+
+    async def _pace_refusals(self) -> None:
+        """One more refusal (a callback refused, an invalid message, a reply nobody waits for):
+        past ``refused_per_second`` the reader waits out its debt (and ``_REFUSAL_PAUSE_S``
+        more), so the program's pipe fills and its writes block."""
+        rate = self._limits.refused_per_second
+        now = self.loop.time()
+        tokens = min(rate, self._refusal_tokens + (now - self._refusal_at) * rate) - 1
+        self._refusal_tokens, self._refusal_at = tokens, now
+        if tokens < 0:
+            await asyncio.sleep(_REFUSAL_PAUSE_S - tokens / rate)
 
     async def _backpressure(self) -> None:
         """Let the loop run now and then (frames already buffered are read without a pause),

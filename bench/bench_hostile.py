@@ -1,0 +1,285 @@
+"""Shell Work beside a misbehaving executor program, through the daemon a user runs.
+
+    .venv/bin/python bench/bench_hostile.py                      # both stores, ~4 min
+    .venv/bin/python bench/bench_hostile.py --store sqlite --seconds 20 --rate 10
+
+For each store, one fresh ``conduit daemon`` per scenario: shell Work submitted at ``--rate`` per
+second for ``--seconds``, alone and then beside each hostile program of
+tests/daemon/_hostile_program.py (written from docs/wire-protocol.md alone):
+
+- ``hang_stop``: a Work of the program is cancelled at the start; its ``stop`` is never answered,
+  so the daemon asks again (2 s request timeout, program restarts) all through the run;
+- ``fail_handshake``: the program passed the probe at load and dies before its handshake whenever
+  it is started to serve; one of its Work is submitted every second;
+- ``flood``: each of its Work sends 100,000 ``phase_begin`` callbacks; a new one is submitted as
+  soon as the last one ended.
+
+Per run one JSON line: shell Work started, its submit → start p50/p99 (the store's own times:
+``created_at_ms`` → the attempt's ``started_at_ms``), the p99's ratio to the same store's run
+alone, the daemon's resident memory growth (peak over the sampled baseline), shell Work that ran
+twice or never. Then a table. The issue's target: p99 within 20 % of alone, memory bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+from bench_daemon import FreshDatabase, free_port, wait_until
+
+from conduit_core.http import ApiClient, SubmitRequest, WorkDetail
+
+HERE = Path(__file__).resolve().parent
+PROGRAM = HERE.parent / "tests" / "daemon" / "_hostile_program.py"
+SCENARIOS = ("alone", "hang_stop", "fail_handshake", "flood")
+
+CONFIG = """\
+[settings]
+store = "{store}"
+data_dir = "{data}"
+concurrency = 8
+job_concurrency = 4
+lease_seconds = 30
+http.listen = "127.0.0.1:{port}"
+
+[executors.hostile]
+command = ["{python}", "{program}", "{mode}", "{root}"]
+request_timeout_seconds = 2
+
+[bindings.ok]
+executor = "shell"
+config = {{ command = 'echo "$CONDUIT_WORK_ID run" >> {side}' }}
+
+[bindings.hostile]
+executor = "hostile"
+retry_delays_seconds = []
+"""
+
+
+class Run:
+    """One daemon on a fresh store, with one hostile program declared."""
+
+    def __init__(self, store: str, mode: str, root: Path) -> None:
+        self.root = root
+        self.side = root / "side.log"
+        self.db = FreshDatabase("conduit_hostile") if store == "postgres" else None
+        self.port = free_port()
+        self.config = root / "conduit.toml"
+        # The alone run declares the program too (in its harmless flood mode, never used): the
+        # daemons differ only in what the program does.
+        self.config.write_text(CONFIG.format(
+            store=self.db.url if self.db else root / "conduit.db", data=root / "data",
+            port=self.port, python=sys.executable, program=PROGRAM,
+            mode="flood" if mode == "alone" else mode, root=root, side=self.side,
+        ))  # fmt: skip
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.client: ApiClient | None = None
+
+    def start(self) -> None:
+        with (self.root / "daemon.log").open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "conduit_core.cli", "daemon", "--config", str(self.config)],
+                stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
+            )  # fmt: skip
+        token = self.root / "data" / "token"
+        wait_until("the daemon's token", token.exists, 30)
+        self.client = ApiClient(
+            token.read_text().strip(), listen=f"127.0.0.1:{self.port}", timeout=30
+        )
+        wait_until("the daemon to answer", self._healthy, 30)
+
+    def _healthy(self) -> bool:
+        assert self.proc is not None
+        assert self.client is not None
+        if self.proc.poll() is not None:
+            raise SystemExit(f"the daemon exited: see {self.root / 'daemon.log'}")
+        try:
+            self.client.request("GET", "/v1/health", None, dict)
+        except Exception:
+            return False
+        return True
+
+    def submit(self, binding: str) -> str:
+        assert self.client is not None
+        req = SubmitRequest(binding=binding)
+        return self.client.request("POST", "/v1/work", req, WorkDetail).work.id
+
+    def show(self, work_id: str) -> WorkDetail:
+        assert self.client is not None
+        return self.client.request("GET", f"/v1/work/{work_id}", None, WorkDetail)
+
+    def cancel(self, work_id: str) -> None:
+        assert self.client is not None
+        self.client.request("POST", f"/v1/work/{work_id}/cancel", {}, dict)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        for proc in psutil.process_iter():  # a shell job or program left behind
+            with contextlib.suppress(psutil.Error):
+                if str(self.root) in " ".join(proc.cmdline()) or str(self.root) in proc.cwd():
+                    proc.kill()
+        if self.db is not None:
+            self.db.drop()
+
+
+class PeakRss:
+    """A process's resident memory, sampled in a thread: the peak over the first sample."""
+
+    def __init__(self, pid: int) -> None:
+        self.process = psutil.Process(pid)
+        self.baseline = self.peak = self.process.memory_info().rss
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        while not self.done.wait(0.05):
+            with contextlib.suppress(psutil.Error):
+                self.peak = max(self.peak, self.process.memory_info().rss)
+
+    def grew_mib(self) -> float:
+        self.done.set()
+        self.thread.join()
+        return round((self.peak - self.baseline) / 2**20, 1)
+
+
+def hostile_load(run: Run, mode: str, stop: threading.Event) -> threading.Thread | None:
+    """The hostile program kept busy until ``stop``, as the module docstring says."""
+    if mode == "alone":
+        return None
+    if mode == "hang_stop":
+        work_id = run.submit("hostile")
+        wait_until(
+            "the hostile Work to run",
+            lambda: (d := run.show(work_id)).attempts and d.attempts[-1].status == "running",
+            60,
+        )
+        run.cancel(work_id)  # its stop is asked again and again, never answered
+        return None
+
+    def loop() -> None:
+        current: str | None = None
+        while not stop.is_set():
+            if mode == "fail_handshake":
+                run.submit("hostile")
+                stop.wait(1.0)
+                continue
+            if current is None or run.show(current).work.status in ("completed", "failed"):
+                current = run.submit("hostile")
+            stop.wait(0.2)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    return thread
+
+
+def percentile(values: list[int], pct: float) -> int | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * pct / 100))]
+
+
+def measure(store: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench_hostile_") as tmp:
+        run = Run(store, mode, Path(tmp))
+        try:
+            run.start()
+            assert run.proc is not None
+            warm = [run.submit("ok") for _ in range(5)]  # first forks, first plans: not counted
+            wait_until("the warm-up", lambda: all(_done(run, w) for w in warm), 60)
+            memory = PeakRss(run.proc.pid)
+            stop = threading.Event()
+            load = hostile_load(run, mode, stop)
+            works = produce(run.submit, args.rate, args.seconds)
+            stop.set()
+            if load is not None:
+                load.join(30)
+            wait_until("the shell Work to end", lambda: all(_done(run, w) for w in works), 120)
+            grew = memory.grew_mib()
+            waits, never = [], 0
+            for work_id in works:
+                detail = run.show(work_id)
+                if not detail.attempts or detail.attempts[0].started_at_ms is None:
+                    never += 1
+                    continue
+                waits.append(detail.attempts[0].started_at_ms - detail.work.created_at_ms)
+            side = run.side.read_text().split() if run.side.exists() else []
+            twice = sum(1 for w in works if side.count(w) > 1)
+            return {
+                "store": store, "scenario": mode, "rate": args.rate, "seconds": args.seconds,
+                "shell_started": len(waits), "start_p50_ms": percentile(waits, 50),
+                "start_p99_ms": percentile(waits, 99), "start_max_ms": max(waits, default=None),
+                "rss_grew_mib": grew, "ran_twice": twice, "never_started": never,
+                "load_average": round(os.getloadavg()[0], 1),
+            }  # fmt: skip
+        finally:
+            run.stop()
+
+
+def _done(run: Run, work_id: str) -> bool:
+    return str(run.show(work_id).work.status) in ("completed", "failed")
+
+
+def produce(submit: Callable[[str], str], rate: float, seconds: float) -> list[str]:
+    """Shell Work at ``rate`` per second, credited on wall-clock time."""
+    works: list[str] = []
+    began = time.monotonic()
+    while (elapsed := time.monotonic() - began) < seconds:
+        while len(works) < elapsed * rate:
+            works.append(submit("ok"))
+        time.sleep(min(0.02, 1 / rate))
+    return works
+
+
+def table(results: list[dict[str, Any]]) -> None:
+    print("\n| store | scenario | shell Work | start p50 / p99 ms | p99 / alone | memory grew MiB "
+          "| ran twice | never started |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    alone = {r["store"]: r["start_p99_ms"] for r in results if r["scenario"] == "alone"}
+    for r in results:
+        base = alone.get(r["store"])
+        ratio = f"{r['start_p99_ms'] / base:.2f}" if base and r["start_p99_ms"] else "-"
+        print(f"| {r['store']} | {r['scenario']} | {r['shell_started']} | {r['start_p50_ms']} / "
+              f"{r['start_p99_ms']} | {ratio} | {r['rss_grew_mib']} | {r['ran_twice']} | "
+              f"{r['never_started']} |")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--store", nargs="+", choices=["sqlite", "postgres"],
+                        default=["sqlite", "postgres"])  # fmt: skip
+    parser.add_argument("--scenario", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
+    parser.add_argument("--rate", type=float, default=10.0, help="shell Work per second")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    results = []
+    for store in args.store:
+        for mode in args.scenario:
+            print(f"{store} {mode} ...", file=sys.stderr, flush=True)
+            result = measure(store, mode, args)
+            print(json.dumps(result), flush=True)
+            results.append(result)
+    table(results)
+
+
+if __name__ == "__main__":
+    main()

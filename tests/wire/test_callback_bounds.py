@@ -24,7 +24,8 @@ pytestmark = pytest.mark.anyio
 FLOODER = r"""
 import json, os, struct, sys, threading
 SENT = int(sys.argv[1])
-#: "callbacks" (the default): phase_begin callbacks; "replies": replies to ids never sent.
+#: "callbacks" (the default): phase_begin callbacks; "replies": replies to ids never sent;
+#: "late": answers to the handshake again (a request sent, answered already).
 WHAT = sys.argv[2] if len(sys.argv) > 2 else "callbacks"
 out = os.fdopen(os.dup(1), "wb", buffering=0)
 lock = threading.Lock()
@@ -42,9 +43,9 @@ def read():
     return json.loads(sys.stdin.buffer.read(struct.unpack(">I", header)[0]))
 
 def flood(rid):
-    if WHAT == "replies":
+    if WHAT in ("replies", "late"):
         for i in range(1, SENT + 1):
-            send({"kind": "replied", "id": 10_000_000 + i})
+            send({"kind": "replied", "id": 10_000_000 + i if WHAT == "replies" else 1})
         send({"kind": "launched", "id": rid, "handle": "h", "result": {"outcome": "completed"}})
         return
     for i in range(1, SENT + 1):
@@ -182,3 +183,20 @@ async def test_refusals_past_their_rate_slow_the_reader_down(what: str, tmp_path
     # ~2,000 refused or dropped at 1,000 a second after a burst of 1,000: about a second at
     # least (read unpaced they take a twentieth of that).
     assert took >= 0.9, took
+
+
+async def test_late_answers_to_requests_sent_are_not_paced(tmp_path: Path) -> None:
+    # A cancelled wait's answer, or a cancel's own, arrives after nobody waits for it: that is the
+    # protocol working, not a flood, so it never slows the reader (4,000 of them paced at 1,000 a
+    # second would take 3 s at least; read as they come, a tenth of a second).
+    limits = CallbackLimits(refused_per_second=1_000)
+    executor = _flooder(tmp_path, 4_000, limits, "late")
+    try:
+        with anyio.fail_after(60):
+            began = time.monotonic()
+            result = await (await executor.run(_ctx(RecordingCallbacks()))).wait()
+            took = time.monotonic() - began
+    finally:
+        await executor.supervisor.close()
+    assert result.outcome == "completed"
+    assert took < 1.5, took

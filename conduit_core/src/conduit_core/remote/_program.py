@@ -312,8 +312,10 @@ class ProgramConnection:
                     continue
                 if isinstance(message, _CALLBACKS):
                     await self._take_callback(message)
-                elif not self._route(message):
-                    await self._pace_refusals()  # read for nothing, as a refusal is
+                elif not self._route(message) and not 0 < message.id <= self._next_id:
+                    # An answer to no request ever sent costs its reading for nothing, as a
+                    # refusal does (a late answer, to a cancel or a cancelled wait, is not one).
+                    await self._pace_refusals()
                 await self._backpressure()
         except asyncio.IncompleteReadError:
             # End of its output: it exited (say how), or it closed stdout and cannot answer.
@@ -422,7 +424,7 @@ class ProgramConnection:
         return WireError(code=code, message=text)
 
     async def _pace_refusals(self) -> None:
-        """One more refusal (a callback refused, an invalid message, a reply nobody waits for):
+        """One more refusal (a callback refused, an invalid message, a reply to no request):
         past ``refused_per_second`` the reader waits out its debt (and ``_REFUSAL_PAUSE_S``
         more), so the program's pipe fills and its writes block."""
         rate = self._limits.refused_per_second

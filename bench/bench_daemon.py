@@ -89,6 +89,51 @@ def wait_until(what: str, check: Any, timeout: float) -> None:
         time.sleep(0.05)
 
 
+def launch_daemon(
+    root: Path,
+    config: Path,
+    port: int,
+    *,
+    env: dict[str, str] | None = None,
+    client_timeout: float = 10.0,
+) -> tuple[subprocess.Popen[bytes], ApiClient]:
+    """``conduit daemon --config CONFIG`` in ``root`` (its log: ``root/daemon.log``; its data
+    folder ``root/data``), once it answers on ``port``; with an API client."""
+    with (root / "daemon.log").open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "conduit_core.cli", "daemon", "--config", str(config)],
+            stdout=log, stderr=subprocess.STDOUT, cwd=root, env=env,
+        )  # fmt: skip
+    token_file = root / "data" / "token"
+    wait_until("the daemon's token", token_file.exists, 30)
+    client = ApiClient(
+        token_file.read_text().strip(), listen=f"127.0.0.1:{port}", timeout=client_timeout
+    )
+
+    def answers() -> bool:
+        if proc.poll() is not None:
+            raise SystemExit(f"the daemon exited: see {root / 'daemon.log'}")
+        try:
+            client.request("GET", "/v1/health", None, dict)
+        except Exception:
+            return False
+        return True
+
+    wait_until("the daemon to answer", answers, 30)
+    return proc, client
+
+
+def stop_daemon(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
+    """SIGTERM, and SIGKILL if it has not exited within ``grace`` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
 class FreshDatabase:
     """A PostgreSQL database for one run, dropped afterwards; ``private``: on a server of its
     own (a pg-down run stops it), destroyed afterwards."""
@@ -208,31 +253,10 @@ class ConduitSystem:
         return f"conduit-{self.kind}"
 
     def start(self) -> None:
-        with (self.root / "daemon.log").open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "conduit_core.cli", "daemon", "--config", str(self.config)],
-                stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
-                # The test plugin's two start gates are then asked only about Work that names
-                # them, as a user's gates select some Work (no gate is asked in this bench).
-                env={**os.environ, "CONDUIT_TEST_PLUGIN_GATES": "selected"},
-            )  # fmt: skip
-        token_file = self.root / "data" / "token"
-        wait_until("the daemon's token", token_file.exists, 30)
-        self.client = ApiClient(
-            token_file.read_text().strip(), listen=f"127.0.0.1:{self.port}", timeout=10
-        )
-        wait_until("the daemon to answer", self._healthy, 30)
-
-    def _healthy(self) -> bool:
-        assert self.proc is not None
-        assert self.client is not None
-        if self.proc.poll() is not None:
-            raise SystemExit(f"the daemon exited: see {self.root / 'daemon.log'}")
-        try:
-            self.client.request("GET", "/v1/health", None, dict)
-        except Exception:
-            return False
-        return True
+        # The test plugin's two start gates are then asked only about Work that names them, as a
+        # user's gates select some Work (no gate is asked in this bench).
+        env = {**os.environ, "CONDUIT_TEST_PLUGIN_GATES": "selected"}
+        self.proc, self.client = launch_daemon(self.root, self.config, self.port, env=env)
 
     def submit(self, batch: list[tuple[str, float]]) -> None:
         assert self.client is not None
@@ -285,13 +309,8 @@ class ConduitSystem:
     def stop(self) -> None:
         if self.producer is not None:
             self.producer.stop.set()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        if self.proc is not None:
+            stop_daemon(self.proc)
         if self.db:
             self.db.drop()
 

@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,12 +38,15 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from bench_daemon import FreshDatabase, free_port, wait_until
+from bench_daemon import FreshDatabase, free_port, launch_daemon, stop_daemon, wait_until
 
 from conduit_core.http import ApiClient, SubmitRequest, WorkDetail
 
 HERE = Path(__file__).resolve().parent
 PROGRAM = HERE.parent / "tests" / "daemon" / "_hostile_program.py"
+sys.path.insert(0, str(PROGRAM.parent))
+from _peak_rss import PeakRss  # type: ignore[import-not-found]  # noqa: E402
+
 SCENARIOS = ("alone", "hang_stop", "fail_handshake", "flood")
 
 CONFIG = """\
@@ -90,28 +92,7 @@ class Run:
         self.client: ApiClient | None = None
 
     def start(self) -> None:
-        with (self.root / "daemon.log").open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "conduit_core.cli", "daemon", "--config", str(self.config)],
-                stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
-            )  # fmt: skip
-        token = self.root / "data" / "token"
-        wait_until("the daemon's token", token.exists, 30)
-        self.client = ApiClient(
-            token.read_text().strip(), listen=f"127.0.0.1:{self.port}", timeout=30
-        )
-        wait_until("the daemon to answer", self._healthy, 30)
-
-    def _healthy(self) -> bool:
-        assert self.proc is not None
-        assert self.client is not None
-        if self.proc.poll() is not None:
-            raise SystemExit(f"the daemon exited: see {self.root / 'daemon.log'}")
-        try:
-            self.client.request("GET", "/v1/health", None, dict)
-        except Exception:
-            return False
-        return True
+        self.proc, self.client = launch_daemon(self.root, self.config, self.port, client_timeout=30)
 
     def submit(self, binding: str) -> str:
         assert self.client is not None
@@ -127,40 +108,14 @@ class Run:
         self.client.request("POST", f"/v1/work/{work_id}/cancel", {}, dict)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        if self.proc is not None:
+            stop_daemon(self.proc, grace=30)
         for proc in psutil.process_iter():  # a shell job or program left behind
             with contextlib.suppress(psutil.Error):
                 if str(self.root) in " ".join(proc.cmdline()) or str(self.root) in proc.cwd():
                     proc.kill()
         if self.db is not None:
             self.db.drop()
-
-
-class PeakRss:
-    """A process's resident memory, sampled in a thread: the peak over the first sample."""
-
-    def __init__(self, pid: int) -> None:
-        self.process = psutil.Process(pid)
-        self.baseline = self.peak = self.process.memory_info().rss
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._sample, daemon=True)
-        self.thread.start()
-
-    def _sample(self) -> None:
-        while not self.done.wait(0.05):
-            with contextlib.suppress(psutil.Error):
-                self.peak = max(self.peak, self.process.memory_info().rss)
-
-    def grew_mib(self) -> float:
-        self.done.set()
-        self.thread.join()
-        return round((self.peak - self.baseline) / 2**20, 1)
 
 
 def hostile_load(run: Run, mode: str, stop: threading.Event) -> threading.Thread | None:
@@ -216,7 +171,7 @@ def measure(store: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
             if load is not None:
                 load.join(30)
             wait_until("the shell Work to end", lambda: all(_done(run, w) for w in works), 120)
-            grew = memory.grew_mib()
+            grew = round(memory.stop() / 2**20, 1)
             waits, never = [], 0
             for work_id in works:
                 detail = run.show(work_id)

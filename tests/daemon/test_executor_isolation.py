@@ -10,17 +10,14 @@ the jobs' own side effects) and, in the flood, keep its leases; the daemon's mem
 
 from __future__ import annotations
 
-import contextlib
 import re
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil
-
+from tests.daemon._peak_rss import PeakRss
 from tests.daemon.conftest import Daemon, wait_for
 
 #: How long shell Work may take from its submit to its attempt's start (the issue's bound).
@@ -132,27 +129,6 @@ def test_a_program_failing_its_handshake_stalls_only_its_own_work(
     )
 
 
-class _PeakRss:
-    """Samples a process's resident memory in a thread until stopped."""
-
-    def __init__(self, pid: int) -> None:
-        self.process = psutil.Process(pid)
-        self.baseline = self.peak = self.process.memory_info().rss
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-
-    def _sample(self) -> None:
-        while not self._done.wait(0.05):
-            with contextlib.suppress(psutil.Error):
-                self.peak = max(self.peak, self.process.memory_info().rss)
-
-    def stop(self) -> int:
-        self._done.set()
-        self._thread.join()
-        return self.peak - self.baseline
-
-
 def test_a_callback_flood_is_refused_past_its_bound_and_stalls_nobody(
     make_daemon: Callable[..., Daemon], tmp_path: Path
 ) -> None:
@@ -162,7 +138,7 @@ def test_a_callback_flood_is_refused_past_its_bound_and_stalls_nobody(
     sleepers = [daemon.submit("sleeper") for _ in range(3)]
     for work_id in sleepers:
         wait_for(f"{work_id} to start", lambda w=work_id: daemon.runs(w, "start") == 1)
-    memory = _PeakRss(daemon.proc.pid)
+    memory = PeakRss(daemon.proc.pid)
     flood = daemon.submit("hostile")
     works = _shell_work_starts_promptly(daemon, rounds=6)
     # Its 99,000 refusals are read at 2,000 a second (callbacks_refused_per_second): ~50 s.

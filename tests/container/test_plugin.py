@@ -30,5 +30,6 @@ def test_core_loads_it_and_its_manifest_agrees() -> None:
         Capability.INTERRUPT,
         Capability.STOP,
         Capability.ISOLATED,
+        Capability.WRITES_FIRST,
     }
     assert isinstance(plugins.executor("container", 1), ContainerExecutor)

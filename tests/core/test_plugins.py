@@ -42,7 +42,7 @@ def test_test_plugin_lists_both_generations_and_resolves_each() -> None:
     assert info.package == "conduit-test-plugin"
     assert info.generation == 2
     assert info.historical_generations == (1,)
-    assert info.capabilities == ("inject", "stop")
+    assert info.capabilities == ("inject", "stop", "writes_first")
     current = plugins.executor("echo", 2)
     historical = plugins.executor("echo", 1)
     assert current is not historical
@@ -83,7 +83,7 @@ def test_plugins_list_json_reads_manifests(run_cli) -> None:  # type: ignore[no-
         "pool": None,
         "generation": 2,
         "historical_generations": [1],
-        "capabilities": ["inject", "stop"],
+        "capabilities": ["inject", "stop", "writes_first"],
         # In process: no program, declared by no config file (issue 33: programs are listed).
         "command": None,
         "declared_in": None,

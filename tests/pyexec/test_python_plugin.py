@@ -24,7 +24,7 @@ def test_manifest_declares_the_registered_generation() -> None:
     (python,) = manifest.executors
     assert (python.name, python.pool, python.generation) == ("python", "jobs", 1)
     assert python.historical_generations == []
-    assert sorted(python.capabilities) == ["interrupt", "stop"]
+    assert sorted(python.capabilities) == ["interrupt", "stop", "writes_first"]
     registrations: list[ExecutorRegistration] = plugin.conduit_executors()
     assert [r.generation for r in registrations] == [1]
     assert isinstance(registrations[0].executor, PythonExecutor)

@@ -23,7 +23,7 @@ def test_manifest_declares_every_registered_generation() -> None:
     (shell,) = manifest.executors
     assert (shell.name, shell.pool, shell.generation) == ("shell", "jobs", 3)
     assert shell.historical_generations == [2, 1]
-    assert sorted(shell.capabilities) == ["inject", "interrupt", "stop"]
+    assert sorted(shell.capabilities) == ["inject", "interrupt", "stop", "writes_first"]
 
     registrations: list[ExecutorRegistration] = plugin.conduit_executors()
     assert sorted(r.generation for r in registrations) == [1, 2, 3]

@@ -47,6 +47,12 @@ class Capability(StrEnum):
     INTERRUPT = "interrupt"
     STOP = "stop"
     ISOLATED = "isolated"
+    #: ``run`` makes a fenced context write (``record_launch_intent``, ``persist_recovery``, a
+    #: phase's begin, ``pin``) before it starts anything: before any process, container, task
+    #: or request that could act. The core's invoke mark then rides on that first write instead
+    #: of a write of its own just before ``run`` (one store write fewer per launch); a crash
+    #: before it leaves the launch provably unstarted, so recovery relaunches it.
+    WRITES_FIRST = "writes_first"
     #: An out-of-process executor answers ``output`` (an in-process one overrides
     #: ``output_tail`` instead and needs no capability).
     OUTPUT = "output"

@@ -214,10 +214,13 @@ class AttemptRunner:
             env=env,
         )
         # One fenced write just before the executor is called: the trail so far, Invoke called
-        # (with Isolated) and the executor phase begun.
+        # (with Isolated) and the executor phase begun. An executor that writes first
+        # (``writes_first``: a fenced context write before it starts anything) carries it in
+        # that write instead: until then nothing of the launch can run, as ``pending`` says.
         callbacks.buffer_invoked(isolated=Capability.ISOLATED in snap.capabilities)
         callbacks.buffer_begin("executor")
-        await callbacks.flush()
+        if wake is not None or Capability.WRITES_FIRST not in snap.capabilities:
+            await callbacks.flush()
         try:
             if wake is not None:
                 handle = await executor.resume(ctx, presented(wake))

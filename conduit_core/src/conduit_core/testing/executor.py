@@ -41,6 +41,7 @@ import anyio.to_thread
 import msgspec
 import pytest
 
+from conduit_core.errors import LeaseLostError
 from conduit_core.extension import (
     Capability,
     ExecutionContext,
@@ -95,6 +96,7 @@ __all__ = [
     "test_recover_after_it_finished_reads_the_result",
     "test_run_returns_a_typed_result",
     "test_stop_is_verified_with_a_term_ignoring_grandchild",
+    "test_writes_first_starts_nothing_before_its_first_write",
 ]
 
 pytestmark = pytest.mark.anyio
@@ -366,6 +368,51 @@ async def test_interrupt_stops_the_running_job(executor_world: _World) -> None:
     assert evidence.verified, evidence.detail
     assert executor_world.live(ctx.execution_id) == []
     assert not executor_world.jobs.done()
+
+
+# --- launch -------------------------------------------------------------------------------------
+
+
+class _RefusingCallbacks(RecordingCallbacks):
+    """Every fenced write is refused, as a lost lease refuses it; the refusals are counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused: list[str] = []
+
+    def _refuse(self, what: str) -> None:
+        self.refused.append(what)
+        raise LeaseLostError(f"{what} refused: the lease is lost")
+
+    async def persist_recovery(self, metadata: Mapping[str, Any]) -> None:
+        self._refuse("persist_recovery")
+
+    async def record_launch_intent(self, intent: Mapping[str, Any]) -> None:
+        self._refuse("record_launch_intent")
+
+    async def begin_phase(self, name: str) -> None:
+        self._refuse(f"begin_phase({name})")
+
+    async def pin(self, ref: str) -> None:
+        self._refuse("pin")
+
+
+async def test_writes_first_starts_nothing_before_its_first_write(executor_world: _World) -> None:
+    """``writes_first`` is a promise the core relies on (it then writes no invoke mark of its own
+    before ``run``, and a launch whose first write never landed is relaunched): ``run`` makes a
+    fenced write before it starts anything, so when that write is refused nothing has started."""
+    info = executor_world.subject.load_plugins().executor_info(executor_world.subject.executor)
+    if Capability.WRITES_FIRST not in info.capabilities:
+        pytest.skip(f"executor {info.name!r} does not declare writes_first")
+    executor = executor_world.executor()
+    callbacks = _RefusingCallbacks()
+    ctx = executor_world.context(executor_world.jobs.record(), callbacks)
+    executor_world.track(ctx.stop_target(), executor)
+    with anyio.fail_after(WAIT_SECONDS), pytest.raises(LeaseLostError):
+        await executor.run(ctx)
+    assert len(callbacks.refused) == 1, f"run went on past its refused write: {callbacks.refused}"
+    assert executor_world.live(ctx.execution_id) == [], "something started before the write"
+    assert executor_world.jobs.side_effects() == 0
 
 
 # --- recovery -----------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ class _Done(Handle):
 
 def _log_start(ctx: ExecutionContext) -> None:
     """With ``start_log`` in the binding config (bench/bench_daemon.py), append ``<work id> <the
-    first input's "t"> <now>`` (seconds since the epoch) when ``run`` is called: the bench's
+    first input's "t"> <now>`` (seconds since the epoch) as the job starts: the bench's
     insert → start latency, and its count of runs per Work."""
     path = ctx.config.get("start_log")
     if not path:
@@ -74,8 +74,9 @@ class EchoExecutor(Executor):
         )
 
     async def run(self, ctx: ExecutionContext) -> Handle:
-        _log_start(ctx)
+        # ``writes_first``: the fenced write comes before the job does anything (its start line).
         await ctx.persist_recovery({"generation": self.generation})
+        _log_start(ctx)
         delay_s = float(ctx.config.get("sleep_ms", 0)) / 1000
         return _Done(self._result(ctx, "ran"), delay_s)
 
@@ -141,6 +142,9 @@ def conduit_executors() -> Sequence[ExecutorRegistration]:
         ExecutorRegistration(name="scripted", generation=1, executor=ScriptedExecutor("scripted")),
         ExecutorRegistration(
             name="scripted-job", generation=1, executor=ScriptedExecutor("scripted-job")
+        ),
+        ExecutorRegistration(
+            name="scripted-first", generation=1, executor=ScriptedExecutor("scripted-first")
         ),
     ]
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import stat
+import tempfile
 from pathlib import Path
 
 from conduit_core.errors import ConduitError
@@ -13,14 +15,31 @@ __all__ = ["ensure_token", "read_token"]
 
 
 def ensure_token(path: Path) -> str:
-    """Read the token at ``path``, creating it (0600, parents 0700) on first start."""
+    """Read the token at ``path``, creating it (0600, parents 0700) on first start.
+
+    The token is written whole to a private file beside ``path`` and then hard-linked to
+    ``path``, which fails if ``path`` exists: a client that reads the file as soon as it appears
+    (``conduit`` commands, scripts waiting for the daemon) never sees it empty or partial, and of
+    two daemons starting at once the first link wins and both serve that token."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
+    if path.exists():
         return read_token(path)
-    with os.fdopen(fd, "w") as file:
-        file.write(secrets.token_urlsafe(32) + "\n")
+    fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as file:  # mkstemp makes it 0600
+            file.write(secrets.token_urlsafe(32) + "\n")
+            file.flush()
+            os.fsync(file.fileno())
+        try:
+            os.link(partial, path)
+        except FileExistsError:
+            pass  # another daemon's token came first: serve that one
+        except OSError:  # a file system without hard links: a rename is as whole, not exclusive
+            if not path.exists():
+                os.replace(partial, path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
     return read_token(path)
 
 

@@ -5,6 +5,7 @@
     .venv/bin/python bench/bench_daemon.py --mode kill --kill-every 10 --seconds 60
     .venv/bin/python bench/bench_daemon.py --store postgres --mode pg-down
     .venv/bin/python bench/bench_daemon.py --find-max --rate 100
+    .venv/bin/python bench/bench_daemon.py --mode backlog --find-max --rate 100
 
 Each system runs in turn, fresh, in the same invocation: ``conduit daemon`` as a subprocess (a
 generated config on a fresh SQLite file, then a fresh PostgreSQL database), then Procrastinate's
@@ -29,6 +30,12 @@ started again: each system's database is on a private server of its own, started
 its figures are for recovery, not comparable with the shared cluster's). After
 the producer stops, the run waits for the queue to drain and counts jobs lost (stored, never
 finished) and run twice (two starts of one id).
+
+Then issue 32's targets, each with what was measured and a verdict (a table on stderr, one JSON
+line each on stdout; ``_daemon_targets.py``): with ``--find-max``, the highest sustained rates'
+ratios, p99 at Procrastinate's highest rate and dead rows per job; with ``--mode backlog
+--find-max``, each system's backlog drain against its own highest sustained rate; with ``--mode
+kill`` or ``pg-down``, the time back at the offered rate after each fault, lost and run twice.
 """
 
 from __future__ import annotations
@@ -48,6 +55,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from _daemon_targets import (
+    back_at_rate_after,
+    backlog_targets,
+    fault_targets,
+    find_max_targets,
+    print_targets,
+)
 from _load import Histogram, Producer, StartLog
 
 from conduit_core.http import ApiClient, BatchSubmitRequest, BatchSubmitResult, SubmitRequest
@@ -232,6 +246,7 @@ class ConduitSystem:
         self.kind = store
         self.root = root
         self.start_log = str(root / "starts.log")
+        self.faults_at: list[float] = []  # wall-clock: each SIGKILL, the server's return
         private = args.mode == "pg-down"
         self.db = FreshDatabase("conduit_bench", private=private) if store == "postgres" else None
         self.sqlite_path = root / "conduit.db"
@@ -324,6 +339,7 @@ class ProcrastinateSystem:
         self.root = root
         self.python = args.peer_python
         self.start_log = str(root / "starts.log")
+        self.faults_at: list[float] = []  # wall-clock: each SIGKILL, the server's return
         self.counters_file = root / "counters.json"
         self.db = FreshDatabase("proc_bench", private=args.mode == "pg-down")
         self.args = args
@@ -494,7 +510,16 @@ def measure(system: Any, rate: float, args: argparse.Namespace) -> dict[str, Any
         "lost": unfinished if stalled or not unfinished else None,
         "ran_twice": starts.twice(), "windows": windows,
         **({"resumed_after_s": resumed_after(system)} if args.mode == "pg-down" else {}),
+        **({"back_at_rate_after_s": back_at_rate_after(start_times(system), system.faults_at,
+                                                       rate)}
+           if args.mode in ("kill", "pg-down") else {}),
     }  # fmt: skip
+
+
+def start_times(system: Any) -> list[float]:
+    """Every job's wall-clock start, from the system's start log."""
+    with open(system.start_log) as log:
+        return [float(parts[2]) for line in log if len(parts := line.split()) == 3]
 
 
 def resumed_after(system: Any) -> float | None:
@@ -502,9 +527,7 @@ def resumed_after(system: Any) -> float | None:
     restored = getattr(system, "restored_at", None)
     if restored is None:
         return None
-    with open(system.start_log) as log:
-        later = [float(parts[2]) for line in log if len(parts := line.split()) == 3
-                 and float(parts[2]) >= restored]  # fmt: skip
+    later = [t for t in start_times(system) if t >= restored]
     return round(min(later) - restored, 2) if later else None
 
 
@@ -522,6 +545,7 @@ def disrupt(system: Any, args: argparse.Namespace, t_begin: float) -> threading.
             while t_begin + n * args.kill_every < t_begin + args.seconds - 1:
                 time.sleep(max(0.0, t_begin + n * args.kill_every - time.monotonic()))
                 print(f"  {system.name}: SIGKILL, restart", file=sys.stderr, flush=True)
+                system.faults_at.append(time.time())
                 system.kill_and_restart()
                 n += 1
 
@@ -535,6 +559,7 @@ def disrupt(system: Any, args: argparse.Namespace, t_begin: float) -> threading.
             time.sleep(10)
             system.db.server.start()  # returns once the server accepts connections
             system.restored_at = time.time()
+            system.faults_at.append(system.restored_at)
             print(f"  {system.name}: PostgreSQL started", file=sys.stderr, flush=True)
 
         thread = threading.Thread(target=outage, daemon=True)
@@ -568,12 +593,17 @@ def run_one(factory: Any, rate: float, args: argparse.Namespace) -> dict[str, An
     return result
 
 
-def find_max(factory: Any, args: argparse.Namespace) -> dict[str, Any]:
+def find_max(
+    factory: Any, args: argparse.Namespace
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """From ``--rate``, step the offered rate up by a quarter while finished ≥ 98 % of offered
-    (or down by a fifth until it is); print the highest sustained rate."""
-    rate, best, direction = args.rate[0], None, 0
+    (or down by a fifth until it is), at a steady rate whatever ``--mode``; print the highest
+    sustained rate. Returns that summary and every run's result."""
+    args = argparse.Namespace(**{**vars(args), "mode": "steady"})
+    rate, best, direction, runs = args.rate[0], None, 0, []
     while True:
         result = run_one(factory, rate, args)
+        runs.append(result)
         if result["finished_per_s"] >= 0.98 * rate:
             best = result
             if direction < 0:
@@ -587,7 +617,7 @@ def find_max(factory: Any, args: argparse.Namespace) -> dict[str, Any]:
                "max_sustained_per_s": best["offered_per_s"] if best else None,
                "p99_ms_at_max": best["p99_ms"] if best else None}  # fmt: skip
     print(json.dumps(summary), flush=True)
-    return summary
+    return summary, runs
 
 
 def print_ratios(results: list[dict[str, Any]]) -> None:
@@ -643,9 +673,20 @@ def main() -> None:
               file=sys.stderr)  # fmt: skip
     results: list[dict[str, Any]] = []
     if args.find_max:
+        summaries, runs = [], []
         for name, factory in systems(args):
             print(f"{name}:", file=sys.stderr, flush=True)
-            find_max(factory, args)
+            summary, tried = find_max(factory, args)
+            summaries.append(summary)
+            runs += tried
+        if args.mode != "backlog":
+            print_targets(find_max_targets(summaries, runs))
+            return
+        # --mode backlog --find-max: each system's backlog drain against its highest rate.
+        for name, factory in systems(args):
+            print(f"{name} (backlog):", file=sys.stderr, flush=True)
+            results.append(run_one(factory, 0.0, args))
+        print_targets(find_max_targets(summaries, runs) + backlog_targets(summaries, results))
         return
     # Interleaved: every system at one rate, then the next rate, so the machine's other load
     # hits them alike. A backlog run offers what keeps the queue at --depth: one rate.
@@ -655,6 +696,7 @@ def main() -> None:
                 print(f"{name} (round {round_}):", file=sys.stderr, flush=True)
                 results.append(run_one(factory, rate, args) | {"round": round_})
     print_ratios(results)
+    print_targets(fault_targets(results))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 #: A window "keeps up" when it finishes at least this share of the offered rate (as find-max).
@@ -40,6 +41,35 @@ def back_at_rate_after(starts: list[float], faults_at: list[float], rate: float)
             return None
         worst = max(worst, min(kept_up) + 1 - fault)
     return round(worst, 1)
+
+
+def highest_sustained(
+    first: float, sustains: Callable[[float], bool], refine: int = 0
+) -> float | None:
+    """The highest offered rate ``sustains`` (one run at that rate: finished ≥ 98 % of it?):
+    from ``first`` up by a quarter while it sustains, or down by a fifth until it does; then
+    ``refine`` halvings of the gap between the highest rate sustained and the lowest missed."""
+    rate, best, missed = first, None, None
+    while True:
+        if sustains(rate):
+            best = rate
+            if missed is not None:
+                break
+            rate = round(rate * 1.25)
+        else:
+            missed = rate
+            if best is not None or rate < 10:
+                break
+            rate = round(rate * 0.8)
+    for _ in range(refine):
+        if best is None or missed is None or missed - best <= 1:
+            break
+        mid = round((best + missed) / 2)
+        if sustains(mid):
+            best = mid
+        else:
+            missed = mid
+    return best
 
 
 def _row(target: str, measured: str, met: bool | None) -> dict[str, Any]:
@@ -70,31 +100,35 @@ def find_max_targets(
                 mine >= want * peer_max,
             )
         )
-        at_peer_max = [
-            r
-            for r in runs
-            if r["peer"] == "conduit"
-            and r["store"] == s["store"]
-            and r["offered_per_s"] == peer_max
-        ]
+        # conduit's p99 at the lowest rate it sustained at or above Procrastinate's highest:
+        # more load than Procrastinate had, so a lower p99 there meets the target.
+        at_or_above = sorted(
+            (
+                r
+                for r in runs
+                if r["peer"] == "conduit"
+                and r["store"] == s["store"]
+                and r["offered_per_s"] >= peer_max
+                and r["finished_per_s"] >= KEEPS_UP * r["offered_per_s"]
+                and r["p99_ms"] is not None
+            ),
+            key=lambda r: r["offered_per_s"],
+        )
         peer_p99 = peer["p99_ms_at_max"]
-        if at_peer_max and peer_p99 is not None and at_peer_max[0]["p99_ms"] is not None:
-            p99 = at_peer_max[0]["p99_ms"]
+        what = f"conduit {s['store']} p99 at Procrastinate's highest rate ({peer_max}/s) ≤ its p99"
+        if at_or_above and peer_p99 is not None:
+            mine_run = at_or_above[0]
             rows.append(
                 _row(
-                    f"conduit {s['store']} p99 at {peer_max} jobs/s ≤ Procrastinate's",
-                    f"{p99} vs {peer_p99} ms",
-                    p99 <= peer_p99,
+                    what,
+                    f"{mine_run['p99_ms']} ms at {mine_run['offered_per_s']}/s vs {peer_p99} ms",
+                    mine_run["p99_ms"] <= peer_p99,
                 )
             )
+        elif mine < peer_max:  # conduit's queue grows there: its waits have no bound
+            rows.append(_row(what, f"conduit sustains only {mine}/s", False))
         else:
-            rows.append(
-                _row(
-                    f"conduit {s['store']} p99 at {peer_max} jobs/s ≤ Procrastinate's",
-                    "conduit did not run at that rate",
-                    None,
-                )
-            )
+            rows.append(_row(what, "conduit ran no sustained rate that high", None))
     mine_dead = [r for r in runs if r["peer"] == "conduit" and "dead_made_per_job" in r]
     theirs_dead = [r for r in runs if r["peer"] == "procrastinate" and "dead_made_per_job" in r]
     if mine_dead and theirs_dead:

@@ -60,6 +60,7 @@ from _daemon_targets import (
     backlog_targets,
     fault_targets,
     find_max_targets,
+    highest_sustained,
     print_targets,
 )
 from _load import Histogram, Producer, StartLog
@@ -597,25 +598,21 @@ def find_max(
     factory: Any, args: argparse.Namespace
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """From ``--rate``, step the offered rate up by a quarter while finished ≥ 98 % of offered
-    (or down by a fifth until it is), at a steady rate whatever ``--mode``; print the highest
-    sustained rate. Returns that summary and every run's result."""
+    (or down by a fifth until it is), then ``--refine`` halvings of the last step, at a steady
+    rate whatever ``--mode``; print the highest sustained rate. Returns that summary and every
+    run's result."""
     args = argparse.Namespace(**{**vars(args), "mode": "steady"})
-    rate, best, direction, runs = args.rate[0], None, 0, []
-    while True:
-        result = run_one(factory, rate, args)
-        runs.append(result)
-        if result["finished_per_s"] >= 0.98 * rate:
-            best = result
-            if direction < 0:
-                break
-            direction, rate = 1, round(rate * 1.25)
-        else:
-            if direction > 0 or rate < 10:
-                break
-            direction, rate = -1, round(rate * 0.8)
-    summary = {"peer": result["peer"], "store": result["store"], "find_max": True,
-               "max_sustained_per_s": best["offered_per_s"] if best else None,
-               "p99_ms_at_max": best["p99_ms"] if best else None}  # fmt: skip
+    runs: list[dict[str, Any]] = []
+
+    def sustains(rate: float) -> bool:
+        runs.append(run_one(factory, rate, args))
+        return bool(runs[-1]["finished_per_s"] >= 0.98 * rate)
+
+    best = highest_sustained(args.rate[0], sustains, args.refine)
+    at_best = next((r for r in runs if r["offered_per_s"] == best), None)
+    summary = {"peer": runs[-1]["peer"], "store": runs[-1]["store"], "find_max": True,
+               "max_sustained_per_s": best,
+               "p99_ms_at_max": at_best["p99_ms"] if at_best else None}  # fmt: skip
     print(json.dumps(summary), flush=True)
     return summary, runs
 
@@ -662,6 +659,7 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=1000, help="backlog mode's queue depth")
     parser.add_argument("--kill-every", type=float, default=10.0)
     parser.add_argument("--find-max", action="store_true")
+    parser.add_argument("--refine", type=int, default=2, help="find-max: halvings of the last step")
     parser.add_argument("--peer-python", default=os.environ.get("BENCH_PEER_PYTHON"),
                         help="python of a venv with the peers' requirements")  # fmt: skip
     parser.add_argument("--windows-json", action="store_true", help="windows in the JSON too")

@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from _daemon_targets import (
+    KEEPS_UP,
     back_at_rate_after,
     backlog_targets,
     fault_targets,
@@ -340,7 +341,7 @@ class ProcrastinateSystem:
         self.root = root
         self.python = args.peer_python
         self.start_log = str(root / "starts.log")
-        self.faults_at: list[float] = []  # wall-clock: each SIGKILL, the server's return
+        self.faults_at: list[float] = []  # wall-clock: the server's return (pg-down)
         self.counters_file = root / "counters.json"
         self.db = FreshDatabase("proc_bench", private=args.mode == "pg-down")
         self.args = args
@@ -606,7 +607,7 @@ def find_max(
 
     def sustains(rate: float) -> bool:
         runs.append(run_one(factory, rate, args))
-        return bool(runs[-1]["finished_per_s"] >= 0.98 * rate)
+        return bool(runs[-1]["finished_per_s"] >= KEEPS_UP * rate)
 
     best = highest_sustained(args.rate[0], sustains, args.refine)
     at_best = next((r for r in runs if r["offered_per_s"] == best), None)

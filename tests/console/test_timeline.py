@@ -385,8 +385,17 @@ class Walk:
         return list(self.driver.find_elements(By.CSS_SELECTOR, selector))
 
     def text(self, selector: str) -> str:
+        from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
         found = self.css(selector)
-        return str(found[0].text) if found else ""
+        try:
+            return str(found[0].text) if found else ""
+        except WebDriverException as exc:
+            # A live refresh replaced the node between finding and reading it: Chromium's driver
+            # may say so as an inspector error instead of a stale reference; ``until`` retries.
+            if "does not belong to the document" in str(exc.msg):
+                raise StaleElementReferenceException(exc.msg) from exc
+            raise
 
     def until(self, what: Callable[[], Any]) -> Any:
         return self.wait.until(lambda _: what())

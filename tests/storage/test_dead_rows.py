@@ -2,13 +2,13 @@
 
 An attempt's lease lives on its row (schema V14): the claim inserts the attempt with its lease,
 and the settlement's write of the attempt drops it, so nothing is deleted on an attempt's path
-(there was a lease row, inserted and deleted per attempt). The input a claim consumes changes
-only its ``pending`` flag and document, which no index covers (the inputs are indexed by
-``(work_id, seq)`` whatever their flag), so with room on the page the write is heap-only (HOT).
-Counted from ``pg_stat_user_tables`` once the store's connections have closed (a backend
-reports its counts at exit, at the latest). The index holds a Work's consumed inputs too, so a
-read of its pending ones starts above the Work's ``input_floor``, the last input a claim
-consumed: a long-lived Work's history costs the read nothing.
+(there was a lease row, inserted and deleted per attempt). A claim consumes its inputs by
+raising its Work's ``input_floor`` (the last input it consumed) and writes no input row (schema
+V15; before, each consumed input was rewritten with ``pending = 0``, a heap-only version per
+job): every read of an input's ``pending`` starts above the floor. Counted from
+``pg_stat_user_tables`` once the store's connections have closed (a backend reports its counts
+at exit, at the latest). The index holds a Work's consumed inputs too, so a read of its pending
+ones starts above the floor: a long-lived Work's history costs the read nothing.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _table_counts(url: str) -> dict[str, tuple[int, int, int]]:
 
 
 @pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
-async def test_an_attempt_deletes_no_row_and_consumes_its_input_heap_only(
+async def test_an_attempt_deletes_no_row_and_writes_no_input_row(
     store_url: str,
 ) -> None:
     async with await open_store(store_url) as store:
@@ -90,7 +90,7 @@ async def test_an_attempt_deletes_no_row_and_consumes_its_input_heap_only(
     # The attempt row three times (launch intent, recovery metadata, settlement, which also
     # drops the lease); the input once, heap-only.
     assert counts["conduit_execution"][0] == 3 * JOBS
-    assert counts["conduit_event"][:2] == (JOBS, JOBS), "the consumed input left index entries"
+    assert counts["conduit_event"][0] == 0, "a claim rewrote the input it consumed"
     assert "conduit_lease" not in counts
     assert "conduit_lease" not in TABLES
 
@@ -149,6 +149,36 @@ async def test_a_pending_read_starts_above_the_inputs_a_claim_consumed(store_url
         assert _run(store_url, "SELECT input_floor FROM conduit_work WHERE id = ?", ("w",)) == [
             (later.seq,)
         ]
+
+
+async def test_a_claim_consumes_its_inputs_by_the_floor_alone_and_every_read_agrees(
+    store_url: str,
+) -> None:
+    """The claim leaves its input's row as it was (still flagged pending), yet every read says
+    consumed: the event itself, the Work's event history, a redelivery, and a control's drop,
+    which takes out only what is still pending (counting a consumed input would drop it twice
+    from the Work's pending count)."""
+    async with await open_store(store_url) as store:
+        await store.create_work(make_work("w"), first_input=make_input("0"))
+        await store.accept_event(make_input("1", work_id="w"))
+        claim = await store.claim_attempt(
+            ClaimRequest(work_id="w", snapshot=snapshot(), max_inputs=1), owner="o",
+            now_ms=T0, lease_ms=LEASE_MS,
+        )  # fmt: skip
+        assert [e.id for e in claim.inputs] == ["ev-0"]
+        stored = _run(store_url, "SELECT id, pending FROM conduit_event ORDER BY seq", ())
+        assert stored == [("ev-0", 1), ("ev-1", 1)], "the claim wrote its input's row"
+        assert (await store.get_event("ev-0")).pending is False
+        assert (await store.get_event("ev-1")).pending is True
+        assert [(e.id, e.pending) for e in await store.work_events("w")] == [
+            ("ev-0", False), ("ev-1", True),
+        ]  # fmt: skip
+        assert (await store.accept_event(make_input("0", work_id="w"))).pending is False
+        assert (await store.get_work("w")).pending_inputs == 1
+        assert await store.drop_inputs("w", ["ev-0", "ev-1"]) == 1
+        assert (await store.get_work("w")).pending_inputs == 0
+        assert (await store.get_event("ev-1")).pending is False
+        assert await store.pending_inputs("w") == []
 
 
 #: Schema V14 undone (the store a V13 conduit left): the lease back in a table of its own.

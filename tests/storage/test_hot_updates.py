@@ -9,8 +9,9 @@ without free space kept on each page (the table's ``fillfactor``) a busy store's
 and such writes leave a dead row version behind. ``bench/bench_daemon.py`` measures the effect
 (``dead_per_job_by_table``: the attempt table's non-heap-only dead versions per job went from
 1.54 to 1.19 at 100 jobs/s with 70 %; at 300 jobs/s, from 1.56-1.69 at 70 % to 1.13-1.19 at 40 %,
-schema V14, which also keeps room on the inputs' pages for the claim's consumption of one).
-Here: a store opened fresh, and one upgraded from version 6, both have the settings.
+schema V14, which also kept room on the inputs' pages for a claim's write of its input, until
+V15 dropped that write and the room with it). Here: a store opened fresh, and one upgraded from
+version 6, both have the settings.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import pytest
 from conduit_core.storage._postgres import PostgresStore
 from conduit_core.storage._schema import MIGRATIONS, PerBackend
 
-#: Each table's page room (schema V7, then V14: the attempt table 40 %, the inputs 70 %).
-ROOM = {"conduit_execution": "40", "conduit_event": "70"}
+#: Each table's page room (schema V7, then V14: the attempt table 40 %; the inputs' 70 % of V14
+#: is reset by V15, which no longer rewrites a consumed input).
+ROOM = {"conduit_execution": "40", "conduit_event": None}
 
 
 def _fillfactor(url: str, table: str = "conduit_execution") -> str | None:

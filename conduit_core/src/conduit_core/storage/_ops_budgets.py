@@ -60,6 +60,7 @@ from conduit_core.storage._ops_work import (
     work_rows,
 )
 from conduit_core.storage._sql import (
+    EVENTS_READ,
     Cx,
     Row,
     SetWrite,
@@ -68,6 +69,7 @@ from conduit_core.storage._sql import (
     load_work,
     lock_counter_rows,
     save_work,
+    stored_event,
     write_rows,
 )
 from conduit_core.validation import saturating_add
@@ -85,7 +87,6 @@ __all__ = [
 ]
 
 _pending_decoder = msgspec.json.Decoder(PendingUsage)
-_event_decoder = msgspec.json.Decoder(Event)
 _ledger_decoder = msgspec.json.Decoder(BudgetLedger)
 
 
@@ -604,8 +605,8 @@ def settle_gate_hold(
 
 def work_events(cx: Cx, work_id: str) -> list[Event]:
     """Every event addressed to the Work (input and control history), in acceptance order."""
-    rows = cx.rows("SELECT data FROM conduit_event WHERE work_id = ? ORDER BY seq", (work_id,))
-    return [_event_decoder.decode(r[0]) for r in rows]
+    rows = cx.rows(EVENTS_READ + "WHERE e.work_id = ? ORDER BY e.seq", (work_id,))
+    return [stored_event(r) for r in rows]
 
 
 def held_work(cx: Cx) -> list[tuple[Hold, Work]]:

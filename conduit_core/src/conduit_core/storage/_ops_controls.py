@@ -17,6 +17,8 @@ from conduit_core.model import (
 from conduit_core.storage._contract import NotEligibleError
 from conduit_core.storage._ops_misc import create_control
 from conduit_core.storage._sql import (
+    EVENTS_READ,
+    STILL_PENDING,
     Codec,
     Cx,
     close_open_segment,
@@ -25,6 +27,7 @@ from conduit_core.storage._sql import (
     load_work,
     save_execution,
     save_work,
+    stored_event,
 )
 
 __all__ = ["drop_inputs", "interrupt_work", "settle_consumed"]
@@ -102,10 +105,10 @@ def drop_inputs(cx: Cx, work_id: str, input_ids: Sequence[str]) -> int:
     """Take inputs out of the Work's pending queue (consumed, or dropped by a control)."""
     dropped = 0
     for event_id in input_ids:
-        row = first(cx, "SELECT data FROM conduit_event WHERE id = ? AND pending = 1", (event_id,))
+        row = first(cx, EVENTS_READ + f"WHERE e.id = ? AND {STILL_PENDING}", (event_id,))
         if row is None:
             continue
-        event = msgspec.structs.replace(Codec.event.decode(row[0]), pending=False)
+        event = msgspec.structs.replace(stored_event(row), pending=False)
         cx.run(
             "UPDATE conduit_event SET pending = 0, data = ? WHERE id = ?", (dump(event), event_id)
         )

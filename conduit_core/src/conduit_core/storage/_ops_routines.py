@@ -23,6 +23,7 @@ from conduit_core.storage._routine_records import (
     RoutineUpdate,
 )
 from conduit_core.storage._sql import (
+    STILL_PENDING,
     Codec,
     Cx,
     SetWrite,
@@ -346,7 +347,7 @@ def running_fires(
     pending: set[str] = set()
     for chunk in _chunks(sorted({i for i in inputs.values() if i is not None})):
         marks = ", ".join("?" for _ in chunk)
-        sql = f"SELECT id FROM conduit_event WHERE pending = 1 AND id IN ({marks})"
+        sql = f"SELECT e.id FROM conduit_event e WHERE {STILL_PENDING} AND e.id IN ({marks})"
         pending.update(str(r[0]) for r in cx.rows(sql, chunk))
     return [
         (

@@ -31,6 +31,7 @@ from conduit_core.storage._contract import (
 from conduit_core.storage._keys import READY_KEY_FILTER, KeyCounts, keys_checked
 from conduit_core.storage._ops_dependencies import plan_dependencies
 from conduit_core.storage._sql import (
+    EVENTS_READ,
     INSERT_LEASED_EXECUTION,
     Codec,
     Cx,
@@ -53,6 +54,7 @@ from conduit_core.storage._sql import (
     save_execution,
     save_work,
     save_work_params,
+    stored_event,
     write_rows,
 )
 from conduit_core.storage._unsafe import fault, unsafe
@@ -78,9 +80,9 @@ def create_work(cx: Cx, work: Work, first_input: Event | None) -> Work:
 
 
 def accept_event(cx: Cx, event: Event) -> Event:
-    row = first(cx, "SELECT data FROM conduit_event WHERE delivery_id = ?", (event.delivery_id,))
+    row = first(cx, EVENTS_READ + "WHERE e.delivery_id = ?", (event.delivery_id,))
     if row is not None:
-        return Codec.event.decode(row[0])
+        return stored_event(row)
     pending = event.pending and event.work_id is not None
     if pending:
         assert event.work_id is not None
@@ -97,14 +99,15 @@ def accept_event(cx: Cx, event: Event) -> Event:
 
 
 def get_event(cx: Cx, event_id: str) -> Event:
-    row = first(cx, "SELECT data FROM conduit_event WHERE id = ?", (event_id,))
+    row = first(cx, EVENTS_READ + "WHERE e.id = ?", (event_id,))
     if row is None:
         raise NotFoundError("event", event_id)
-    return Codec.event.decode(row[0])
+    return stored_event(row)
 
 
 #: The pending inputs of the Work rows the statement names, oldest first: read from above each
-#: Work's ``input_floor`` (schema V14), so a Work's consumed inputs cost the read nothing.
+#: Work's ``input_floor`` (schema V14), so a Work's consumed inputs cost the read nothing (and,
+#: since V15, a claim consumes them by the floor alone: see ``_sql.STILL_PENDING``).
 PENDING_INPUTS_FROM = (
     "SELECT e.data FROM conduit_work w JOIN conduit_event e ON e.work_id = w.id "
     "AND e.seq > w.input_floor WHERE e.pending = 1 AND "
@@ -556,14 +559,6 @@ def claimed_work_params(work: Work, floor: int) -> tuple[Any, ...]:
     return (*save_work_params(work)[:-1], floor, floor, work.id)
 
 
-#: A claimed attempt's input, consumed (no longer pending).
-CONSUME_INPUT = SetWrite(
-    "UPDATE conduit_event SET pending = 0, data = ? WHERE id = ?",
-    "UPDATE conduit_event SET pending = 0, data = v.data "
-    "FROM unnest(%b::text[], %b::text[]) AS v(data, id) WHERE conduit_event.id = v.id",
-)
-
-
 def read_inputs_and_slots(
     writes: ClaimWrites,
     work_ids: list[str],
@@ -595,7 +590,6 @@ class ClaimWrites:
 
     def __init__(self, cx: Cx) -> None:
         self._cx = cx
-        self._inputs: list[Event] = []
         self._executions: list[Execution] = []
         self._leases: list[Lease] = []
         self._works: list[Work] = []
@@ -630,7 +624,6 @@ class ClaimWrites:
         return found if limit is None else found[:limit]
 
     def claimed(self, inputs: list[Event], ex: Execution, lease: Lease, work: Work) -> None:
-        self._inputs += inputs
         self._executions.append(ex)
         self._leases.append(lease)
         self._works.append(work)
@@ -638,10 +631,10 @@ class ClaimWrites:
 
     def flush(self) -> None:
         """One statement per table for the whole batch (set-based where the backend takes
-        arrays: a batch of 64 claims is three statements on PostgreSQL, not 192; the lease goes
-        on its attempt's row)."""
+        arrays: a batch of 64 claims is two statements on PostgreSQL, not 128; the lease goes
+        on its attempt's row, and the inputs consumed are those at or below the Work's raised
+        ``input_floor``, so no input row is written)."""
         cx = self._cx
-        write_rows(cx, CONSUME_INPUT, [(dump(e), e.id) for e in self._inputs])
         write_rows(
             cx,
             INSERT_LEASED_EXECUTION,
@@ -660,7 +653,7 @@ class ClaimWrites:
         )
         if self._works and cx.works_written is not None:
             cx.works_written.update(w.id for w in self._works)
-        self._inputs, self._executions, self._leases, self._works = [], [], [], []
+        self._executions, self._leases, self._works = [], [], []
         self._floors = []
 
 

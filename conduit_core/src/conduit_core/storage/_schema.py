@@ -237,9 +237,19 @@ _V14 = (
     "WHERE live = 1",
 )
 
+# A claim consumes its inputs by raising its Work's ``input_floor`` alone: it no longer writes
+# each input row (``pending = 0``), one row version fewer per job. Every read of an input's
+# ``pending`` now takes the floor into account (``_sql.STILL_PENDING``); a control's ``drop``
+# still clears the flag. Nothing to rewrite: the rows written before are right as they are.
+# The version still moves, so that an older conduit, which reads only the flag and would take
+# a consumed input for pending (a Routine's fire never settling), refuses this store. The input
+# table no longer needs room on its pages for that write (V14's ``fillfactor = 70``): its pages
+# fill again from now on (a control's ``drop`` is the only update left, and a rare one).
+_V15 = (PerBackend(None, "ALTER TABLE conduit_event RESET (fillfactor)"),)
+
 #: Ordered forward migrations; ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.
 MIGRATIONS: tuple[tuple[str | PerBackend, ...], ...] = (
-    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14,
+    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

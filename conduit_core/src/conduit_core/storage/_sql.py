@@ -159,6 +159,27 @@ class Codec:
     routine = _Repairing(Routine, {"grace_seconds": {"grace_seconds": 60.0}})
 
 
+#: Whether the event ``e`` is still pending: its own flag, unless it is an input numbered at or
+#: below its Work's ``input_floor``. A claim consumes its inputs by raising the floor and writes
+#: no input row (schema V15: one row version fewer per job); a control's ``drop`` clears the
+#: flag itself.
+STILL_PENDING = (
+    "(e.pending = 1 AND e.seq > COALESCE("
+    "(SELECT w.input_floor FROM conduit_work w WHERE w.id = e.work_id), 0))"
+)
+
+#: Events as stored with whether each is still pending (``stored_event`` decodes a row).
+EVENTS_READ = f"SELECT e.data, {STILL_PENDING} FROM conduit_event e "
+
+
+def stored_event(row: Row) -> Event:
+    """An ``EVENTS_READ`` row: the event, ``pending`` as the store now has it."""
+    event: Event = Codec.event.decode(row[0])
+    if event.pending and not row[1]:
+        return msgspec.structs.replace(event, pending=False)
+    return event
+
+
 class SetWrite(NamedTuple):
     """A write of one row (``one``, ``?`` placeholders; the row's id is parameter ``key``) and
     the same write for many rows as one statement (``many``: one array per column, in binary,

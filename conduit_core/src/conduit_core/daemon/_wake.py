@@ -3,6 +3,7 @@ for writes of other daemons and CLIs sharing the store. The periodic rescan is t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 from collections.abc import Callable
@@ -18,6 +19,13 @@ log = logging.getLogger("conduit.daemon")
 #: The PostgreSQL channel every daemon listens on.
 WAKE_CHANNEL = "conduit_wake"
 _MAX_BACKOFF_S = 10.0
+#: The least time between two NOTIFYs of one daemon. The first write after a quiet spell is
+#: announced at once; those made within this time after are announced together, by one NOTIFY
+#: at its end. Without it a busy daemon sent one per ended attempt as fast as round trips
+#: allowed (hundreds a second), each a transaction for the server and a wake-up for every
+#: daemon listening, itself included; with it, at most 50 a second, and another daemon learns of
+#: a write at most this much later.
+NOTIFY_INTERVAL_S = 0.02
 
 
 class Waker:
@@ -51,7 +59,8 @@ class PgWakeChannel:
         self._lost = False
 
     def notify(self) -> None:
-        """Ask the sender task to NOTIFY (coalesced: one NOTIFY per burst of writes)."""
+        """Ask the sender task to NOTIFY (coalesced: at most one per ``NOTIFY_INTERVAL_S``,
+        none lost: a request made while the sender waits out the interval is sent at its end)."""
         self._send_needed.set()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -103,17 +112,30 @@ class PgWakeChannel:
         import psycopg
 
         conn: Any = None
-        while True:
-            await self._send_needed.wait()
-            self._send_needed = anyio.Event()
-            try:
-                if conn is None or conn.closed:
-                    conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
-                await conn.execute("SELECT pg_notify(%s, %s)", (WAKE_CHANNEL, self._owner))
-            except Exception as exc:
-                # A lost store is reported by the host; the rescan covers the missed wake.
-                log.debug("wake notify failed (%s)", type(exc).__name__)
-                conn = None
+        try:
+            while True:
+                await self._send_needed.wait()
+                self._send_needed = anyio.Event()
+                try:
+                    if conn is None or conn.closed:
+                        conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+                    await conn.execute("SELECT pg_notify(%s, %s)", (WAKE_CHANNEL, self._owner))
+                except Exception as exc:
+                    # A lost store is reported by the host; the rescan covers the missed wake.
+                    log.debug("wake notify failed (%s)", type(exc).__name__)
+                    if conn is not None:
+                        await _close_quietly(conn)
+                    conn = None
+                await anyio.sleep(NOTIFY_INTERVAL_S)
+        finally:
+            if conn is not None:  # stopped (the daemon exits): close it, not leave it to GC
+                with anyio.CancelScope(shield=True):
+                    await _close_quietly(conn)
+
+
+async def _close_quietly(conn: Any) -> None:
+    with contextlib.suppress(Exception):
+        await conn.close()
 
 
 def notify_sync(url: str, sender: str = "cli") -> None:

@@ -118,7 +118,9 @@ class PgWakeChannel:
                 self._send_needed = anyio.Event()
                 try:
                     if conn is None or conn.closed:
-                        conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+                        conn = await psycopg.AsyncConnection.connect(
+                            self._url, autocommit=True, connect_timeout=5
+                        )
                     await conn.execute("SELECT pg_notify(%s, %s)", (WAKE_CHANNEL, self._owner))
                 except Exception as exc:
                     # A lost store is reported by the host; the rescan covers the missed wake.

@@ -62,10 +62,10 @@ def browser(tmp_path: Path) -> Iterator[object]:
 def test_operator_walks_the_console_in_chromium(
     console_daemon: Callable[..., Daemon], browser: object
 ) -> None:
-    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
-    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tests.console._live import live_wait
 
     assert isinstance(browser, WebDriver)
     driver = browser
@@ -75,8 +75,7 @@ def test_operator_walks_the_console_in_chromium(
     base = f"http://127.0.0.1:{daemon.port}"
     shots = _artifacts()
     # A poll may replace what a lookup just found: look again rather than fail.
-    wait = WebDriverWait(driver, 30, poll_frequency=0.1,
-                         ignored_exceptions=(StaleElementReferenceException,))  # fmt: skip
+    wait = live_wait(driver)
 
     def shot(name: str) -> None:
         assert driver.save_screenshot(str(shots / f"{name}.png")), name

@@ -97,7 +97,8 @@ def test_a_viewer_in_chromium_has_no_buttons_and_a_forged_post_is_refused(
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
-    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tests.console._live import live_wait
 
     assert isinstance(browser, WebDriver)
     driver = browser
@@ -105,7 +106,7 @@ def test_a_viewer_in_chromium_has_no_buttons_and_a_forged_post_is_refused(
     deploy = daemon.submit("deploy")
     daemon.wait_status(deploy, "held")
     base = f"http://127.0.0.1:{daemon.port}"
-    wait = WebDriverWait(driver, 30, poll_frequency=0.1)
+    wait = live_wait(driver)
     driver.get(f"{base}/ui/login")
     driver.find_element(By.ID, "token").send_keys(VIEWER)
     driver.find_element(By.ID, "login").click()

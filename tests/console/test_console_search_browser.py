@@ -14,15 +14,14 @@ from tests.daemon.conftest import Daemon, wait_for
 
 
 def _login(driver: object, daemon: Daemon) -> tuple[str, object]:
-    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
-    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tests.console._live import live_wait
 
     assert isinstance(driver, WebDriver)
     base = f"http://127.0.0.1:{daemon.port}"
-    wait = WebDriverWait(driver, 30, poll_frequency=0.1,
-                         ignored_exceptions=(StaleElementReferenceException,))  # fmt: skip
+    wait = live_wait(driver)
     driver.get(f"{base}/ui/login")
     driver.find_element(By.ID, "token").send_keys(daemon.token)
     driver.find_element(By.ID, "login").click()

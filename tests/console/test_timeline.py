@@ -360,14 +360,12 @@ class Walk:
     """The browser, logged in to the module's daemon, with the waits the tests share."""
 
     def __init__(self, driver: Any, d: Daemon) -> None:
-        from selenium.common.exceptions import StaleElementReferenceException
-        from selenium.webdriver.support.ui import WebDriverWait
+        from tests.console._live import live_wait
 
         self.driver = driver
         self.d = d
         self.base = f"http://127.0.0.1:{d.port}"
-        self.wait = WebDriverWait(driver, 30, poll_frequency=0.1,
-                                  ignored_exceptions=(StaleElementReferenceException,))  # fmt: skip
+        self.wait = live_wait(driver)
 
     def open(self, path: str) -> None:
         self.driver.get(f"{self.base}{path}")
@@ -385,17 +383,10 @@ class Walk:
         return list(self.driver.find_elements(By.CSS_SELECTOR, selector))
 
     def text(self, selector: str) -> str:
-        from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
-
+        """The first match's text (``""``: none); a node a refresh replaced meanwhile raises,
+        and ``until`` (a ``live_wait``) looks again."""
         found = self.css(selector)
-        try:
-            return str(found[0].text) if found else ""
-        except WebDriverException as exc:
-            # A live refresh replaced the node between finding and reading it: Chromium's driver
-            # may say so as an inspector error instead of a stale reference; ``until`` retries.
-            if "does not belong to the document" in str(exc.msg):
-                raise StaleElementReferenceException(exc.msg) from exc
-            raise
+        return str(found[0].text) if found else ""
 
     def until(self, what: Callable[[], Any]) -> Any:
         return self.wait.until(lambda _: what())

@@ -13,7 +13,8 @@ daemon its own data folder and port) run them; one of them, chosen at random, is
 0.2-2.5 s (uniform) after it starts serving, and restarted at once, for ``--seconds`` (or until
 ``--kills`` kills; past it until ``--min-kills``). A ``--targeted`` share of the kills instead
 waits (up to ``--target-wait`` seconds) until the store shows one of the victim's attempts
-mid-launch, then kills at once.
+mid-launch, then kills at once. When ``--seconds`` ends before the kills proved what the checker
+asks (below) and some item has not started, targeted kills go on, up to ``--seconds`` more.
 
 A kill *landed mid-launch* when, read from the store after the victim is dead (so nothing more
 of it can be written), an unfinished attempt whose lease the victim held at the current epoch
@@ -372,14 +373,13 @@ class Drill:
         try:
             for daemon in self.daemons:
                 daemon.start()
-            while (time.monotonic() < deadline or self.kills < self.args.min_kills) and (
-                not self.args.kills or self.kills < self.args.kills
-            ):
+            while await self.kills_go_on(deadline):
+                proving = time.monotonic() >= deadline  # past --seconds, still unproven
                 victim = rng.choice(self.daemons)
                 # The gap counts from the moment the daemon serves, so the kills land in its
                 # work (recovery, claims, launches) rather than in the interpreter's start-up.
                 await victim.wait_listening()
-                if rng.random() < self.args.targeted:
+                if proving or rng.random() < self.args.targeted:
                     self.targeted += 1
                     await self.until_mid_launch(store, victim)
                 else:
@@ -395,6 +395,27 @@ class Drill:
                 victim.start()
         finally:
             await store.aclose()
+
+    async def kills_go_on(self, deadline: float) -> bool:
+        """Until ``--seconds`` (and ``--min-kills``), at most ``--kills``; then, while the kills
+        have not yet proved what the verdict asks (one landed mid-launch, segments recovered and
+        relaunched) and some item has not started, targeted kills go on for up to ``--seconds``
+        more: a short drill whose random kills all missed would otherwise end unproven."""
+        if self.args.kills and self.kills >= self.args.kills:
+            return False
+        now = time.monotonic()
+        if now < deadline or self.kills < self.args.min_kills:
+            return True
+        if now > deadline + self.args.seconds or not self.kills:
+            return False
+        if len(self.lines("starts.log")) >= len(self.items):
+            return False  # nothing left to launch: more kills cannot land mid-launch
+        return not await self.proved()
+
+    async def proved(self) -> bool:
+        attempts = [a for r in (await self.records()).values() for a in r.attempts]
+        recovered = any(a.recovered_segments for a in attempts)
+        return bool(self.mid_launch) and recovered and any(a.relaunched_segments for a in attempts)
 
     async def until_mid_launch(self, store: Store, victim: Daemon) -> None:
         """Until the store shows one of ``victim``'s attempts mid-launch (or a deadline)."""

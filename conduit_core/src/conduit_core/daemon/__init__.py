@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from conduit_core.daemon._registry import DaemonRegistry
     from conduit_core.daemon._routines import RoutinesHost, check_routine_specs
     from conduit_core.daemon._run import Daemon
+    from conduit_core.daemon._statistics import StatisticsUpkeep
     from conduit_core.daemon._tracing import check_tracing, start_tracing
     from conduit_core.daemon._wake import WAKE_CHANNEL, PgWakeChannel, Waker, notify_sync
 else:  # each part loads on first use: the CLI needs DaemonPaths, not the host loop
@@ -37,6 +38,7 @@ else:  # each part loads on first use: the CLI needs DaemonPaths, not the host l
             "RoutinesHost": "_routines",
             "check_routine_specs": "_routines",
             "Daemon": "_run",
+            "StatisticsUpkeep": "_statistics",
             "check_tracing": "_tracing",
             "start_tracing": "_tracing",
             "PgWakeChannel": "_wake",
@@ -59,6 +61,7 @@ __all__ = [
     "PidFile",
     "PidRecord",
     "RoutinesHost",
+    "StatisticsUpkeep",
     "Waker",
     "check_local_filesystem",
     "check_routine_specs",

@@ -30,6 +30,7 @@ from conduit_core.daemon import (
     PgWakeChannel,
     PidFile,
     RoutinesHost,
+    StatisticsUpkeep,
     Waker,
     check_local_filesystem,
     check_routine_specs,
@@ -118,6 +119,7 @@ class Assembly:
         self.service: ApiService | None = None
         self.routines: RoutinesHost | None = None
         self.channel: PgWakeChannel | None = None
+        self.statistics: StatisticsUpkeep | None = None
         #: Set once the host loop has returned (after :meth:`stop`, or a failure).
         self.host_done = anyio.Event()
         self._ended = anyio.Event()
@@ -198,6 +200,8 @@ class Assembly:
             stack.callback(stop_tracing)  # flushes the spans still batched
         if channel is not None:
             await tg.start(channel.run)
+        self.statistics = StatisticsUpkeep(store)
+        await tg.start(self.statistics.run)
         await tg.start(self._run_host)
         if self.routines is not None:
             await tg.start(self.routines.run)

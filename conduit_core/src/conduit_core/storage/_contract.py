@@ -241,6 +241,13 @@ class Store(ABC):
     async def aclose(self) -> None:
         """Release connections; the store's data stays."""
 
+    async def refresh_statistics(self) -> list[str]:
+        """Bring the query planner's statistics up to date where a table outgrew them; returns
+        the tables refreshed. A host calls it every few seconds. PostgreSQL: see
+        ``_pg_statistics`` (a young store's tables, which autovacuum reaches only after a
+        minute). By default nothing: SQLite's planner trusts its indexes without statistics."""
+        return []
+
     # --- Work and input ----------------------------------------------------------------------
 
     @abstractmethod

@@ -39,6 +39,7 @@ from psycopg.pq import PipelineStatus, TransactionStatus
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from conduit_core.errors import StoreError
+from conduit_core.storage import _pg_statistics
 from conduit_core.storage._pipeline import Pipeline, Result, forget_prepared
 from conduit_core.storage._schema import SCHEMA_VERSION
 from conduit_core.storage._sql import (
@@ -353,6 +354,9 @@ class PostgresStore(SqlStore):
     ) -> T:
         begin = (_BEGIN_SHARED if shared else _BEGIN_WRITE) if write else _BEGIN_READ
         return self._retried(partial(_run, fn=fn, begin=begin, alone=alone))
+
+    async def refresh_statistics(self) -> list[str]:
+        return await self._read_threads.run(partial(self._retried, _pg_statistics.refresh))
 
     def read_statement(self, fn: Callable[[Cx], T]) -> T:
         """One SELECT in autocommit: a single statement is its own consistent snapshot, the

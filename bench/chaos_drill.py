@@ -3,7 +3,7 @@
     .venv/bin/python bench/chaos_drill.py --store sqlite --items 150 --seconds 45
     .venv/bin/python bench/chaos_drill.py --executor container --items 40 --seconds 30
     .venv/bin/python bench/chaos_drill.py --executor wire --store postgres --kills 500
-    .venv/bin/python bench/chaos_drill.py --store postgres --daemons 2 --seconds 45
+    .venv/bin/python bench/chaos_drill.py --store postgres --daemons 2 --items 400 --seconds 45
 
 N items are submitted straight into a fresh store, bound to one executor kind (``--executor``:
 ``shell``, ``container`` or ``wire``, see ``_drill_kinds.py``). Each item's job appends
@@ -486,6 +486,14 @@ async def run(args: argparse.Namespace) -> int:
     }  # fmt: skip
     for line in [*verdict.violations[:20], *trails]:
         print(line, file=sys.stderr)
+    if any("proved too little" in v for v in verdict.violations) and started_in_chaos >= len(
+        drill.items
+    ):
+        print(
+            f"every item had started by the time the kills could land in a launch: run more "
+            f"--items (or fewer --daemons); {len(drill.items)} were too few here",
+            file=sys.stderr,
+        )
     if verdict.violations:
         (root / "kills-mid-launch.txt").write_text("\n".join(drill.mid_launch) + "\n")
         print(f"kept the drill's folder: {root}", file=sys.stderr)

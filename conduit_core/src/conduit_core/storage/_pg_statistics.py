@@ -35,7 +35,10 @@ ORDER BY s.relname
 def refresh(conn: psycopg.Connection[Any]) -> list[str]:
     """ANALYZE the conduit tables of ``conn``'s schema that outgrew their statistics (on an
     autocommit connection, each table on its own); returns their names."""
-    names = [row[0] for row in conn.execute(_OUTGROWN, (MIN_ROWS,)).fetchall()]
+    # Never prepared by psycopg: once it has prepared a statement of its own on a connection,
+    # its rollbacks end with DEALLOCATE ALL, which drops the store's own (``_pipeline``).
+    found = conn.execute(_OUTGROWN, (MIN_ROWS,), prepare=False).fetchall()
+    names = [row[0] for row in found]
     for name in names:
-        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(name)), prepare=False)
     return names

@@ -26,8 +26,6 @@ class StatisticsUpkeep:
     def __init__(self, store: Store, every_s: float = EVERY_S) -> None:
         self.store = store
         self.every_s = every_s
-        #: Every table refreshed so far, in order (one entry per ANALYZE).
-        self.refreshed: list[str] = []
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -42,5 +40,4 @@ class StatisticsUpkeep:
                 log.exception("planner statistics not refreshed")
                 continue
             if tables:
-                self.refreshed += tables
                 log.info("planner statistics refreshed: %s", ", ".join(tables))

@@ -10,6 +10,8 @@ import re
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from conduit_core.errors import ConduitError
 from conduit_core.validation import (
@@ -22,6 +24,7 @@ from conduit_core.validation import (
     TooLargeError,
     WorkIdStr,
     check_depth,
+    check_json_depth,
     check_name,
     check_size,
     check_text,
@@ -131,6 +134,43 @@ def test_depth_is_checked_iteratively_at_the_documented_limit_of_64() -> None:
         check_depth(very)
 
 
+#: JSON values whose strings are full of brackets, quotes and backslashes, nested a few deep
+#: or, wrapped below, around the limit.
+_TRICKY_TEXT = st.text(alphabet='[]{}"\\ax\u00e9\n', max_size=12)
+_JSON_VALUES = st.recursive(
+    st.none() | st.integers() | _TRICKY_TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TRICKY_TEXT, inner, max_size=3),
+    max_leaves=12,
+)
+
+
+def _verdict(check: object, value: object) -> bool:
+    try:
+        check(value)  # type: ignore[operator]
+    except TooDeepError:
+        return False
+    return True
+
+
+@given(_JSON_VALUES, st.integers(min_value=0, max_value=70))
+def test_the_depth_read_from_json_text_is_the_depth_of_what_it_decodes_to(
+    value: object, wraps: int
+) -> None:
+    for _ in range(wraps):
+        value = [value] if wraps % 2 else {"k[": value}
+    raw = msgspec.json.encode(value)
+    assert _verdict(check_json_depth, raw) == _verdict(check_depth, msgspec.json.decode(raw))
+
+
+def test_json_text_depth_counts_only_brackets_outside_strings() -> None:
+    deep = b"[" * 64 + b"]" * 64
+    check_json_depth(deep)  # 64 levels: allowed
+    with pytest.raises(TooDeepError) as info:
+        check_json_depth(b"{\"a\":" + deep + b"}", "$.input")
+    assert info.value.field == "$.input"
+    check_json_depth(b'["' + b"[" * 200 + b'\\\"{{", {"a": "]]]"}]')  # brackets in strings
+
+
 def test_decode_bounded_turns_recursion_into_too_deep_and_checks_size() -> None:
     for depth in (65, 500, 5000):
         raw = b"[" * depth + b"]" * depth
@@ -142,6 +182,10 @@ def test_decode_bounded_turns_recursion_into_too_deep_and_checks_size() -> None:
     assert info.value.code == "too_large"
     with pytest.raises(msgspec.DecodeError):  # the decoder's own errors are the caller's to word
         decode_bounded(msgspec.json.decode, b"[", field="$")
+    for json_text in (False, True):  # the depth read from the decoded value or from the text
+        with pytest.raises(TooDeepError):
+            decode_bounded(msgspec.json.decode, b"[" * 65 + b"]" * 65, field="$", json_text=json_text)
+        assert decode_bounded(msgspec.json.decode, b"[" * 64 + b"]" * 64, field="$", json_text=json_text)
 
 
 def test_toml_dotted_keys_deeper_than_the_limit_are_refused_before_decoding() -> None:

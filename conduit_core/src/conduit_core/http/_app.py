@@ -50,7 +50,7 @@ from conduit_core.http._tokens import (
     principal_of,
     require,
 )
-from conduit_core.validation import MAX_DEPTH, TooDeepError, check_depth
+from conduit_core.validation import MAX_DEPTH, TooDeepError, check_json_depth
 
 __all__ = [
     "PAGE_LIMIT",
@@ -246,8 +246,9 @@ def _error(message: str, code: str, status: int) -> Response:
 
 def decode_body(decoder: msgspec.json.Decoder[Any], raw: bytes) -> Any:
     """A request body as its Struct (empty = ``{}``), or a coded 400 naming the field."""
+    raw = raw.strip() or b"{}"
     try:
-        value = decoder.decode(raw.strip() or b"{}")
+        value = decoder.decode(raw)
     except msgspec.ValidationError as exc:
         raise ConduitError(f"invalid request body: {exc}", code="invalid_body") from exc
     except msgspec.DecodeError as exc:
@@ -256,8 +257,8 @@ def decode_body(decoder: msgspec.json.Decoder[Any], raw: bytes) -> Any:
         # msgspec's decoder gives up at the interpreter's recursion limit (~1,000 levels).
         raise TooDeepError("$", f"nested deeper than {MAX_DEPTH} levels") from None
     # Shallower than that still can be too deep to store and read back (the store decodes on a
-    # deeper stack): the one depth limit of every document applies.
-    check_depth(value, "$", MAX_DEPTH)
+    # deeper stack): the one depth limit of every document applies, read from the text.
+    check_json_depth(raw, "$", MAX_DEPTH)
     return value
 
 

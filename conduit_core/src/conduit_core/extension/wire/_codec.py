@@ -95,7 +95,9 @@ def decode_executor_message(body: bytes) -> ExecutorMessage:
 
 def _decode(decode: Any, body: bytes, *, digit_ids: bool) -> Any:
     try:
-        return decode_bounded(decode, body, field="message", max_bytes=MAX_FRAME_BYTES)
+        return decode_bounded(
+            decode, body, field="message", max_bytes=MAX_FRAME_BYTES, json_text=True
+        )
     except InvalidValueError as exc:
         raise WireProtocolError("wire_malformed", exc.message) from exc
     except msgspec.ValidationError as exc:

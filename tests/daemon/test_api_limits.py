@@ -231,6 +231,8 @@ def test_text_log_lines_cannot_be_forged() -> None:
     logger.propagate = False
     try:
         logger.warning("attempt ended work=%s", "w1\n2026-01-01 ERROR conduit: forged\r\x1b[2J")
+        logger.warning("work=%s", "caf\u00e9 \u00e0 \u00fc")  # printable: kept as it is
+        logger.warning("work=%s", "a\x85b\x7f")
         try:
             raise RuntimeError("boom")
         except RuntimeError:
@@ -241,18 +243,24 @@ def test_text_log_lines_cannot_be_forged() -> None:
         "WARNING conduit.test-forgery: attempt ended work="
         "w1\\n2026-01-01 ERROR conduit: forged\\r\\x1b[2J"
     )
-    first, *trace = records[1].split("\n")
+    assert records[1] == "WARNING conduit.test-forgery: work=caf\u00e9 \u00e0 \u00fc"
+    assert records[2] == "WARNING conduit.test-forgery: work=a\\u0085b\\x7f"
+    first, *trace = records[3].split("\n")
     assert first == "ERROR conduit.test-forgery: failed work=a\\u2028b"
     assert trace[0] == "Traceback (most recent call last):"  # a traceback keeps its lines
     # The daemon's text format is this formatter.
     root = logging.getLogger()
     saved = (list(root.handlers), root.level)
+    record_fields = ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing")
+    saved_fields = {name: getattr(logging, name) for name in record_fields}
     try:
         configure_logging("text")
         assert isinstance(root.handlers[0].formatter, TextFormatter)
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
+        for name, value in saved_fields.items():
+            setattr(logging, name, value)
     # The negative control: the stdlib formatter would have let the forged line through.
     plain = logging.Formatter("%(message)s").format(
         logging.makeLogRecord({"msg": "x=%s", "args": ("a\nb",)})

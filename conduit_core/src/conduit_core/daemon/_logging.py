@@ -51,7 +51,10 @@ class TextFormatter(logging.Formatter):
     traceback, appended after the message, keeps its lines."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        return super().formatMessage(record).translate(_CONTROL)
+        line = super().formatMessage(record)
+        # Every character ``_CONTROL`` maps is unprintable: a printable line (nearly every
+        # line) needs no translation, and the check costs a tenth of one.
+        return line if line.isprintable() else line.translate(_CONTROL)
 
 
 def configure_logging(fmt: LogFormat = "text", level: str = "INFO") -> None:
@@ -65,6 +68,12 @@ def configure_logging(fmt: LogFormat = "text", level: str = "INFO") -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    # Neither format shows where a call was made, nor its thread or process: the records need
+    # not find them (the stdlib's own advice for speed; ~4 µs of each line, two per attempt).
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     # One line per event of ours; uvicorn's access log would add one per request.
     logging.getLogger("uvicorn.access").disabled = True
     # psycopg's pool logs every failed reconnection attempt; the host logs a store outage once

@@ -115,6 +115,12 @@ class Verdict:
     violations: list[str] = field(default_factory=list)
 
 
+def launches_proved(kills_mid_launch: int, recovered: int, relaunched: int) -> bool:
+    """What kills must prove about launches: one landed mid-launch, and some segment was
+    recovered and some relaunched (the verdict asks it; targeted kills go on until it holds)."""
+    return bool(kills_mid_launch and recovered and relaunched)
+
+
 def check(
     items: list[str],
     records: dict[str, ItemRecord],
@@ -173,7 +179,7 @@ def check(
                 overlaps += 1
                 violations.append(f"{item}: two runs at once")
     violations.extend(f"left behind: {o}" for o in orphans)
-    if kills and not (kills_mid_launch and recovered and relaunched):
+    if kills and not launches_proved(kills_mid_launch, recovered, relaunched):
         violations.append(
             f"{kills} kills proved too little: {kills_mid_launch} landed mid-launch, "
             f"{recovered} segments recovered, {relaunched} relaunched (each must be > 0)"
@@ -414,8 +420,11 @@ class Drill:
 
     async def proved(self) -> bool:
         attempts = [a for r in (await self.records()).values() for a in r.attempts]
-        recovered = any(a.recovered_segments for a in attempts)
-        return bool(self.mid_launch) and recovered and any(a.relaunched_segments for a in attempts)
+        return launches_proved(
+            len(self.mid_launch),
+            sum(a.recovered_segments for a in attempts),
+            sum(a.relaunched_segments for a in attempts),
+        )
 
     async def until_mid_launch(self, store: Store, victim: Daemon) -> None:
         """Until the store shows one of ``victim``'s attempts mid-launch (or a deadline)."""

@@ -35,6 +35,8 @@ from conduit_core.storage import Claim, Store, open_store
 
 #: ``?synchronous=normal`` with --sqlite-normal (fewer disk syncs; not durable on power loss).
 SQLITE_OPTIONS = ""
+#: Each job's sleep (``--job-ms``): the echo binding's ``sleep_ms``.
+JOB_MS = 0.0
 PG_ADMIN = os.environ.get(
     "CONDUIT_BENCH_PG_URL", "postgresql://root@/postgres?host=/var/run/postgresql"
 )
@@ -130,6 +132,7 @@ job_concurrency = {concurrency}
 
 [bindings.noop]
 executor = "echo"
+config = {{ sleep_ms = {sleep_ms} }}
 """
 
 
@@ -142,7 +145,7 @@ async def bench_embedded(url: str, n: int, concurrency: int) -> dict[str, object
         await enqueue(store, n, SystemClock().now_ms())
     with tempfile.TemporaryDirectory(prefix="conduit-bench-") as data:
         config = parse_config(
-            CONFIG.format(store=url, data=data, concurrency=max(concurrency, 1)),
+            CONFIG.format(store=url, data=data, concurrency=max(concurrency, 1), sleep_ms=JOB_MS),
             source=str(Path(data) / "conduit.toml"),
         )
         plugins = Plugins.load(disabled=())  # loaded before the clock starts
@@ -230,8 +233,15 @@ def main() -> None:
     parser.add_argument(
         "--sqlite-normal", action="store_true", help="open SQLite with synchronous=normal"
     )
+    parser.add_argument(
+        "--job-ms", type=float, default=0.0,
+        help="each job sleeps this long (the echo binding's sleep_ms), as bench_daemon's jobs do",
+    )  # fmt: skip
     args = parser.parse_args()
-    global SQLITE_OPTIONS
+    if args.bare and args.job_ms:
+        parser.error("--job-ms is for the embedded scheduler (its binding config), not --bare")
+    global SQLITE_OPTIONS, JOB_MS
+    JOB_MS = args.job_ms
     SQLITE_OPTIONS = "?synchronous=normal" if args.sqlite_normal else ""
     for concurrency in args.concurrency:
         url, keep = fresh_url(args.store)

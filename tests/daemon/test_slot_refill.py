@@ -1,10 +1,12 @@
-"""An attempt that completes frees its slot for a claim, not for a whole host-loop pass.
+"""An attempt that completes frees its slot for a claim, not for a whole host-loop pass; a
+plain submit is claimed for the same way.
 
 A pass reads timers, expired leases, stops and controls and settles budgets: five reads and a
-write the completed attempt leaves nothing for. Here the rescan is 30 s, so every pass that runs
-was woken: a backlog of 300 echo jobs on 4 slots drains with the passes the submits wake, where
-every attempt's end used to wake one. An attempt that fails still wakes a pass: its retry timer
-is fired by one, long before the rescan.
+write that neither a completed attempt nor a new Work leaves anything for. Here the rescan is
+30 s, so every pass that runs was woken: a backlog of 300 echo jobs on 4 slots drains with no
+more passes than a few, where every attempt's end used to wake one, and submits (one at a time
+or in a batch) wake none. An attempt that fails still wakes a pass: its retry timer is fired by
+one, long before the rescan; so does a debounced submit (its start is a timer).
 """
 
 from __future__ import annotations
@@ -57,8 +59,51 @@ async def test_completed_attempts_refill_their_slots_without_passes(tmp_path: Pa
                 outcome = await scheduler.wait(f"q-{i}", timeout=60)
                 assert outcome.status == "completed"
         passes = scheduler.host.passes - passes_before
-    # The submit's wake, and a pass a slot-refilling claim's wake may add: never one per job.
+    # A pass a slot-refilling claim's wake may add: never one per job.
     assert passes <= JOBS // 20, f"{passes} passes for {JOBS} completed attempts"
+
+
+@pytest.mark.anyio
+async def test_a_plain_submit_is_claimed_without_a_pass(tmp_path: Path) -> None:
+    async with embed.run(_config(tmp_path), rescan_s=30) as scheduler:
+        host = scheduler.host
+        assert host is not None
+        with anyio.fail_after(10):
+            # The start's own pass has begun (the next is 30 s away): a counter, polled.
+            while host.passes < 1:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        passes_before = host.passes
+        ids = []
+        for i in range(10):
+            ids.append((await scheduler.submit("quick", id=f"one-{i}")).work.id)
+        batch = await scheduler.submit_many(
+            [SubmitItem(binding="quick", id=f"many-{i}") for i in range(10)]
+        )
+        assert batch.created == 10
+        ids += [item.id for item in batch.items if item.id is not None]
+        for work_id in ids:
+            outcome = await scheduler.wait(work_id, timeout=20)
+            assert outcome.status == "completed"
+        # Each submit was claimed for at once (the jobs started long before the rescan), and
+        # not one woke a pass.
+        assert host.passes == passes_before, f"{host.passes - passes_before} passes"
+
+
+@pytest.mark.anyio
+async def test_a_debounced_submit_still_wakes_a_pass_for_its_timer(tmp_path: Path) -> None:
+    config = tmp_path / "conduit.toml"
+    config.write_text(
+        CONFIG.format(root=tmp_path)
+        + '\n[bindings.debounced]\nexecutor = "echo"\n'
+        + 'debounce = { key = "k", quiet = "300ms", max_wait = "5s" }\n'
+    )
+    async with embed.run(config, rescan_s=30) as scheduler:
+        started = time.monotonic()
+        detail = await scheduler.submit("debounced", id="d-1")
+        outcome = await scheduler.wait(detail.work.id, timeout=20)
+        assert outcome.status == "completed"
+        # Its start was a 0.3 s timer: fired by the pass the submit woke, not the 30 s rescan.
+        assert time.monotonic() - started < 15
 
 
 @pytest.mark.anyio

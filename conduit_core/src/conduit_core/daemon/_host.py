@@ -97,6 +97,17 @@ class HostLoop:
         if self._on_wake is not None:
             self._on_wake()
 
+    def work_ready(self) -> None:
+        """Work was created ready to start, or an attempt completed and freed its slot: claim
+        now, without a whole pass (one would read timers, expiries, stops and controls that
+        neither changed); other daemons sharing the store are told, as by :meth:`wake`."""
+        if self._on_wake is not None:
+            self._on_wake()  # other daemons may have the free slot (capacity is shared)
+        if self._claiming_off_pass:
+            self._claim_again = True  # the claim under way may have read before this
+            return
+        self._claim_off_pass()
+
     def run_resumed(self, claims: list[Claim]) -> None:
         for claim in claims:
             self._spawn(claim, "resume")
@@ -273,17 +284,6 @@ class HostLoop:
             return  # the claim under way takes every slot its batch frees
         self._claim_off_pass()
 
-    def _slot_freed(self) -> None:
-        """An attempt completed (its exclusion confirmed, nothing left to stop or time): claim
-        for its slot, without a whole pass. Its settlement's claim has usually taken the slot
-        already; a pass would read timers, expiries, stops and controls for nothing."""
-        if self._on_wake is not None:
-            self._on_wake()  # other daemons may wait for this slot (capacity is shared)
-        if self._claiming_off_pass:
-            self._claim_again = True  # the claim under way may have read before this freed
-            return
-        self._claim_off_pass()
-
     def _claim_off_pass(self) -> None:
         if self.stopping or self.draining or self.outage.down or self._tasks is None:
             return
@@ -421,7 +421,9 @@ class HostLoop:
                 self._idle.set()
             if not self.stopping:
                 if completed and not self.draining and not running.scope.cancelled_caught:
-                    self._slot_freed()  # claim for the slot (here and on other daemons)
+                    # Claim for the slot (here and on other daemons). Its settlement's claim
+                    # has usually taken it already; nothing is left to stop or time.
+                    self.work_ready()
                 else:
                     self.wake()  # a pass: a stop, a retry timer or a drain's end may follow
                 for listener in self._attempt_listeners:

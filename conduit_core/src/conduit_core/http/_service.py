@@ -1,7 +1,8 @@
 """What the API does, independent of HTTP: the daemon serves it, the CLI calls it directly when
 no daemon runs (``work list``/``show`` on the store).
 
-Every write is followed by ``host.wake()`` so the host loop's next pass starts at once.
+Every write is followed by ``host.wake()`` so the host loop's next pass starts at once; a
+plain submit by ``host.work_ready()``, a claim for the new Work without a whole pass.
 """
 
 from __future__ import annotations
@@ -92,6 +93,10 @@ class HostHooks(Protocol):
     def wake(self) -> None:
         """A write happened: run a pass now (and tell other daemons sharing the store)."""
 
+    def work_ready(self) -> None:
+        """Work was created ready to start: claim for it now (and tell other daemons), without
+        a whole pass (a submit changes no timer, expiry, stop or control a pass looks at)."""
+
     def run_resumed(self, claims: list[Claim]) -> None:
         """Run attempts an input woke, each in its own task."""
 
@@ -119,6 +124,9 @@ class NoHost:
     pending_resumed: list[Claim] = field(default_factory=list)
 
     def wake(self) -> None:
+        return None
+
+    def work_ready(self) -> None:
         return None
 
     def run_resumed(self, claims: list[Claim]) -> None:
@@ -393,8 +401,16 @@ class ApiService:
                 log.info("work deduplicated work=%s key=%s", work.id, key.key)
                 return msgspec.structs.replace(await self.show(work.id), deduplicated=True)
         log.info("work submitted work=%s binding=%s scope=%s", work.id, work.binding, work.scope)
-        self.host.wake()
+        self._created(keyed=key is not None)
         return await self.show(work.id)
+
+    def _created(self, *, keyed: bool) -> None:
+        """Tell the host loop Work was created: a claim for it, or a whole pass after a keyed
+        submit (a debounce sets a timer the pass must see to sleep no longer than it)."""
+        if keyed:
+            self.host.wake()
+        else:
+            self.host.work_ready()
 
     async def submit_batch(
         self, req: BatchSubmitRequest, *, actor: str | None = None
@@ -412,11 +428,13 @@ class ApiService:
         now = self._now()
         outcomes: list[BatchItemResult | None] = []
         valid: list[tuple[Work, Event | None]] = []
+        keyed = False
         for index, item in enumerate(req.items):
             try:
                 work, first = self._new_work(item, now, actor)
                 key = submit_key_for(item, self.config.bindings[item.binding])
                 if key is not None:
+                    keyed = True
                     # Keyed items decide on their key's row, one by one (docs/dedup.md).
                     held, deduplicated = await self.scheduler.submit_keyed(work, key, first)
                     outcomes.append(BatchItemResult(
@@ -446,7 +464,7 @@ class ApiService:
         log.info("work submitted in bulk: %d created, %d deduplicated, %d refused",
                  made, joined, refused)  # fmt: skip
         if made:
-            self.host.wake()
+            self._created(keyed=keyed)
         return BatchSubmitResult(items=results, created=made, refused=refused, deduplicated=joined)
 
     def _new_work(

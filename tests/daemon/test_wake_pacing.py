@@ -66,3 +66,37 @@ async def test_a_burst_of_wake_requests_sends_paced_notifies_and_announces_the_l
     sent = len(heard.times)
     assert sent <= most, f"{sent} NOTIFYs for {ASKS} requests over {spell:.3f} s"
     assert sent >= 2
+
+
+async def test_a_ready_only_write_makes_other_daemons_claim_and_any_other_makes_them_pass(
+    postgres_url: str,
+) -> None:
+    """A submit or a freed slot only needs other daemons to claim: its NOTIFY says ``ready``
+    and their channel calls ``on_ready`` (the host's claim) instead of waking a whole pass. A
+    write of another kind in the same interval makes the NOTIFY a plain one: a pass."""
+    claims = 0
+    claimed = anyio.Event()
+
+    def on_ready() -> None:
+        nonlocal claims
+        claims += 1
+        claimed.set()
+
+    listener_waker = Waker()
+    sender = PgWakeChannel(postgres_url, Waker(), owner="daemon-a")
+    listener = PgWakeChannel(postgres_url, listener_waker, owner="daemon-b", on_ready=on_ready)
+    async with anyio.create_task_group() as tg:
+        await tg.start(sender.run)
+        await tg.start(listener.run)
+        assert await listener_waker.wait(0)  # its own "listening again: rescan" poke, taken
+        sender.notify_ready()
+        with anyio.fail_after(10):
+            await claimed.wait()
+        # That NOTIFY was heard (a claim) and it woke no pass.
+        assert claims == 1
+        assert not await listener_waker.wait(0)
+        sender.notify_ready()
+        sender.notify()  # in the same interval: one NOTIFY, and it needs a pass
+        assert await listener_waker.wait(10)
+        tg.cancel_scope.cancel()
+    assert claims == 1

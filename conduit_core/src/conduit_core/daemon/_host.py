@@ -56,6 +56,7 @@ class HostLoop:
         recover_batch: int = 1000,
         waker: Waker | None = None,
         on_wake: Callable[[], None] | None = None,
+        on_ready: Callable[[], None] | None = None,
         outage: StoreOutage | None = None,
     ) -> None:
         self.scheduler = scheduler
@@ -68,7 +69,10 @@ class HostLoop:
         self.draining = False
         self.passes = 0
         self.running: dict[str, _Running] = {}
+        #: Tell other daemons of a write: one that needs their pass, one that made Work ready
+        #: or freed a slot (``on_ready``; ``on_wake`` without it).
         self._on_wake = on_wake
+        self._on_ready = on_ready or on_wake
         self._steps: list[tuple[str, PassStep]] = []
         self._attempt_listeners: list[Callable[[Claim], None]] = []
         #: Runs the attempts and the claims settlements trigger (tasks reused, see TaskPool).
@@ -100,9 +104,13 @@ class HostLoop:
     def work_ready(self) -> None:
         """Work was created ready to start, or an attempt completed and freed its slot: claim
         now, without a whole pass (one would read timers, expiries, stops and controls that
-        neither changed); other daemons sharing the store are told, as by :meth:`wake`."""
-        if self._on_wake is not None:
-            self._on_wake()  # other daemons may have the free slot (capacity is shared)
+        neither changed); other daemons sharing the store are told, to claim as well."""
+        if self._on_ready is not None:
+            self._on_ready()  # other daemons may have the free slot (capacity is shared)
+        self.claim_soon()
+
+    def claim_soon(self) -> None:
+        """Claim now, without a whole pass (another daemon made Work ready or freed a slot)."""
         if self._claiming_off_pass:
             self._claim_again = True  # the claim under way may have read before this
             return

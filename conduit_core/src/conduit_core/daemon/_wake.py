@@ -12,12 +12,16 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
-__all__ = ["WAKE_CHANNEL", "PgWakeChannel", "Waker", "notify_sync"]
+__all__ = ["READY_KIND", "WAKE_CHANNEL", "PgWakeChannel", "Waker", "notify_sync"]
 
 log = logging.getLogger("conduit.daemon")
 
 #: The PostgreSQL channel every daemon listens on.
 WAKE_CHANNEL = "conduit_wake"
+#: Appended to a NOTIFY's payload (after the sender's owner and a space) when every write it
+#: announces only made Work ready or freed a slot: a listener then claims, without a whole
+#: pass. A payload without it (a daemon's other writes, the CLI's, an older daemon's) wakes one.
+READY_KIND = "ready"
 _MAX_BACKOFF_S = 10.0
 #: The least time between two NOTIFYs of one daemon. The first write after a quiet spell is
 #: announced at once; those made within this time after are announced together, by one NOTIFY
@@ -48,20 +52,49 @@ class Waker:
 
 
 class PgWakeChannel:
-    """LISTEN on ``conduit_wake`` (poking the local waker) and NOTIFY after local writes."""
+    """LISTEN on ``conduit_wake`` (poking the local waker, or calling ``on_ready`` for another
+    daemon's ready-only writes) and NOTIFY after local writes."""
 
-    def __init__(self, url: str, waker: Waker, *, owner: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        waker: Waker,
+        *,
+        owner: str,
+        on_ready: Callable[[], None] | None = None,
+    ) -> None:
         self._url = url
         self._waker = waker
         self._owner = owner
+        #: Called for another daemon's ``ready`` NOTIFY (without it, the waker is poked).
+        self.on_ready = on_ready
         self._send_needed = anyio.Event()
+        #: Whether a write since the last NOTIFY needs the listeners' whole pass.
+        self._pass_needed = False
         self.listening = False
         self._lost = False
 
     def notify(self) -> None:
         """Ask the sender task to NOTIFY (coalesced: at most one per ``NOTIFY_INTERVAL_S``,
         none lost: a request made while the sender waits out the interval is sent at its end)."""
+        self._pass_needed = True
         self._send_needed.set()
+
+    def notify_ready(self) -> None:
+        """As :meth:`notify`, for a write that only made Work ready or freed a slot: unless
+        another write of the same interval needs more, the listeners only claim."""
+        self._send_needed.set()
+
+    def _heard(self, payload: str) -> None:
+        if payload == self._owner:
+            return
+        sender, _, kind = payload.rpartition(" ")
+        if sender == self._owner:
+            return
+        if kind == READY_KIND and self.on_ready is not None:
+            self.on_ready()
+        else:
+            self._waker.poke()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         started = False
@@ -105,8 +138,7 @@ class PgWakeChannel:
             self._waker.poke()
             ready()
             async for note in conn.notifies():
-                if note.payload != self._owner:
-                    self._waker.poke()
+                self._heard(note.payload)
 
     async def _sender(self) -> None:
         import psycopg
@@ -116,12 +148,14 @@ class PgWakeChannel:
             while True:
                 await self._send_needed.wait()
                 self._send_needed = anyio.Event()
+                payload = self._owner if self._pass_needed else f"{self._owner} {READY_KIND}"
+                self._pass_needed = False
                 try:
                     if conn is None or conn.closed:
                         conn = await psycopg.AsyncConnection.connect(
                             self._url, autocommit=True, connect_timeout=5
                         )
-                    await conn.execute("SELECT pg_notify(%s, %s)", (WAKE_CHANNEL, self._owner))
+                    await conn.execute("SELECT pg_notify(%s, %s)", (WAKE_CHANNEL, payload))
                 except Exception as exc:
                     # A lost store is reported by the host; the rescan covers the missed wake.
                     log.debug("wake notify failed (%s)", type(exc).__name__)

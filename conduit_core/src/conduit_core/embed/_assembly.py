@@ -181,7 +181,10 @@ class Assembly:
         host = HostLoop(
             scheduler, rescan_s=self.rescan_s, waker=waker,
             on_wake=channel.notify if channel is not None else None,
+            on_ready=channel.notify_ready if channel is not None else None,
         )  # fmt: skip
+        if channel is not None:
+            channel.on_ready = host.claim_soon
         host.add_attempt_listener(self._attempt_ended)
         self.host = host
         registry = DaemonRegistry(host)

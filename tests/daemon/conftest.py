@@ -160,10 +160,13 @@ class Daemon:
         """SIGSTOP the daemon outside any write transaction: on SQLite a process paused inside
         one keeps the file's write lock, and no other daemon could write until it resumes
         (PostgreSQL ends such a session after ``idle_in_transaction_session_timeout``). Resumed
-        and paused again until the file takes a write."""
+        and paused again until the file takes a write. The probe runs once the process is
+        stopped (its state ``T``), not as soon as the signal is sent: a loaded machine may let
+        it run on for a moment, into a write transaction it would then keep."""
         deadline = time.monotonic() + 30
         while True:
             self.signal(signal.SIGSTOP)
+            wait_for(f"daemon {self.name} to be stopped", self._stopped, timeout=10)
             if "://" in self.store:
                 return
             try:
@@ -178,6 +181,11 @@ class Daemon:
                 assert time.monotonic() < deadline, "the paused daemon always held the write lock"
                 self.signal(signal.SIGCONT)
                 time.sleep(0.05)
+
+    def _stopped(self) -> bool:
+        assert self.proc is not None
+        stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2] in "tT"
 
     def wait_exit(self, timeout: float = 20) -> int:
         assert self.proc is not None

@@ -1,5 +1,5 @@
 """An attempt that completes frees its slot for a claim, not for a whole host-loop pass; a
-plain submit is claimed for the same way.
+submit is claimed for the same way (with a dedup key or without).
 
 A pass reads timers, expired leases, stops and controls and settles budgets: five reads and a
 write that neither a completed attempt nor a new Work leaves anything for. Here the rescan is
@@ -64,7 +64,7 @@ async def test_completed_attempts_refill_their_slots_without_passes(tmp_path: Pa
 
 
 @pytest.mark.anyio
-async def test_a_plain_submit_is_claimed_without_a_pass(tmp_path: Path) -> None:
+async def test_a_submit_is_claimed_without_a_pass(tmp_path: Path) -> None:
     async with embed.run(_config(tmp_path), rescan_s=30) as scheduler:
         host = scheduler.host
         assert host is not None
@@ -78,8 +78,9 @@ async def test_a_plain_submit_is_claimed_without_a_pass(tmp_path: Path) -> None:
             ids.append((await scheduler.submit("quick", id=f"one-{i}")).work.id)
         batch = await scheduler.submit_many(
             [SubmitItem(binding="quick", id=f"many-{i}") for i in range(10)]
+            + [SubmitItem(binding="quick", id=f"keyed-{i}", dedup_key=f"k{i}") for i in range(5)]
         )
-        assert batch.created == 10
+        assert batch.created == 15
         ids += [item.id for item in batch.items if item.id is not None]
         for work_id in ids:
             outcome = await scheduler.wait(work_id, timeout=20)

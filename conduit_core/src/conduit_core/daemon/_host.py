@@ -110,7 +110,13 @@ class HostLoop:
         self.claim_soon()
 
     def claim_soon(self) -> None:
-        """Claim now, without a whole pass (another daemon made Work ready or freed a slot)."""
+        """Claim now, without a whole pass (another daemon made Work ready or freed a slot).
+        While the store is down a pass is woken instead: passes are what find it back (and
+        release the leases the outage interrupted), and a write that went through says it may
+        be."""
+        if self.outage.down:
+            self.waker.poke()
+            return
         if self._claiming_off_pass:
             self._claim_again = True  # the claim under way may have read before this
             return

@@ -2,7 +2,7 @@
 no daemon runs (``work list``/``show`` on the store).
 
 Every write is followed by ``host.wake()`` so the host loop's next pass starts at once; a
-plain submit by ``host.work_ready()``, a claim for the new Work without a whole pass.
+submit without a debounce by ``host.work_ready()``, a claim for the new Work without a pass.
 """
 
 from __future__ import annotations
@@ -401,13 +401,13 @@ class ApiService:
                 log.info("work deduplicated work=%s key=%s", work.id, key.key)
                 return msgspec.structs.replace(await self.show(work.id), deduplicated=True)
         log.info("work submitted work=%s binding=%s scope=%s", work.id, work.binding, work.scope)
-        self._created(keyed=key is not None)
+        self._created(debounced=key is not None and key.debounced)
         return await self.show(work.id)
 
-    def _created(self, *, keyed: bool) -> None:
-        """Tell the host loop Work was created: a claim for it, or a whole pass after a keyed
-        submit (a debounce sets a timer the pass must see to sleep no longer than it)."""
-        if keyed:
+    def _created(self, *, debounced: bool) -> None:
+        """Tell the host loop Work was created: a claim for it, or a whole pass after a
+        debounced submit (its start is a timer the pass must see to sleep no longer than it)."""
+        if debounced:
             self.host.wake()
         else:
             self.host.work_ready()
@@ -428,13 +428,13 @@ class ApiService:
         now = self._now()
         outcomes: list[BatchItemResult | None] = []
         valid: list[tuple[Work, Event | None]] = []
-        keyed = False
+        debounced = False
         for index, item in enumerate(req.items):
             try:
                 work, first = self._new_work(item, now, actor)
                 key = submit_key_for(item, self.config.bindings[item.binding])
                 if key is not None:
-                    keyed = True
+                    debounced = debounced or key.debounced
                     # Keyed items decide on their key's row, one by one (docs/dedup.md).
                     held, deduplicated = await self.scheduler.submit_keyed(work, key, first)
                     outcomes.append(BatchItemResult(
@@ -464,7 +464,7 @@ class ApiService:
         log.info("work submitted in bulk: %d created, %d deduplicated, %d refused",
                  made, joined, refused)  # fmt: skip
         if made:
-            self._created(keyed=keyed)
+            self._created(debounced=debounced)
         return BatchSubmitResult(items=results, created=made, refused=refused, deduplicated=joined)
 
     def _new_work(

@@ -22,6 +22,7 @@ WAKE_CHANNEL = "conduit_wake"
 #: announces only made Work ready or freed a slot: a listener then claims, without a whole
 #: pass. A payload without it (a daemon's other writes, the CLI's, an older daemon's) wakes one.
 READY_KIND = "ready"
+_READY_SUFFIX = f" {READY_KIND}"
 _MAX_BACKOFF_S = 10.0
 #: The least time between two NOTIFYs of one daemon. The first write after a quiet spell is
 #: announced at once; those made within this time after are announced together, by one NOTIFY
@@ -86,12 +87,10 @@ class PgWakeChannel:
         self._send_needed.set()
 
     def _heard(self, payload: str) -> None:
-        if payload == self._owner:
-            return
-        sender, _, kind = payload.rpartition(" ")
+        sender, ready = payload.removesuffix(_READY_SUFFIX), payload.endswith(_READY_SUFFIX)
         if sender == self._owner:
             return
-        if kind == READY_KIND and self.on_ready is not None:
+        if ready and self.on_ready is not None:
             self.on_ready()
         else:
             self._waker.poke()
@@ -148,7 +147,7 @@ class PgWakeChannel:
             while True:
                 await self._send_needed.wait()
                 self._send_needed = anyio.Event()
-                payload = self._owner if self._pass_needed else f"{self._owner} {READY_KIND}"
+                payload = self._owner if self._pass_needed else self._owner + _READY_SUFFIX
                 self._pass_needed = False
                 try:
                     if conn is None or conn.closed:

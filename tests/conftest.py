@@ -75,3 +75,14 @@ def anyio_backend() -> str:
 def _state_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Configs without ``data_dir`` keep their state in a per-test folder, not the user's home."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state-home")))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _switches_read_before_any_test() -> None:
+    """The test process's own switches are read once (``_switches._installed`` is cached per
+    process), now, with none set: a test that sets ``CONDUIT_TEST_UNSAFE`` for the processes it
+    spawns must not switch a protection off for every later test in its worker (run first in
+    a worker, the capacity race's negative control left the capacity check off there)."""
+    from conduit_core.extension._switches import active_switches
+
+    assert not active_switches().protections_off, "a protection is off in the test process"

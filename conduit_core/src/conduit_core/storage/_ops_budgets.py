@@ -53,10 +53,9 @@ from conduit_core.storage._ops_work import (
     claim_refusal,
     first_pending_inputs,
     ineligibility,
-    lock_ready_work_rows_later,
     lock_work_rows_later,
     read_inputs_and_slots,
-    sized_batch,
+    read_ready_later,
     work_rows,
 )
 from conduit_core.storage._sql import (
@@ -368,25 +367,25 @@ def admit_ready(
     """
     writes = ClaimWrites(cx)  # the claims' rows, written together at the end
     # Only as much of the queue as there are free slots for (see ``capacity_sized``).
-    sized = sized_batch(cx, capacity, limit, writes)
-    if sized is None:
+    read = read_ready_later(cx, capacity, limit, writes)
+    if read is None:
         return [], []
-    slots, only = sized
+    slots = read.slots
     staged = cx.later(_STAGED_USAGE_SQL)
-    ready = lock_ready_work_rows_later(cx, limit, only)
     # Ledgers are locked after the Work rows, as ``_admit_one``'s budget check does.
     _charge_staged(cx, policy, now_ms, staged())
-    locked = ready()  # oldest first
+    locked = read.rows()  # oldest first
     pinned = [(work_id, snapshot_for(row[0])) for work_id, row in locked.items()]
     # The input of the Work claimed now, and the first input the gates see of the rest.
     kept = [(w, snap) for w, snap in pinned if snap is not None]
-    read_inputs_and_slots(
-        writes,
-        [w for w, _ in kept],
-        slots,
-        [(snap.pool, locked[w][0].scope) for w, snap in kept],
-        [locked[w][0].concurrency_key for w, _ in kept],
-    )
+    if not read.inputs_read:
+        read_inputs_and_slots(
+            writes,
+            [w for w, _ in kept],
+            slots,
+            [(snap.pool, locked[w][0].scope) for w, snap in kept],
+            [locked[w][0].concurrency_key for w, _ in kept],
+        )
     firsts = {w: next(iter(writes.pending_inputs(w, 1)), None) for w, _ in pinned}
     asked = {w for w, snap in pinned if snap and needs_gates(locked[w][0], gates, snap, firsts[w])}
     outcomes: list[Claim | ClaimRefusal] = []

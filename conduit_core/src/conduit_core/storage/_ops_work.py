@@ -617,6 +617,10 @@ class ClaimWrites:
 
         return take_in
 
+    def prefetched(self, inputs: dict[str, list[Event]]) -> None:
+        """The pending input of every Work the batch may claim, read with their rows."""
+        self._pending = inputs
+
     def pending_inputs(self, work_id: str, limit: int | None) -> list[Event]:
         if self._pending is None or work_id not in self._pending:
             return pending_inputs(self._cx, work_id, limit)
@@ -838,11 +842,11 @@ _UNBLOCKED = (
 )
 
 
-def _ready_work_rows_sql(filters: str = "") -> str:
+def _ready_work_rows_sql(filters: str = "", limit: str = "?") -> str:
     return (
         _WORK_ROWS_SQL
         + f"WHERE w.claimable = 1 AND {_UNBLOCKED.replace('conduit_work.', 'w.')}{filters} "
-        "ORDER BY w.ready_since, w.id LIMIT ?"
+        f"ORDER BY w.ready_since, w.id LIMIT {limit}"
     )
 
 
@@ -933,13 +937,12 @@ def claim_ready(
     are free slots for (``capacity_sized``): every row read is decided in memory, from the
     flags read with it and the slots counted once (no statement per row, claimed or not)."""
     writes = ClaimWrites(cx)
-    sized = sized_batch(cx, capacity, limit, writes)
-    if sized is None:
+    read = read_ready_later(cx, capacity, limit, writes)
+    if read is None:
         return []
-    slots, only = sized
     requests: list[tuple[Work, ClaimRequest]] = []
     refusals: list[Claim | ClaimRefusal] = []
-    for work, held, blocked in lock_ready_work_rows_later(cx, limit, only)().values():
+    for work, held, blocked in read.rows().values():
         if not is_claimable(work):
             # A row whose column was written under an older rule (idle standing Work counted
             # as claimable): rewrite it, which recomputes the column, and pass it by.
@@ -950,12 +953,117 @@ def claim_ready(
                                          message=f"work {work.id!r} {what}"))  # fmt: skip
         elif (snapshot := snapshot_for(work)) is not None:
             requests.append((work, ClaimRequest(work_id=work.id, snapshot=snapshot)))
-    targets = [(r.snapshot.pool, w.scope) for w, r in requests]
-    keys = [w.concurrency_key for w, _ in requests]
-    read_inputs_and_slots(writes, [w.id for w, _ in requests], slots, targets, keys)
+    if not read.inputs_read:
+        targets = [(r.snapshot.pool, w.scope) for w, r in requests]
+        keys = [w.concurrency_key for w, _ in requests]
+        read_inputs_and_slots(writes, [w.id for w, _ in requests], read.slots, targets, keys)
     claims: list[Claim | ClaimRefusal] = [
-        claim_one(cx, w, r, owner, now_ms, lease_ms, slots, rows_checked=True, writes=writes)
+        claim_one(cx, w, r, owner, now_ms, lease_ms, read.slots, rows_checked=True, writes=writes)
         for w, r in requests
     ]
     writes.flush()
     return claims + refusals
+
+
+
+
+class ReadyRead(NamedTuple):
+    """A claim batch's read of the ready queue, sent: ``rows`` takes the locked rows in
+    (``lock_ready_work_rows_later``'s), ``slots`` the limits counted (``None``: no limits);
+    ``inputs_read``: their pending input and their limits' locks and counts came with them
+    (``read_inputs_and_slots`` has nothing left to do)."""
+
+    slots: Slots | None
+    rows: Callable[[], dict[str, tuple[Work, bool, bool]]]
+    inputs_read: bool
+
+
+def read_ready_later(
+    cx: Cx, capacity: CapacityLimits | None, limit: int, writes: ClaimWrites
+) -> ReadyRead | None:
+    """A claim batch's read of the ready queue: only as much of it as there are free slots for
+    (``sized_batch``), in one round trip where the limits are known before the queue is read
+    (``_read_at_once``); ``None`` when no slot is free (nothing read)."""
+    at_once = _read_at_once(cx, capacity, limit, writes)
+    if at_once is not None:
+        return at_once
+    sized = sized_batch(cx, capacity, limit, writes)
+    if sized is None:
+        return None
+    slots, only = sized
+    return ReadyRead(slots, lock_ready_work_rows_later(cx, limit, only), inputs_read=False)
+
+
+#: Each ready row's pending input, as a column (PostgreSQL: the events' documents, oldest
+#: first), for ``_read_at_once``.
+_INPUTS_COLUMN = (
+    ", ARRAY(SELECT e.data FROM conduit_event e WHERE e.work_id = w.id AND e.pending = 1 "
+    "AND e.seq > w.input_floor ORDER BY e.seq) FROM conduit_work w "
+)
+
+
+def _read_at_once(
+    cx: Cx, capacity: CapacityLimits | None, limit: int, writes: ClaimWrites
+) -> ReadyRead | None:
+    """A claim batch's reads sent together, where its limits are known before the queue is
+    read: PostgreSQL, every binding this claimer starts counting against one pool (or the
+    global limit), no scope limit, no concurrency key. The limit's counter row locked, its slot
+    holders counted, the oldest ready rows it has room for locked with their pending input: one
+    round trip, where ``sized_batch``, the rows and then their input and limits take three.
+    (``None`` elsewhere.)
+
+    The read is sized by the limit's free slots as the statement counts them (after the
+    lock, as the count is): the count taken in then keeps the oldest rows it has slots for (a
+    slot freed between the two statements may leave a row of the read locked, unclaimed)."""
+    if capacity is None or not cx.locks_rows or capacity.scope_limits:
+        return None
+    if capacity.concurrency_keys or unsafe("capacity_check") or unsafe("capacity_lock"):
+        return None
+    skip = capacity.skip_bindings
+    pools = [pool for binding, pool in capacity.binding_pools.items() if binding not in skip]
+    slots = Slots(cx, capacity, before_count=writes.flush)
+    if len({slots.pool_key(pool) for pool in pools}) != 1:
+        return None
+    counted = slots.prepare_later([(pools[0], "")])
+    filters = f" AND w.binding NOT IN ({', '.join('?' for _ in skip)})" if skip else ""
+    size, size_params = _free_slots_limit(capacity, slots.pool_key(pools[0]), limit)
+    sql = _ready_work_rows_sql(filters, size).replace("FROM conduit_work w ", _INPUTS_COLUMN, 1)
+    read = cx.later(sql + " FOR UPDATE OF w SKIP LOCKED", (*skip, *size_params))
+
+    def take_in() -> dict[str, tuple[Work, bool, bool]]:
+        counted()
+        only = capacity_sized(slots, limit)
+        free = 0 if only is None else only.parts[0].limit
+        found: dict[str, tuple[Work, bool, bool]] = {}
+        inputs: dict[str, list[Event]] = {}
+        for data, held, blocked, events in read()[:free]:
+            work = Codec.work.decode(data)
+            found[work.id] = (work, bool(held), bool(blocked))
+            inputs[work.id] = [Codec.event.decode(e) for e in events]
+        writes.prefetched(inputs)
+        return found
+
+    return ReadyRead(slots, take_in, inputs_read=True)
+
+
+def _free_slots_limit(
+    capacity: CapacityLimits, key: str | None, limit: int
+) -> tuple[str, tuple[object, ...]]:
+    """A ``LIMIT`` of ``limit`` rows or, when the pool ``key`` (``None``: the global limit) is
+    limited, as many as it has free slots, counted by the statement itself, and its
+    parameters. The global limit counts the attempts of every pool without a limit of its own
+    (``Slots.pool_key``)."""
+    cap = capacity.global_limit if key is None else capacity.pool_limits[key]
+    params: tuple[str, ...]
+    if cap is None:
+        return "?", (limit,)
+    if key is not None:
+        mine, params = "x.pool = ?", (key,)
+    elif capacity.pool_limits:
+        own = tuple(capacity.pool_limits)
+        mine = f"(x.pool IS NULL OR x.pool NOT IN ({', '.join('?' for _ in own)}))"
+        params = own
+    else:
+        mine, params = "TRUE", ()
+    holders = f"(SELECT COUNT(*) FROM conduit_execution x WHERE x.holds_slot = 1 AND {mine})"
+    return f"GREATEST(LEAST(?, ? - {holders}), 0)", (limit, cap, *params)

@@ -1017,8 +1017,8 @@ def _read_at_once(
     slot freed between the two statements may leave a row of the read locked, unclaimed)."""
     if capacity is None or not cx.locks_rows or capacity.scope_limits:
         return None
-    if capacity.concurrency_keys or unsafe("capacity_check") or unsafe("capacity_lock"):
-        return None
+    if capacity.concurrency_keys or unsafe("capacity_check"):
+        return None  # (the check off, a read sized by the free slots would still keep it)
     skip = capacity.skip_bindings
     pools = [pool for binding, pool in capacity.binding_pools.items() if binding not in skip]
     slots = Slots(cx, capacity, before_count=writes.flush)

@@ -48,19 +48,24 @@ _BARRIER_S = 120.0
 
 
 #: The limits a ``"ready"`` race can claim against (``race_limits``).
-LIMIT_KINDS = ("global", "pool", "scope")
+LIMIT_KINDS = ("global", "global-known", "pool", "scope")
 _POOL = "racepool"
 
 
 def race_limits(kind: str, limit: int) -> tuple[CapacityLimits, str | None]:
     """The capacity a race claims against and the pool its attempts take a slot of.
 
-    ``"global"``: the global limit (attempts of no pool); ``"pool"``: a named pool of the
-    binding's executor; ``"scope"``: a limit on the scope ``team``, which the racers' Work
-    reach as an ancestor (their scopes are ``team/a`` and ``team/b``, ``race_scope``).
+    ``"global"``: the global limit (attempts of no pool), the binding's pool not given (a claim
+    learns which limits apply from the Work it reads: three round trips); ``"global-known"``:
+    the same with the binding's pool given (none), as a daemon gives it (one round trip,
+    ``_ops_work._read_at_once``); ``"pool"``: a named pool of the binding's executor;
+    ``"scope"``: a limit on the scope ``team``, which the racers' Work reach as an ancestor
+    (their scopes are ``team/a`` and ``team/b``, ``race_scope``).
     """
     if kind == "global":
         return CapacityLimits(global_limit=limit), None
+    if kind == "global-known":
+        return CapacityLimits(global_limit=limit, binding_pools={"b": None}), None
     if kind == "pool":
         return CapacityLimits(pool_limits={_POOL: limit}, binding_pools={"b": _POOL}), _POOL
     if kind == "scope":

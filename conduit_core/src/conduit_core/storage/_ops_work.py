@@ -770,12 +770,16 @@ def lock_work_rows_later(
 
 # The Work with its hold flag and whether an attempt of it holds its slot: not only a live
 # attempt, one ended with its stop unconfirmed blocks it too (6a).
-_WORK_ROWS_SQL = (
-    "SELECT w.data, "
-    "EXISTS (SELECT 1 FROM conduit_hold h WHERE h.work_id = w.id), "
-    "EXISTS (SELECT 1 FROM conduit_execution e WHERE e.work_id = w.id AND e.holds_slot = 1) "
-    "FROM conduit_work w "
-)
+def _work_rows_select(columns: str = "") -> str:
+    return (
+        "SELECT w.data, "
+        "EXISTS (SELECT 1 FROM conduit_hold h WHERE h.work_id = w.id), "
+        "EXISTS (SELECT 1 FROM conduit_execution e WHERE e.work_id = w.id AND e.holds_slot = 1)"
+        f"{columns} FROM conduit_work w "
+    )
+
+
+_WORK_ROWS_SQL = _work_rows_select()
 
 
 def _work_rows_later(
@@ -842,9 +846,9 @@ _UNBLOCKED = (
 )
 
 
-def _ready_work_rows_sql(filters: str = "", limit: str = "?") -> str:
+def _ready_work_rows_sql(filters: str = "", limit: str = "?", columns: str = "") -> str:
     return (
-        _WORK_ROWS_SQL
+        _work_rows_select(columns)
         + f"WHERE w.claimable = 1 AND {_UNBLOCKED.replace('conduit_work.', 'w.')}{filters} "
         f"ORDER BY w.ready_since, w.id LIMIT {limit}"
     )
@@ -965,8 +969,6 @@ def claim_ready(
     return claims + refusals
 
 
-
-
 class ReadyRead(NamedTuple):
     """A claim batch's read of the ready queue, sent: ``rows`` takes the locked rows in
     (``lock_ready_work_rows_later``'s), ``slots`` the limits counted (``None``: no limits);
@@ -998,7 +1000,7 @@ def read_ready_later(
 #: first), for ``_read_at_once``.
 _INPUTS_COLUMN = (
     ", ARRAY(SELECT e.data FROM conduit_event e WHERE e.work_id = w.id AND e.pending = 1 "
-    "AND e.seq > w.input_floor ORDER BY e.seq) FROM conduit_work w "
+    "AND e.seq > w.input_floor ORDER BY e.seq)"
 )
 
 
@@ -1027,7 +1029,7 @@ def _read_at_once(
     counted = slots.prepare_later([(pools[0], "")])
     filters = f" AND w.binding NOT IN ({', '.join('?' for _ in skip)})" if skip else ""
     size, size_params = _free_slots_limit(capacity, slots.pool_key(pools[0]), limit)
-    sql = _ready_work_rows_sql(filters, size).replace("FROM conduit_work w ", _INPUTS_COLUMN, 1)
+    sql = _ready_work_rows_sql(filters, size, _INPUTS_COLUMN)
     read = cx.later(sql + " FOR UPDATE OF w SKIP LOCKED", (*skip, *size_params))
 
     def take_in() -> dict[str, tuple[Work, bool, bool]]:

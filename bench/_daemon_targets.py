@@ -100,8 +100,9 @@ def find_max_targets(
                 mine >= want * peer_max,
             )
         )
-        # conduit's p99 at the lowest rate it sustained at or above Procrastinate's highest:
-        # more load than Procrastinate had, so a lower p99 there meets the target.
+        # conduit's p99 at the lowest rate it sustained at or above Procrastinate's highest
+        # (bench_daemon runs it at exactly that rate, ``at_peer_rate``; a rate above it is
+        # more load than Procrastinate had, so a lower p99 there meets the target too).
         at_or_above = sorted(
             (
                 r

@@ -33,7 +33,8 @@ finished) and run twice (two starts of one id).
 
 Then issue 32's targets, each with what was measured and a verdict (a table on stderr, one JSON
 line each on stdout; ``_daemon_targets.py``): with ``--find-max``, the highest sustained rates'
-ratios, p99 at Procrastinate's highest rate and dead rows per job; with ``--mode backlog
+ratios, p99 at Procrastinate's highest rate (each conduit store is run once more at exactly
+that rate when its own steps missed it) and dead rows per job; with ``--mode backlog
 --find-max``, each system's backlog drain against its own highest sustained rate; with ``--mode
 kill`` or ``pg-down``, the time back at the offered rate after each fault, lost and run twice.
 """
@@ -618,6 +619,28 @@ def find_max(
     return summary, runs
 
 
+def at_peer_rate(
+    summaries: list[dict[str, Any]], runs: list[dict[str, Any]], args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Each conduit store once more at exactly Procrastinate's highest sustained rate, where its
+    find-max steps missed that rate: the p99 target compares the two at that load (a conduit
+    step above it, near conduit's own limit, measured more load than Procrastinate had)."""
+    peer = next((s for s in summaries if s["peer"] == "procrastinate"), None)
+    if peer is None or not peer["max_sustained_per_s"]:
+        return []
+    rate = peer["max_sustained_per_s"]
+    steady = argparse.Namespace(**{**vars(args), "mode": "steady"})
+    added = []
+    for name, factory in systems(args):
+        store = name.removeprefix("conduit-")
+        if name == store or any(r["peer"] == "conduit" and r["store"] == store
+                                and r["offered_per_s"] == rate for r in runs):  # fmt: skip
+            continue
+        print(f"{name} (at Procrastinate's highest rate, {rate}/s):", file=sys.stderr, flush=True)
+        added.append(run_one(factory, rate, steady))
+    return added
+
+
 def print_ratios(results: list[dict[str, Any]]) -> None:
     peer = {(r["round"], r["offered_per_s"]): r for r in results if r["peer"] == "procrastinate"}
     if not peer:
@@ -678,6 +701,7 @@ def main() -> None:
             summary, tried = find_max(factory, args)
             summaries.append(summary)
             runs += tried
+        runs += at_peer_rate(summaries, runs, args)
         if args.mode != "backlog":
             print_targets(find_max_targets(summaries, runs))
             return

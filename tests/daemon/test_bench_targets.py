@@ -165,3 +165,35 @@ def test_the_highest_sustained_rate_steps_by_quarters_then_halves_the_last_step(
     tried, sustains = capacity(5)
     assert t.highest_sustained(10, sustains, refine=2) is None  # never sustained down to 8
     assert tried == [10, 8]
+
+
+def test_each_conduit_store_is_run_at_procrastinates_highest_rate_where_its_steps_missed_it(
+    monkeypatch: Any,
+) -> None:
+    """The p99 target compares the systems at one load: a conduit store whose find-max steps
+    did not land on Procrastinate's highest sustained rate runs once more at exactly it."""
+    monkeypatch.syspath_prepend(str(TARGETS.parent))
+    spec = importlib.util.spec_from_file_location("bench_daemon", TARGETS.parent / "bench_daemon.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ran: list[tuple[str, float, str]] = []
+
+    def run_one(factory: Callable[[Path], Any], rate: float, args: Any) -> dict[str, Any]:
+        ran.append((factory(Path("/nowhere")), rate, args.mode))
+        return {"peer": "conduit", "offered_per_s": rate}
+
+    monkeypatch.setattr(module, "run_one", run_one)
+    monkeypatch.setattr(module, "ConduitSystem", lambda store, root, args: store)
+    args = module.argparse.Namespace(store=["sqlite", "postgres"], peer_python="py",
+                                     mode="backlog")  # fmt: skip
+    summaries = [_summary("procrastinate", "postgres", 338, 124.8)]
+    runs = [_run("conduit", "sqlite", 338, 20.0, None), _run("conduit", "postgres", 375, 9.0, 4.0)]
+    added = module.at_peer_rate(summaries, runs, args)
+    assert ran == [("postgres", 338, "steady")]  # SQLite had a step at 338 already
+    assert added == [{"peer": "conduit", "offered_per_s": 338}]
+    ran.clear()
+    nothing_sustained = [_summary("procrastinate", "postgres", None, None)]
+    assert module.at_peer_rate(nothing_sustained, runs, args) == []
+    assert ran == []  # Procrastinate sustained nothing: no rate to compare at

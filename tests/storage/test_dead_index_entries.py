@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from conduit_core.storage._ops_work import _READY_WORK_ROWS_SQL, SLOT_COUNT_SQL
+from conduit_core.storage._ops_work import SLOT_COUNT_SQL
 from conduit_core.storage._postgres import PostgresStore
+from conduit_core.storage._ready_reads import _READY_WORK_ROWS_SQL
 from conduit_core.storage._sql import Cx
 
 SETTLED = 2_000

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from conduit_core.storage import CapacityLimits
-from conduit_core.storage._ops_work import ReadySlice, Slots, capacity_sized
+from conduit_core.storage._ops_work import Slots
+from conduit_core.storage._ready_reads import ReadySlice, capacity_sized
 
 LIMITS = CapacityLimits(
     global_limit=8,

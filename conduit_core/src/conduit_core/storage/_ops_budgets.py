@@ -55,9 +55,9 @@ from conduit_core.storage._ops_work import (
     ineligibility,
     lock_work_rows_later,
     read_inputs_and_slots,
-    read_ready_later,
     work_rows,
 )
+from conduit_core.storage._ready_reads import read_ready_later
 from conduit_core.storage._sql import (
     EVENTS_READ,
     Cx,

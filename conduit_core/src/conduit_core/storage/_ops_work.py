@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 
@@ -28,7 +28,7 @@ from conduit_core.storage._contract import (
     ClaimRequest,
     WorkChange,
 )
-from conduit_core.storage._keys import READY_KEY_FILTER, KeyCounts, keys_checked
+from conduit_core.storage._keys import KeyCounts
 from conduit_core.storage._ops_dependencies import plan_dependencies
 from conduit_core.storage._sql import (
     EVENTS_READ,
@@ -45,12 +45,10 @@ from conduit_core.storage._sql import (
     first,
     first_segment,
     insert_work,
-    is_claimable,
     lease_params,
     load_work,
     lock_counter_rows,
     next_event_seq,
-    ready_rank,
     save_execution,
     save_work,
     save_work_params,
@@ -320,123 +318,6 @@ class Slots:
                     f"({self.by_scope[scope_name]} of {scope_limit} slots in use)",
                 )
         return None
-
-
-class ReadySlice(NamedTuple):
-    """One read of the ready queue: at most ``limit`` rows, of ``bindings`` only (``None``:
-    of any binding), of ``scopes_in`` only (empty: of any scope) and of none of ``scopes_out``."""
-
-    limit: int
-    bindings: tuple[str, ...] | None = None
-    scopes_in: tuple[str, ...] = ()
-    scopes_out: tuple[str, ...] = ()
-
-
-class ReadySlices(NamedTuple):
-    """The reads a claim makes of the ready queue (one per pool with a free slot), none of
-    them of ``skip_scopes`` (a limit of the scope or of an ancestor of it is full) nor of
-    ``skip_bindings`` (the claimer lacks a host label they require), and with ``keyed`` none
-    of Work whose concurrency key is at its limit (``READY_KEY_FILTER``)."""
-
-    parts: tuple[ReadySlice, ...]
-    skip_scopes: tuple[str, ...] = ()
-    skip_bindings: tuple[str, ...] = ()
-    keyed: bool = False
-
-
-def capacity_sized(slots: Slots, limit: int) -> ReadySlices | None:
-    """The ready Work worth reading for up to ``limit`` claims, from the slot holders
-    ``slots`` counted: for each pool with a free slot, as many of its bindings' oldest rows as
-    it has free slots; none of a full scope; ``None`` when no slot is free (nothing is read).
-
-    This keeps a backlog from costing a claim anything: Work that capacity would refuse is not
-    read, locked or refused row by row. When the count was taken without the limits' locks it
-    is an estimate; every claim is still checked against the locked count (``refusal``).
-    """
-    limits = slots.limits
-    keyed = limits.concurrency_keys and keys_checked()
-    if unsafe("capacity_check"):
-        # A race detector's negative control (_unsafe): capacity only, labels still hold.
-        return ReadySlices((ReadySlice(limit),), skip_bindings=limits.skip_bindings, keyed=keyed)
-
-    def free_in(key: str | None) -> int:
-        cap = limits.global_limit if key is None else limits.pool_limits[key]
-        return limit if cap is None else min(limit, max(cap - slots.by_pool[key], 0))
-
-    parts: list[ReadySlice] = []
-    if limits.binding_pools:
-        by_key: dict[str | None, list[str]] = {}
-        for binding, pool in sorted(limits.binding_pools.items()):
-            if binding in limits.skip_bindings:
-                continue
-            by_key.setdefault(slots.pool_key(pool), []).append(binding)
-        for key, bindings in by_key.items():
-            if (n := free_in(key)) > 0:
-                # One pool for every binding: no filter needed (nor wanted: same plan as ever).
-                parts.append(ReadySlice(n, None if len(by_key) == 1 else tuple(bindings)))
-    else:
-        frees = [free_in(key) for key in {None, *limits.pool_limits}]
-        if any(frees):
-            parts.append(ReadySlice(min(limit, sum(frees))))
-    if not parts:
-        return None
-    full = {s for s, cap in limits.scope_limits.items() if slots.by_scope[s] >= cap}
-    skip: tuple[str, ...] = ()
-    if full:
-        known = {*limits.scope_limits, *limits.scope_parents, *limits.scope_parents.values()}
-        skip = tuple(sorted(s for s in known if full.intersection(limits.ancestry(s))))
-    if groups := _scope_groups(slots, full):
-        parts = _by_scope_group(parts, groups)
-    return ReadySlices(tuple(parts), skip, limits.skip_bindings, keyed)
-
-
-def _scope_groups(slots: Slots, full: set[str]) -> list[tuple[int, tuple[str, ...]]]:
-    """The scopes under a limit with room, grouped by their outermost limited scope: each
-    group's headroom (that scope's free slots, which every scope under it shares) and its
-    scopes."""
-    limits = slots.limits
-    if not limits.scope_limits:
-        return []
-    known = {*limits.scope_limits, *limits.scope_parents, *limits.scope_parents.values()}
-    groups: dict[str, tuple[int, list[str]]] = {}
-    for scope in sorted(known):
-        limited = [s for s in limits.ancestry(scope) if s in limits.scope_limits]
-        if not limited or full.intersection(limited):
-            continue  # under no limit, or under a full one (skipped whole)
-        top = limited[-1]
-        room = limits.scope_limits[top] - slots.by_scope[top]
-        groups.setdefault(top, (room, []))[1].append(scope)
-    return [(room, tuple(scopes)) for room, scopes in groups.values()]
-
-
-def _by_scope_group(
-    parts: list[ReadySlice], groups: list[tuple[int, tuple[str, ...]]]
-) -> list[ReadySlice]:
-    """Each pool's read split by scope limit: at most a group's headroom of its scopes' Work,
-    and the rest outside every limited scope. A read sized by the pool alone would lock rows a
-    scope limit then refuses, and other claimers' ``SKIP LOCKED`` reads pass them by: with
-    several daemons, a scope with room for one took one claimer's read of three rows, and the
-    other claimer found none to take."""
-    grouped = tuple(sorted(s for _, scopes in groups for s in scopes))
-    split: list[ReadySlice] = []
-    for part in parts:
-        split.append(part._replace(scopes_out=grouped))
-        split += [part._replace(limit=min(part.limit, room), scopes_in=scopes)
-                  for room, scopes in groups]  # fmt: skip
-    return split
-
-
-def sized_batch(
-    cx: Cx, capacity: CapacityLimits | None, limit: int, writes: ClaimWrites
-) -> tuple[Slots | None, ReadySlices | None] | None:
-    """A claim batch's ``Slots`` (counted) and the slices of the ready queue worth reading
-    (``capacity_sized``); ``None`` when no slot is free, so nothing is read."""
-    if capacity is None:
-        return None, None
-    slots = Slots(cx, capacity, before_count=writes.flush)
-    slots.count_later()()
-    only = capacity_sized(slots, limit)
-    return None if only is None else (slots, only)
 
 
 # --- Claims ---------------------------------------------------------------------------------
@@ -770,7 +651,7 @@ def lock_work_rows_later(
 
 # The Work with its hold flag and whether an attempt of it holds its slot: not only a live
 # attempt, one ended with its stop unconfirmed blocks it too (6a).
-def _work_rows_select(columns: str = "") -> str:
+def work_rows_select(columns: str = "") -> str:
     return (
         "SELECT w.data, "
         "EXISTS (SELECT 1 FROM conduit_hold h WHERE h.work_id = w.id), "
@@ -779,7 +660,7 @@ def _work_rows_select(columns: str = "") -> str:
     )
 
 
-_WORK_ROWS_SQL = _work_rows_select()
+_WORK_ROWS_SQL = work_rows_select()
 
 
 def _work_rows_later(
@@ -790,77 +671,25 @@ def _work_rows_later(
         return dict
     marks = ", ".join("?" for _ in ids)
     rows = cx.later(_WORK_ROWS_SQL + f"WHERE w.id IN ({marks}) ORDER BY w.id" + lock, (*ids,))
-    return lambda: _decoded_rows(rows())
+    return lambda: decoded_work_rows(rows())
 
 
-def _decoded_rows(rows: list[Row]) -> dict[str, tuple[Work, bool, bool]]:
+def decoded_work_rows(rows: list[Row]) -> dict[str, tuple[Work, bool, bool]]:
     decoded = [(Codec.work.decode(data), bool(held), bool(live)) for data, held, live in rows]
     return {entry[0].id: entry for entry in decoded}
 
 
-def lock_ready_work_rows_later(
-    cx: Cx, limit: int, only: ReadySlices | None = None
-) -> Callable[[], dict[str, tuple[Work, bool, bool]]]:
-    """``ready_work`` and ``work_rows`` of what it finds, in one statement: the startable Work,
-    oldest first, each with its hold and slot flags, each row locked, skipping rows another
-    claim holds (several schedulers then take different Work instead of the same oldest rows).
-    The flags come from the statement's snapshot, as with ``lock_work_rows`` and
-    ``skip_locked``. ``only``: just those slices of it (``capacity_sized``; a statement each,
-    all sent at once), the oldest ``limit`` of what they find."""
-    if only is None:
-        only = ReadySlices((ReadySlice(limit),))
-    skip = READY_KEY_FILTER if only.keyed else ""
-    if only.skip_scopes:
-        skip += f" AND w.scope NOT IN ({', '.join('?' for _ in only.skip_scopes)})"
-    if only.skip_bindings:
-        skip += f" AND w.binding NOT IN ({', '.join('?' for _ in only.skip_bindings)})"
-    reads = []
-    for part in only.parts:
-        filters = skip
-        params: tuple[object, ...] = (*only.skip_scopes, *only.skip_bindings)
-        if part.bindings is not None:
-            filters += f" AND w.binding IN ({', '.join('?' for _ in part.bindings)})"
-            params += part.bindings
-        if part.scopes_in:
-            filters += f" AND w.scope IN ({', '.join('?' for _ in part.scopes_in)})"
-            params += part.scopes_in
-        if part.scopes_out:
-            filters += f" AND w.scope NOT IN ({', '.join('?' for _ in part.scopes_out)})"
-            params += part.scopes_out
-        sql = _ready_work_rows_sql(filters) + " FOR UPDATE OF w SKIP LOCKED"
-        reads.append(cx.later(sql, (*params, min(limit, part.limit))))
-
-    def take_in() -> dict[str, tuple[Work, bool, bool]]:
-        found = [row for read in reads for row in _decoded_rows(read()).values()]
-        if len(reads) > 1:
-            found.sort(key=lambda row: (ready_rank(row[0]), row[0].id))
-        return {row[0].id: row for row in found[:limit]}
-
-    return take_in
-
-
 # Work waiting for an unconfirmed stop is left out, so it never crowds the head of the queue.
-_UNBLOCKED = (
+UNBLOCKED = (
     "NOT EXISTS (SELECT 1 FROM conduit_execution x "
     "WHERE x.work_id = conduit_work.id AND x.holds_slot = 1)"
 )
 
 
-def _ready_work_rows_sql(filters: str = "", limit: str = "?", columns: str = "") -> str:
-    return (
-        _work_rows_select(columns)
-        + f"WHERE w.claimable = 1 AND {_UNBLOCKED.replace('conduit_work.', 'w.')}{filters} "
-        f"ORDER BY w.ready_since, w.id LIMIT {limit}"
-    )
-
-
-#: The startable Work with the flags ``work_rows`` gives, oldest first (a claim's read).
-_READY_WORK_ROWS_SQL = _ready_work_rows_sql()
-
 
 #: The startable Work per binding and scope (from ``conduit_work_ready_binding``).
 _READY_BY_BINDING_SQL = (
-    f"SELECT binding, scope, COUNT(*) FROM conduit_work WHERE claimable = 1 AND {_UNBLOCKED} "
+    f"SELECT binding, scope, COUNT(*) FROM conduit_work WHERE claimable = 1 AND {UNBLOCKED} "
     "GROUP BY binding, scope"
 )
 
@@ -875,7 +704,7 @@ def ready_depth(cx: Cx) -> dict[str, int]:
 #: Per binding: how many Work could start now, and the oldest one's ``ready_since``.
 _READY_SUMMARY_SQL = (
     f"SELECT binding, COUNT(*), MIN(ready_since) FROM conduit_work WHERE claimable = 1 AND "
-    f"{_UNBLOCKED} GROUP BY binding"
+    f"{UNBLOCKED} GROUP BY binding"
 )
 
 
@@ -906,7 +735,7 @@ def work_counts(cx: Cx) -> dict[str, int]:
     counts = {str(status): 0 for status in WorkStatus} | {EXHAUSTED: 0}
     for status, count in cx.rows("SELECT status, COUNT(*) FROM conduit_work GROUP BY status"):
         counts[str(status)] = int(count)
-    startable = cx.rows(f"SELECT COUNT(*) FROM conduit_work WHERE claimable = 1 AND {_UNBLOCKED}")
+    startable = cx.rows(f"SELECT COUNT(*) FROM conduit_work WHERE claimable = 1 AND {UNBLOCKED}")
     counts["startable"] = int(startable[0][0])
     return counts
 
@@ -915,157 +744,14 @@ def ready_work(cx: Cx, limit: int, after: str | None) -> list[Work]:
     """Startable Work, oldest first."""
     if after is None:
         rows = cx.rows(
-            f"SELECT data FROM conduit_work WHERE claimable = 1 AND {_UNBLOCKED} "
+            f"SELECT data FROM conduit_work WHERE claimable = 1 AND {UNBLOCKED} "
             "ORDER BY ready_since, id LIMIT ?",
             (limit,),
         )
     else:
         rows = cx.rows(
-            f"SELECT data FROM conduit_work WHERE claimable = 1 AND id > ? AND {_UNBLOCKED} "
+            f"SELECT data FROM conduit_work WHERE claimable = 1 AND id > ? AND {UNBLOCKED} "
             "ORDER BY ready_since, id LIMIT ?",
             (after, limit),
         )
     return [Codec.work.decode(r[0]) for r in rows]
-
-
-def claim_ready(
-    cx: Cx,
-    limit: int,
-    snapshot_for: Callable[[Work], AttemptSnapshot | None],
-    owner: str,
-    now_ms: int,
-    lease_ms: int,
-    capacity: CapacityLimits | None,
-) -> list[Claim | ClaimRefusal]:
-    """Claim up to ``limit`` ready Work, oldest first, reading no more of the queue than there
-    are free slots for (``capacity_sized``): every row read is decided in memory, from the
-    flags read with it and the slots counted once (no statement per row, claimed or not)."""
-    writes = ClaimWrites(cx)
-    read = read_ready_later(cx, capacity, limit, writes)
-    if read is None:
-        return []
-    requests: list[tuple[Work, ClaimRequest]] = []
-    refusals: list[Claim | ClaimRefusal] = []
-    for work, held, blocked in read.rows().values():
-        if not is_claimable(work):
-            # A row whose column was written under an older rule (idle standing Work counted
-            # as claimable): rewrite it, which recomputes the column, and pass it by.
-            save_work(cx, work)
-        elif held or blocked:
-            what = "is held" if held else "has an attempt holding its slot"
-            refusals.append(ClaimRefusal(work_id=work.id, code="not_eligible",
-                                         message=f"work {work.id!r} {what}"))  # fmt: skip
-        elif (snapshot := snapshot_for(work)) is not None:
-            requests.append((work, ClaimRequest(work_id=work.id, snapshot=snapshot)))
-    if not read.inputs_read:
-        targets = [(r.snapshot.pool, w.scope) for w, r in requests]
-        keys = [w.concurrency_key for w, _ in requests]
-        read_inputs_and_slots(writes, [w.id for w, _ in requests], read.slots, targets, keys)
-    claims: list[Claim | ClaimRefusal] = [
-        claim_one(cx, w, r, owner, now_ms, lease_ms, read.slots, rows_checked=True, writes=writes)
-        for w, r in requests
-    ]
-    writes.flush()
-    return claims + refusals
-
-
-class ReadyRead(NamedTuple):
-    """A claim batch's read of the ready queue, sent: ``rows`` takes the locked rows in
-    (``lock_ready_work_rows_later``'s), ``slots`` the limits counted (``None``: no limits);
-    ``inputs_read``: their pending input and their limits' locks and counts came with them
-    (``read_inputs_and_slots`` has nothing left to do)."""
-
-    slots: Slots | None
-    rows: Callable[[], dict[str, tuple[Work, bool, bool]]]
-    inputs_read: bool
-
-
-def read_ready_later(
-    cx: Cx, capacity: CapacityLimits | None, limit: int, writes: ClaimWrites
-) -> ReadyRead | None:
-    """A claim batch's read of the ready queue: only as much of it as there are free slots for
-    (``sized_batch``), in one round trip where the limits are known before the queue is read
-    (``_read_at_once``); ``None`` when no slot is free (nothing read)."""
-    at_once = _read_at_once(cx, capacity, limit, writes)
-    if at_once is not None:
-        return at_once
-    sized = sized_batch(cx, capacity, limit, writes)
-    if sized is None:
-        return None
-    slots, only = sized
-    return ReadyRead(slots, lock_ready_work_rows_later(cx, limit, only), inputs_read=False)
-
-
-#: Each ready row's pending input, as a column (PostgreSQL: the events' documents, oldest
-#: first), for ``_read_at_once``.
-_INPUTS_COLUMN = (
-    ", ARRAY(SELECT e.data FROM conduit_event e WHERE e.work_id = w.id AND e.pending = 1 "
-    "AND e.seq > w.input_floor ORDER BY e.seq)"
-)
-
-
-def _read_at_once(
-    cx: Cx, capacity: CapacityLimits | None, limit: int, writes: ClaimWrites
-) -> ReadyRead | None:
-    """A claim batch's reads sent together, where its limits are known before the queue is
-    read: PostgreSQL, every binding this claimer starts counting against one pool (or the
-    global limit), no scope limit, no concurrency key. The limit's counter row locked, its slot
-    holders counted, the oldest ready rows it has room for locked with their pending input: one
-    round trip, where ``sized_batch``, the rows and then their input and limits take three.
-    (``None`` elsewhere.)
-
-    The read is sized by the limit's free slots as the statement counts them (after the
-    lock, as the count is): the count taken in then keeps the oldest rows it has slots for (a
-    slot freed between the two statements may leave a row of the read locked, unclaimed)."""
-    if capacity is None or not cx.locks_rows or capacity.scope_limits:
-        return None
-    if capacity.concurrency_keys or unsafe("capacity_check"):
-        return None  # (the check off, a read sized by the free slots would still keep it)
-    skip = capacity.skip_bindings
-    pools = [pool for binding, pool in capacity.binding_pools.items() if binding not in skip]
-    slots = Slots(cx, capacity, before_count=writes.flush)
-    if len({slots.pool_key(pool) for pool in pools}) != 1:
-        return None
-    counted = slots.prepare_later([(pools[0], "")])
-    filters = f" AND w.binding NOT IN ({', '.join('?' for _ in skip)})" if skip else ""
-    size, size_params = _free_slots_limit(capacity, slots.pool_key(pools[0]), limit)
-    sql = _ready_work_rows_sql(filters, size, _INPUTS_COLUMN)
-    read = cx.later(sql + " FOR UPDATE OF w SKIP LOCKED", (*skip, *size_params))
-
-    def take_in() -> dict[str, tuple[Work, bool, bool]]:
-        counted()
-        only = capacity_sized(slots, limit)
-        free = 0 if only is None else only.parts[0].limit
-        found: dict[str, tuple[Work, bool, bool]] = {}
-        inputs: dict[str, list[Event]] = {}
-        for data, held, blocked, events in read()[:free]:
-            work = Codec.work.decode(data)
-            found[work.id] = (work, bool(held), bool(blocked))
-            inputs[work.id] = [Codec.event.decode(e) for e in events]
-        writes.prefetched(inputs)
-        return found
-
-    return ReadyRead(slots, take_in, inputs_read=True)
-
-
-def _free_slots_limit(
-    capacity: CapacityLimits, key: str | None, limit: int
-) -> tuple[str, tuple[object, ...]]:
-    """A ``LIMIT`` of ``limit`` rows or, when the pool ``key`` (``None``: the global limit) is
-    limited, as many as it has free slots, counted by the statement itself, and its
-    parameters. The global limit counts the attempts of every pool without a limit of its own
-    (``Slots.pool_key``)."""
-    cap = capacity.global_limit if key is None else capacity.pool_limits[key]
-    params: tuple[str, ...]
-    if cap is None:
-        return "?", (limit,)
-    if key is not None:
-        mine, params = "x.pool = ?", (key,)
-    elif capacity.pool_limits:
-        own = tuple(capacity.pool_limits)
-        mine = f"(x.pool IS NULL OR x.pool NOT IN ({', '.join('?' for _ in own)}))"
-        params = own
-    else:
-        mine, params = "TRUE", ()
-    holders = f"(SELECT COUNT(*) FROM conduit_execution x WHERE x.holds_slot = 1 AND {mine})"
-    return f"GREATEST(LEAST(?, ? - {holders}), 0)", (limit, cap, *params)

@@ -58,7 +58,7 @@ def race_limits(kind: str, limit: int) -> tuple[CapacityLimits, str | None]:
     ``"global"``: the global limit (attempts of no pool), the binding's pool not given (a claim
     learns which limits apply from the Work it reads: three round trips); ``"global-known"``:
     the same with the binding's pool given (none), as a daemon gives it (one round trip,
-    ``_ops_work._read_at_once``); ``"pool"``: a named pool of the binding's executor;
+    ``_ready_reads._read_at_once``); ``"pool"``: a named pool of the binding's executor;
     ``"scope"``: a limit on the scope ``team``, which the racers' Work reach as an ancestor
     (their scopes are ``team/a`` and ``team/b``, ``race_scope``).
     """

@@ -105,7 +105,7 @@ _V5 = (
 
 # The Work's binding as a column: a claim reads only the ready Work of bindings whose pool has a
 # free slot, and the "waiting for" counts and ready depth per binding come from this partial
-# index instead of decoding every ready row (see ``_ops_work.capacity_sized``).
+# index instead of decoding every ready row (see ``_ready_reads.capacity_sized``).
 _V6 = (
     "ALTER TABLE conduit_work ADD COLUMN binding TEXT NOT NULL DEFAULT ''",
     PerBackend(

@@ -37,6 +37,7 @@ from conduit_core.storage import _ops_misc as misc
 from conduit_core.storage import _ops_routines as rt
 from conduit_core.storage import _ops_submit_keys as keyed
 from conduit_core.storage import _ops_work as ops
+from conduit_core.storage import _ready_reads as ready
 from conduit_core.storage._admission import AdmitRequest, BudgetPolicy, GateFilter, PendingUsage
 from conduit_core.storage._contract import (
     AttemptEnd,
@@ -286,7 +287,7 @@ class SqlStore(Store):
     ) -> list[Claim | ClaimRefusal]:
         return self._remember_claims(
             await self._write(
-                ops.claim_ready, limit, snapshot_for, owner, now_ms, lease_ms, capacity
+                ready.claim_ready, limit, snapshot_for, owner, now_ms, lease_ms, capacity
             )
         )
 
@@ -683,7 +684,7 @@ ROW_LOCKED: frozenset[Callable[..., Any]] = frozenset(
         ops.accept_event,
         ops.update_work,
         ops.claim_attempts,
-        ops.claim_ready,
+        ready.claim_ready,
         att.renew_lease,
         att.renew_leases,
         att.release_lease,
@@ -711,7 +712,7 @@ ROW_LOCKED: frozenset[Callable[..., Any]] = frozenset(
 #: ``SKIP LOCKED`` (never waiting for another batch's) and the limits' rows last, as a claim
 #: alone in its transaction does, so running last adds no lock order another batch could cross.
 CLAIMS_FROM_THE_READY_QUEUE: frozenset[Callable[..., Any]] = frozenset(
-    {ops.claim_ready, _budgets.admit_ready}
+    {ready.claim_ready, _budgets.admit_ready}
 )
 _AFTER_THE_BATCH = "\U0010ffff"
 

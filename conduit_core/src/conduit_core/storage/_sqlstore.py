@@ -709,8 +709,11 @@ ROW_LOCKED: frozenset[Callable[..., Any]] = frozenset(
 
 #: Claims from the ready queue run after the other operations of their batch (sorted last): an
 #: attempt's settlement batched with them frees its slot for them. They lock their Work rows
-#: ``SKIP LOCKED`` (never waiting for another batch's) and the limits' rows last, as a claim
-#: alone in its transaction does, so running last adds no lock order another batch could cross.
+#: ``SKIP LOCKED`` (never waiting for another batch's); what they wait for is the limits' rows
+#: and then budget ledgers (``_admit_one``'s check; with the limit locked first, since 6 Dec,
+#: staged usage's charge too), as a claim alone in its transaction does. A batch whose
+#: ``charge_pending`` locked a ledger before its claim crosses that order: PostgreSQL detects
+#: the deadlock and the store retries the transaction (``_postgres``'s retried errors).
 CLAIMS_FROM_THE_READY_QUEUE: frozenset[Callable[..., Any]] = frozenset(
     {ready.claim_ready, _budgets.admit_ready}
 )

@@ -292,10 +292,7 @@ def _read_at_once(
     if len({slots.pool_key(pool) for pool in pools}) != 1:
         return None
     counted = slots.prepare_later([(pools[0], "")])
-    filters = f" AND w.binding NOT IN ({', '.join('?' for _ in skip)})" if skip else ""
-    size, size_params = _free_slots_limit(capacity, slots.pool_key(pools[0]), limit)
-    sql = _ready_work_rows_sql(filters, size, _INPUTS_COLUMN)
-    read = cx.later(sql + " FOR UPDATE OF w SKIP LOCKED", (*skip, *size_params))
+    read = cx.later(*read_at_once_sql(capacity, slots.pool_key(pools[0]), limit))
 
     def take_in() -> dict[str, tuple[Work, bool, bool]]:
         counted()
@@ -311,6 +308,19 @@ def _read_at_once(
         return found
 
     return ReadyRead(slots, take_in, inputs_read=True)
+
+
+def read_at_once_sql(
+    capacity: CapacityLimits, key: str | None, limit: int
+) -> tuple[str, tuple[object, ...]]:
+    """``_read_at_once``'s read of the ready queue and its parameters: the oldest ready rows
+    that the limit of pool ``key`` (``None``: the global limit) has free slots for, locked,
+    each with its pending input."""
+    skip = capacity.skip_bindings
+    filters = f" AND w.binding NOT IN ({', '.join('?' for _ in skip)})" if skip else ""
+    size, size_params = _free_slots_limit(capacity, key, limit)
+    sql = _ready_work_rows_sql(filters, size, _INPUTS_COLUMN) + " FOR UPDATE OF w SKIP LOCKED"
+    return sql, (*skip, *size_params)
 
 
 def _free_slots_limit(

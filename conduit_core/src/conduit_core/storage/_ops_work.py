@@ -686,7 +686,6 @@ UNBLOCKED = (
 )
 
 
-
 #: The startable Work per binding and scope (from ``conduit_work_ready_binding``).
 _READY_BY_BINDING_SQL = (
     f"SELECT binding, scope, COUNT(*) FROM conduit_work WHERE claimable = 1 AND {UNBLOCKED} "

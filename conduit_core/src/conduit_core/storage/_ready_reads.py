@@ -290,10 +290,12 @@ def _read_at_once(
     skip = capacity.skip_bindings
     pools = [pool for binding, pool in capacity.binding_pools.items() if binding not in skip]
     slots = Slots(cx, capacity, before_count=writes.flush)
-    if len({slots.pool_key(pool) for pool in pools}) != 1:
+    keys = {slots.pool_key(pool) for pool in pools}
+    if len(keys) != 1:
         return None
+    (key,) = keys
     counted = slots.prepare_later([(pools[0], "")])
-    read = cx.later(*read_at_once_sql(capacity, slots.pool_key(pools[0]), limit))
+    read = cx.later(*read_at_once_sql(capacity, key, limit))
 
     def take_in() -> dict[str, tuple[Work, bool, bool]]:
         counted()
@@ -321,7 +323,7 @@ def read_at_once_sql(
     Its values are written into the statement (``_inlined``), which then has no parameters:
     PostgreSQL plans a prepared statement without parameters once, where with them it planned
     this one afresh at every claim (~0.2 ms of the server's time, while the claim held the
-    limit's row lock; a third of all planning in a ``bench_daemon`` run). They are the
+    limit's row lock; about half of all planning in a ``bench_daemon`` run). They are the
     claimer's configuration (its limits, pools, the bindings it skips) and the batch's size: a
     few texts per daemon, each prepared once per connection."""
     skip = capacity.skip_bindings
@@ -348,9 +350,7 @@ def _inlined(sql: str, params: tuple[object, ...]) -> tuple[str, tuple[object, .
             literals.append(f"'{value}'")
         else:
             return sql, params
-    parts = sql.split("?")
-    if len(parts) != len(literals) + 1:
-        return sql, params
+    parts = sql.split("?")  # one more than the values: ``strict`` says so
     return "".join(part + literal for part, literal in zip(parts, [*literals, ""], strict=True)), ()
 
 

@@ -372,8 +372,7 @@ def admit_ready(
         return [], []
     slots = read.slots
     staged = cx.later(_STAGED_USAGE_SQL)
-    # Ledgers are locked after the Work rows, as ``_admit_one``'s budget check does.
-    _charge_staged(cx, policy, now_ms, staged())
+    staged_rows = staged()
     locked = read.rows()  # oldest first
     pinned = [(work_id, snapshot_for(row[0])) for work_id, row in locked.items()]
     # The input of the Work claimed now, and the first input the gates see of the rest.
@@ -386,6 +385,10 @@ def admit_ready(
             [(snap.pool, locked[w][0].scope) for w, snap in kept],
             [locked[w][0].concurrency_key for w, _ in kept],
         )
+    # Ledgers are locked after the limits' rows (just above, or with the read), as
+    # ``_admit_one``'s budget check does: a ledger taken first crossed another claim's order
+    # (tests/storage/test_batch_lock_order.py).
+    _charge_staged(cx, policy, now_ms, staged_rows)
     firsts = {w: next(iter(writes.pending_inputs(w, 1)), None) for w, _ in pinned}
     asked = {w for w, snap in pinned if snap and needs_gates(locked[w][0], gates, snap, firsts[w])}
     outcomes: list[Claim | ClaimRefusal] = []

@@ -51,6 +51,7 @@ from conduit_core.storage._sql import (
     write_rows,
 )
 from conduit_core.storage._sqlstore import SqlStore
+from conduit_core.telemetry import METRICS
 
 log = logging.getLogger("conduit.store")
 
@@ -78,13 +79,20 @@ _BEGIN_READ = ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",)
 # Contention the database resolves by aborting one transaction; the whole transaction is rerun.
 # With writers serialized these no longer arise between conduit's own transactions; they are
 # kept for a database shared with other clients and for lost connections mid-batch.
-_RETRYABLE = (
-    psycopg.errors.SerializationFailure,
-    psycopg.errors.DeadlockDetected,
-    psycopg.errors.UniqueViolation,
+#: The errors that roll a transaction back to be run again, by their reason in
+#: ``conduit_store_retries_total``.
+_RETRIED_BECAUSE: dict[type[psycopg.Error], str] = {
+    psycopg.errors.SerializationFailure: "serialization",
+    psycopg.errors.DeadlockDetected: "deadlock",
+    psycopg.errors.UniqueViolation: "unique_violation",
     # The connection's prepared statements were dropped (see ``_pipeline.forget_prepared``).
-    psycopg.errors.InvalidSqlStatementName,
-)
+    psycopg.errors.InvalidSqlStatementName: "statement_dropped",
+}
+_RETRYABLE = tuple(_RETRIED_BECAUSE)
+
+
+def _retry_reason(exc: BaseException) -> str:
+    return next((why for kind, why in _RETRIED_BECAUSE.items() if isinstance(exc, kind)), "other")
 
 
 @lru_cache(maxsize=512)
@@ -379,6 +387,7 @@ class PostgresStore(SqlStore):
                 self._unreachable = False
                 return result
             except _RETRYABLE as exc:
+                METRICS.store_retry(_retry_reason(exc))
                 if time.monotonic() >= deadline:
                     raise StoreError(
                         f"store {self.url}: transaction kept conflicting for "

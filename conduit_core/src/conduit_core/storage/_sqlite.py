@@ -18,6 +18,7 @@ from conduit_core.errors import StoreError
 from conduit_core.storage._schema import SCHEMA_VERSION, STORE_KIND
 from conduit_core.storage._sql import Cx, Row, SetWrite, migrate, newer_schema_error
 from conduit_core.storage._sqlstore import SqlStore
+from conduit_core.telemetry import METRICS
 
 __all__ = ["SqliteStore"]
 
@@ -155,6 +156,7 @@ class SqliteStore(SqlStore):
             except sqlite3.OperationalError as exc:
                 if not _is_busy(exc):
                     raise _store_error(self.url, exc) from exc
+                METRICS.store_retry("busy")
                 if time.monotonic() >= deadline:
                     raise StoreError(
                         f"store {self.url} stayed busy for {self.busy_budget_s:g} s",

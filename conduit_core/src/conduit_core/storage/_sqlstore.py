@@ -105,6 +105,8 @@ class SqlStore(Store):
         order = (
             _AFTER_THE_BATCH
             if fn in CLAIMS_FROM_THE_READY_QUEUE
+            else _AFTER_THE_CLAIMS
+            if fn in AFTER_THE_CLAIMS
             else first_arg.execution_id
             if isinstance(first_arg, Lease)
             else first_arg
@@ -710,14 +712,20 @@ ROW_LOCKED: frozenset[Callable[..., Any]] = frozenset(
 #: Claims from the ready queue run after the other operations of their batch (sorted last): an
 #: attempt's settlement batched with them frees its slot for them. They lock their Work rows
 #: ``SKIP LOCKED`` (never waiting for another batch's); what they wait for is the limits' rows
-#: and then budget ledgers (``_admit_one``'s check; with the limit locked first, since 6 Dec,
-#: staged usage's charge too), as a claim alone in its transaction does. A batch whose
-#: ``charge_pending`` locked a ledger before its claim crosses that order: PostgreSQL detects
-#: the deadlock and the store retries the transaction (``_postgres``'s retried errors).
+#: and then budget ledgers (``_admit_one``'s check; with the limit locked first, staged usage's
+#: charge too), as a claim alone in its transaction does.
 CLAIMS_FROM_THE_READY_QUEUE: frozenset[Callable[..., Any]] = frozenset(
     {ready.claim_ready, _budgets.admit_ready}
 )
 _AFTER_THE_BATCH = "\U0010ffff"
+
+#: Operations that lock budget ledgers without a limit's row: they run after the claims of
+#: their batch, so that every batch takes limits before ledgers. Run first, a ``charge_pending``
+#: held a ledger while its batch's claim waited for a limit another batch held while waiting
+#: for that ledger: a deadlock, which PostgreSQL broke after ``deadlock_timeout`` (1 s) by
+#: rolling one batch back to be run again (``tests/storage/test_batch_lock_order.py``).
+AFTER_THE_CLAIMS: frozenset[Callable[..., Any]] = frozenset({_budgets.charge_pending})
+_AFTER_THE_CLAIMS = _AFTER_THE_BATCH * 2
 
 
 #: Operations that also come in two steps: send the statement, then take the outcome; and the

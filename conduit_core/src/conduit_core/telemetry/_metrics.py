@@ -131,6 +131,13 @@ class Metrics:
             buckets=_BATCH_BUCKETS,
             registry=r,
         )
+        self.store_retries = Counter(
+            "conduit_store_retries",
+            "Store transactions rolled back and run again: deadlock, serialization, "
+            "unique_violation, statement_dropped (PostgreSQL), busy (SQLite)",
+            ["reason"],
+            registry=r,
+        )
         ProcessCollector(namespace="conduit", registry=r)
         #: Labelled children by label values: (counter child, histogram child).
         self._started: dict[tuple[str, ...], tuple[Any, Any]] = {}
@@ -195,6 +202,9 @@ class Metrics:
 
     def store_write(self, seconds: float) -> None:
         self.store_write_latency.observe(seconds)
+
+    def store_retry(self, reason: str) -> None:
+        self.store_retries.labels(reason).inc()
 
 
 def _children(

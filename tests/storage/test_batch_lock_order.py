@@ -1,0 +1,145 @@
+"""Every write transaction takes a limit's row before a budget ledger's (PostgreSQL).
+
+Claims from the ready queue lock their limit's counter row, then the ledgers they check. A
+transaction that locked a ledger first and a limit after crossed that order: with another
+daemon's claim holding the limit and waiting for the ledger, PostgreSQL found the deadlock
+after ``deadlock_timeout`` (a second) and rolled one transaction back to be run again. Two ways
+in were found (issue 32): a group-commit batch that ran ``charge_pending`` (the pass's charge of
+staged usage) before its claim, and a claim counting unknown pools (``sized_batch``) that
+charged staged usage before it locked its limits.
+
+Each case is staged with a third connection holding the ledger's row, so that both
+transactions are inside before either can take it; then the ledger is let go. The store
+counts its retried transactions by reason (``conduit_store_retries_total``): no deadlock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import msgspec
+import psycopg
+import pytest
+
+from conduit_core.config import Budget
+from conduit_core.runtime._budgets import BudgetBook
+from conduit_core.storage import CapacityLimits, Claim, SqlStore, Store, open_store
+from conduit_core.storage._admission import PendingUsage
+from conduit_core.storage.conformance import T0, make_input, make_work, snapshot
+from conduit_core.telemetry import METRICS
+
+pytestmark = pytest.mark.anyio
+
+#: One ledger for every Work (``per = "all"``): each claim checks it, each charge takes it.
+BOOK = BudgetBook([Budget(name="w", unit="widgets", max=1_000, per="all")], {})
+(LEDGER,) = BOOK.ledgers("any", "root", None, T0)
+
+#: Limits a claim locks before it reads the queue (every binding in one pool), and limits it
+#: finds only from the Work it locked (counted first, locked after: ``sized_batch``).
+ONE_POOL = CapacityLimits(pool_limits={"p": 8}, binding_pools={"b": "p"})
+UNKNOWN_POOLS = CapacityLimits(global_limit=8)
+
+
+def _deadlocks() -> float:
+    value = METRICS.registry.get_sample_value("conduit_store_retries_total", {"reason": "deadlock"})
+    return value or 0.0
+
+
+async def _stage_usage(store: Store, work_id: str) -> None:
+    usage = PendingUsage(id=f"u-{work_id}", work_id=work_id, scope="root",
+                         units={"widgets": 1.0}, staged_at_ms=T0)  # fmt: skip
+    assert isinstance(store, SqlStore)
+
+    def write(cx: Any) -> None:
+        cx.run("INSERT INTO conduit_budget_pending (id, work_id, data) VALUES (?, ?, ?)",
+               (usage.id, work_id, msgspec.json.encode(usage).decode()))  # fmt: skip
+
+    await anyio.to_thread.run_sync(lambda: store.transaction(write))
+
+
+def _admit(store: Store, capacity: CapacityLimits) -> Callable[[], Awaitable[Any]]:
+    async def admit() -> Any:
+        claims, _ = await store.admit_ready(
+            limit=2, snapshot_for=lambda work: snapshot("p"), max_inputs=None, owner="o",
+            now_ms=T0, lease_ms=30_000, capacity=capacity, budgets=BOOK, gates=None,
+        )  # fmt: skip
+        return claims
+
+    return admit
+
+
+def _charge(store: Store) -> Callable[[], Awaitable[Any]]:
+    async def charge() -> Any:
+        return await store.settle_budgets(BOOK, now_ms=T0)
+
+    return charge
+
+
+async def _lock_waiters(admin: psycopg.Connection[Any], count: int) -> None:
+    """Wait until ``count`` of the database's backends wait for a row lock."""
+    deadline = time.monotonic() + 10
+    while True:
+        (waiting,) = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'"
+        ).fetchone() or (0,)
+        if waiting >= count:
+            return
+        assert time.monotonic() < deadline, f"{waiting} of {count} transactions wait for a lock"
+        await anyio.sleep(0.01)
+
+
+@pytest.mark.parametrize(
+    ("capacity", "first_batch"),
+    [(ONE_POOL, "charge_and_claim"), (UNKNOWN_POOLS, "claim")],
+    ids=["charge-batched-before-a-claim", "claim-of-unknown-pools"],
+)
+async def test_no_transaction_takes_a_ledger_before_a_limit(
+    postgres_url: str, capacity: CapacityLimits, first_batch: str
+) -> None:
+    async with await open_store(postgres_url) as a, await open_store(postgres_url) as b:
+        for i in range(4):
+            await a.create_work(make_work(f"w{i}"), first_input=make_input(f"w{i}-in"))
+        await _stage_usage(a, "w0")
+        await _stage_usage(a, "w1")
+        results: dict[str, Any] = {}
+        before = _deadlocks()
+        with psycopg.connect(postgres_url, autocommit=True) as admin, psycopg.connect(
+            postgres_url
+        ) as holder:
+            # The ledger's counter row, held by a third party for now.
+            holder.execute(
+                "INSERT INTO conduit_counter (name, value) VALUES (%s, 0) "
+                "ON CONFLICT (name) DO NOTHING", (f"budget:{LEDGER.key}",),
+            )  # fmt: skip
+            holder.commit()
+            holder.execute(
+                "SELECT name FROM conduit_counter WHERE name = %s FOR UPDATE",
+                (f"budget:{LEDGER.key}",),
+            )
+
+            async def run(name: str, call: Callable[[], Awaitable[Any]]) -> None:
+                results[name] = await call()
+
+            async with anyio.create_task_group() as tg:
+                with anyio.fail_after(20):
+                    # Daemon A: its batch (the charge and the claim queued in one turn of the
+                    # loop, so they share it), which waits for the held ledger.
+                    if first_batch == "charge_and_claim":
+                        tg.start_soon(run, "a_charge", _charge(a))
+                    tg.start_soon(run, "a_claim", _admit(a, capacity))
+                    await _lock_waiters(admin, 1)
+                    # Daemon B's claim: it waits too (for the ledger, or for A's limit).
+                    tg.start_soon(run, "b_claim", _admit(b, capacity))
+                    await _lock_waiters(admin, 2)
+                    holder.rollback()  # the ledger let go: both go on
+        claimed = [
+            c.work.id for name in ("a_claim", "b_claim") for c in results[name]
+            if isinstance(c, Claim)
+        ]  # fmt: skip
+        assert sorted(claimed) == ["w0", "w1", "w2", "w3"]
+        assert (await a.list_ledgers())[0].used == 2  # each staged usage charged once
+        assert _deadlocks() == before, "a transaction took a ledger before a limit"

@@ -1,5 +1,7 @@
 """The cost of ``/metrics``' queue gauges with many ready Work: ``ready_depth`` (depth per
-binding) against ``ready_summary`` (depth and oldest ready age per binding, one grouped read).
+binding, ``GET /v1/health``), ``ready_summary`` (depth and oldest ready age per binding),
+``capacity_waiting`` (what waits for which limit) and ``work_counts`` (Work per status and
+how many could start).
 
     .venv/bin/python bench/bench_ready_metrics.py                       # 100,000 ready Work, SQLite
     .venv/bin/python bench/bench_ready_metrics.py --work 20000 --store postgresql:///conduit_bench
@@ -20,7 +22,7 @@ from pathlib import Path
 import anyio
 
 from conduit_core.model import Event, Work
-from conduit_core.storage import open_store
+from conduit_core.storage import CapacityLimits, open_store
 
 
 async def _fill(url: str, count: int) -> None:
@@ -43,12 +45,19 @@ async def _fill(url: str, count: int) -> None:
 
 async def _time(url: str, reads: int) -> dict[str, list[float]]:
     store = await open_store(url)
-    out: dict[str, list[float]] = {"ready_depth": [], "ready_summary": []}
+    limits = CapacityLimits(global_limit=8)
+    reads_by_name = {
+        "ready_depth": store.ready_depth,
+        "ready_summary": store.ready_summary,
+        "capacity_waiting": lambda: store.capacity_waiting(limits),
+        "work_counts": store.work_counts,
+    }
+    out: dict[str, list[float]] = {name: [] for name in reads_by_name}
     try:
         for _ in range(reads):
-            for name in out:
+            for name, read in reads_by_name.items():
                 began = time.perf_counter()
-                await getattr(store, name)()
+                await read()
                 out[name].append((time.perf_counter() - began) * 1000)
         summary = await store.ready_summary()
         assert sum(n for n, _ in summary.values()) == sum((await store.ready_depth()).values())
@@ -70,7 +79,7 @@ def main() -> None:
         print(f"filled {args.work:,} ready Work in {time.perf_counter() - began:.1f} s")
         times = anyio.run(_time, url, args.reads)
         for name, ms in times.items():
-            print(f"{name:14s} median {statistics.median(ms):8.1f} ms   max {max(ms):8.1f} ms")
+            print(f"{name:16s} median {statistics.median(ms):8.1f} ms   max {max(ms):8.1f} ms")
 
 
 if __name__ == "__main__":

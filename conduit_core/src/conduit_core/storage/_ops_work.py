@@ -686,39 +686,81 @@ UNBLOCKED = (
 )
 
 
-#: The startable Work per binding and scope (from ``conduit_work_ready_binding``).
-_READY_BY_BINDING_SQL = (
-    f"SELECT binding, scope, COUNT(*) FROM conduit_work WHERE claimable = 1 AND {UNBLOCKED} "
+#: The ready Work per binding and scope: how many, and the oldest ``ready_since``, read from
+#: the ready Work's partial index alone (``conduit_work_ready_binding``: an index-only scan, no
+#: row's page read; schema V16).
+_READY_GROUPS_SQL = (
+    "SELECT binding, scope, COUNT(*), MIN(ready_since) FROM conduit_work WHERE claimable = 1 "
     "GROUP BY binding, scope"
 )
+
+#: The few ready Work that wait for an unconfirmed stop (``UNBLOCKED``'s), found from the
+#: attempts holding a slot (a partial index of its own), to be taken out of the groups.
+_BLOCKED_SQL = (
+    "SELECT w.binding, w.scope, w.ready_since FROM conduit_work w WHERE w.claimable = 1 "
+    "AND w.id IN (SELECT x.work_id FROM conduit_execution x WHERE x.holds_slot = 1)"
+)
+
+#: A group's oldest startable Work, where the oldest ready one was blocked.
+_OLDEST_STARTABLE_SQL = (
+    "SELECT ready_since FROM conduit_work WHERE claimable = 1 AND binding = ? AND scope = ? "
+    f"AND {UNBLOCKED} ORDER BY ready_since LIMIT 1"
+)
+
+
+def ready_groups(cx: Cx) -> dict[tuple[str, str], tuple[int, int]]:
+    """The startable Work per (binding, scope): how many, and the oldest one's ``ready_since``.
+
+    As ``ready_work`` counts them (ready, not waiting for an unconfirmed stop), without reading
+    a row per ready Work: the groups come from the index of ready Work, the blocked few from the
+    attempts holding a slot (in one read transaction: one snapshot on both stores)."""
+    groups = {
+        (str(binding), str(scope)): (int(count), int(oldest))
+        for binding, scope, count, oldest in cx.rows(_READY_GROUPS_SQL)
+    }
+    recheck: set[tuple[str, str]] = set()
+    for binding, scope, since in cx.rows(_BLOCKED_SQL):
+        key = (str(binding), str(scope))
+        if key in groups:
+            count, oldest = groups[key]
+            groups[key] = (count - 1, oldest)
+            if int(since) == oldest:
+                recheck.add(key)
+    for key in recheck:
+        found = cx.rows(_OLDEST_STARTABLE_SQL, key) if groups[key][0] > 0 else []
+        if found:
+            groups[key] = (groups[key][0], int(found[0][0]))
+        else:
+            groups[key] = (0, 0)
+    return {key: value for key, value in groups.items() if value[0] > 0}
 
 
 def ready_depth(cx: Cx) -> dict[str, int]:
     depth: Counter[str] = Counter()
-    for binding, _scope, count in cx.rows(_READY_BY_BINDING_SQL):
-        depth[binding] += int(count)
+    for (binding, _scope), (count, _oldest) in ready_groups(cx).items():
+        depth[binding] += count
     return dict(depth)
 
 
-#: Per binding: how many Work could start now, and the oldest one's ``ready_since``.
-_READY_SUMMARY_SQL = (
-    f"SELECT binding, COUNT(*), MIN(ready_since) FROM conduit_work WHERE claimable = 1 AND "
-    f"{UNBLOCKED} GROUP BY binding"
-)
-
-
 def ready_summary(cx: Cx) -> dict[str, tuple[int, int]]:
-    return {str(b): (int(n), int(oldest)) for b, n, oldest in cx.rows(_READY_SUMMARY_SQL)}
+    """Per binding: how many Work could start now, and the oldest one's ``ready_since``."""
+    summary: dict[str, tuple[int, int]] = {}
+    for (binding, _scope), (count, oldest) in ready_groups(cx).items():
+        before = summary.get(binding)
+        summary[binding] = (
+            (count, oldest) if before is None else (before[0] + count, min(before[1], oldest))
+        )
+    return summary
 
 
 def capacity_waiting(cx: Cx, capacity: CapacityLimits) -> dict[str, int]:
     slots = Slots(cx, capacity, lock=False)
     slots.count_later()()
     waiting: Counter[str] = Counter()
-    for binding, scope, count in cx.rows(_READY_BY_BINDING_SQL):
+    for (binding, scope), (count, _oldest) in ready_groups(cx).items():
         refusal = slots.refusal(binding, capacity.binding_pools.get(binding), scope)
         if refusal is not None:
-            waiting[refusal.limit_name or refusal.code] += int(count)
+            waiting[refusal.limit_name or refusal.code] += count
     return dict(waiting)
 
 
@@ -734,8 +776,9 @@ def work_counts(cx: Cx) -> dict[str, int]:
     counts = {str(status): 0 for status in WorkStatus} | {EXHAUSTED: 0}
     for status, count in cx.rows("SELECT status, COUNT(*) FROM conduit_work GROUP BY status"):
         counts[str(status)] = int(count)
-    startable = cx.rows(f"SELECT COUNT(*) FROM conduit_work WHERE claimable = 1 AND {UNBLOCKED}")
-    counts["startable"] = int(startable[0][0])
+    # From the ready Work's index alone, less the few waiting for an unconfirmed stop.
+    ready = int(cx.rows("SELECT COUNT(*) FROM conduit_work WHERE claimable = 1")[0][0])
+    counts["startable"] = max(ready - len(cx.rows(_BLOCKED_SQL)), 0)
     return counts
 
 

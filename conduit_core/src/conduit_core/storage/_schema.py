@@ -247,9 +247,19 @@ _V14 = (
 # fill again from now on (a control's ``drop`` is the only update left, and a rare one).
 _V15 = (PerBackend(None, "ALTER TABLE conduit_event RESET (fillfactor)"),)
 
+# The queue's gauges (``/metrics``, ``GET /v1/health``, ``/v1/capacity``'s "waiting for") read
+# the ready Work's depth and oldest ``ready_since`` per binding and scope from this partial index
+# alone (an index-only scan), no longer every ready row's page: with 100,000 ready Work ~100 ms
+# -> ~25 ms on each store. The claim's reads filter on ``binding`` as before.
+_V16 = (
+    "DROP INDEX conduit_work_ready_binding",
+    "CREATE INDEX conduit_work_ready_binding ON conduit_work (binding, scope, ready_since) "
+    "WHERE claimable = 1",
+)
+
 #: Ordered forward migrations; ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.
 MIGRATIONS: tuple[tuple[str | PerBackend, ...], ...] = (
-    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
+    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15, _V16,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

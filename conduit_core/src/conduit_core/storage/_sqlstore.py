@@ -253,10 +253,10 @@ class SqlStore(Store):
         return await self._read(ops.capacity_waiting, capacity)
 
     async def ready_depth(self) -> dict[str, int]:
-        return await self._read_one(ops.ready_depth)
+        return await self._read(ops.ready_depth)
 
     async def ready_summary(self) -> dict[str, tuple[int, int]]:
-        return await self._read_one(ops.ready_summary)
+        return await self._read(ops.ready_summary)
 
     async def key_waiting(self) -> list[KeyWaiting]:
         return await self._read_one(key_waiting)

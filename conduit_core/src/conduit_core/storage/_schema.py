@@ -249,8 +249,9 @@ _V15 = (PerBackend(None, "ALTER TABLE conduit_event RESET (fillfactor)"),)
 
 # The queue's gauges (``/metrics``, ``GET /v1/health``, ``/v1/capacity``'s "waiting for") read
 # the ready Work's depth and oldest ``ready_since`` per binding and scope from this partial index
-# alone (an index-only scan), no longer every ready row's page: with 100,000 ready Work ~100 ms
-# -> ~25 ms on each store. The claim's reads filter on ``binding`` as before.
+# alone (an index-only scan), no longer every ready row's page: with 100,000 ready Work, SQLite
+# ~90 -> 13 ms, PostgreSQL 30-60 -> 20-31 ms a read. The claim's reads filter on ``binding`` as
+# before.
 _V16 = (
     "DROP INDEX conduit_work_ready_binding",
     "CREATE INDEX conduit_work_ready_binding ON conduit_work (binding, scope, ready_since) "

@@ -5,8 +5,9 @@ transaction that locked a ledger first and a limit after crossed that order: wit
 daemon's claim holding the limit and waiting for the ledger, PostgreSQL found the deadlock
 after ``deadlock_timeout`` (a second) and rolled one transaction back to be run again. Two ways
 in were found (issue 32): a group-commit batch that ran ``charge_pending`` (the pass's charge of
-staged usage) before its claim, and a claim counting unknown pools (``sized_batch``) that
-charged staged usage before it locked its limits.
+staged usage) before its claim, and claims that charged staged usage before they locked their
+limits: from the ready queue counting unknown pools (``sized_batch``), and of named Work
+(``admit_attempts``: a Work let through by its start gates, say).
 
 Each case is staged with a third connection holding the ledger's row, so that both
 transactions are inside before either can take it; then the ledger is let go. The store
@@ -27,7 +28,7 @@ import pytest
 from conduit_core.config import Budget
 from conduit_core.runtime._budgets import BudgetBook
 from conduit_core.storage import CapacityLimits, Claim, SqlStore, Store, open_store
-from conduit_core.storage._admission import PendingUsage
+from conduit_core.storage._admission import AdmitRequest, PendingUsage
 from conduit_core.storage.conformance import T0, make_input, make_work, snapshot
 from conduit_core.telemetry import METRICS
 
@@ -71,6 +72,17 @@ def _admit(store: Store, capacity: CapacityLimits) -> Callable[[], Awaitable[Any
     return admit
 
 
+def _admit_named(store: Store, capacity: CapacityLimits) -> Callable[[], Awaitable[Any]]:
+    async def admit() -> Any:
+        requests = [AdmitRequest(work_id=w, snapshot=snapshot("p")) for w in ("w0", "w1")]
+        return await store.admit_attempts(
+            requests, owner="o", now_ms=T0, lease_ms=30_000, capacity=capacity, budgets=BOOK,
+            gates=None,
+        )  # fmt: skip
+
+    return admit
+
+
 def _charge(store: Store) -> Callable[[], Awaitable[Any]]:
     async def charge() -> Any:
         return await store.settle_budgets(BOOK, now_ms=T0)
@@ -94,8 +106,8 @@ async def _lock_waiters(admin: psycopg.Connection[Any], count: int) -> None:
 
 @pytest.mark.parametrize(
     ("capacity", "first_batch"),
-    [(ONE_POOL, "charge_and_claim"), (UNKNOWN_POOLS, "claim")],
-    ids=["charge-batched-before-a-claim", "claim-of-unknown-pools"],
+    [(ONE_POOL, "charge_and_claim"), (UNKNOWN_POOLS, "claim"), (ONE_POOL, "named")],
+    ids=["charge-batched-before-a-claim", "claim-of-unknown-pools", "claim-of-named-work"],
 )
 async def test_no_transaction_takes_a_ledger_before_a_limit(
     postgres_url: str, capacity: CapacityLimits, first_batch: str
@@ -130,7 +142,10 @@ async def test_no_transaction_takes_a_ledger_before_a_limit(
                     # loop, so they share it), which waits for the held ledger.
                     if first_batch == "charge_and_claim":
                         tg.start_soon(run, "a_charge", _charge(a))
-                    tg.start_soon(run, "a_claim", _admit(a, capacity))
+                    if first_batch == "named":
+                        tg.start_soon(run, "a_claim", _admit_named(a, capacity))
+                    else:
+                        tg.start_soon(run, "a_claim", _admit(a, capacity))
                     await _lock_waiters(admin, 1)
                     # Daemon B's claim: it waits too (for the ledger, or for A's limit).
                     tg.start_soon(run, "b_claim", _admit(b, capacity))

@@ -317,15 +317,15 @@ def admit_attempts(
     The Work rows are locked first (in id order), skipping rows another scheduler is claiming
     right now: that one will start them, this one refuses them at once instead of queueing.
     The staged usage, the Work rows and their pending input are read in one round trip (in that
-    order: the input is read after its Work's lock), then the limits are locked and counted.
+    order: the input is read after its Work's lock), then the limits are locked and counted,
+    then the staged usage is charged (ledgers after limits, as ``_admit_one`` takes them).
     """
     staged = cx.later(_STAGED_USAGE_SQL)
     ids = sorted({r.work_id for r in requests})
     locked_rows = lock_work_rows_later(cx, ids, skip_locked=True)
     writes = ClaimWrites(cx)  # the claims' rows, written together at the end
     inputs = writes.prefetch_later(ids)
-    # Ledgers are locked after the Work rows, as ``_admit_one``'s budget check does.
-    _charge_staged(cx, policy, now_ms, staged())
+    staged_rows = staged()
     locked = locked_rows()
     inputs(locked)  # only the Work this batch locked
     slots = Slots(cx, capacity, before_count=writes.flush) if capacity is not None else None
@@ -333,6 +333,9 @@ def admit_attempts(
         mine = [r for r in requests if r.work_id in locked]
         slots.prepare((r.snapshot.pool, locked[r.work_id][0].scope) for r in mine)
         slots.keys.prepare_later(locked[r.work_id][0].concurrency_key for r in mine)()
+    # Ledgers after the limits' rows: charged first, they crossed another claim's order
+    # (tests/storage/test_batch_lock_order.py).
+    _charge_staged(cx, policy, now_ms, staged_rows)
     claims = [
         _admit_one(cx, r, locked[r.work_id], owner, now_ms, lease_ms, slots, policy,
                    gates, writes)

@@ -104,6 +104,7 @@ def test_paused_past_the_deadline_runs_no_job_twice(
         "settings_extra": f"timeout_seconds = {TIMEOUT_S}",
     }
     d1 = make_daemon(**settings).start()
+    daemons = [d1]
     works: list[str] = []
     for burst in range(BURSTS):
         fresh = [d1.submit("timed") for _ in range(BURST)]
@@ -113,6 +114,7 @@ def test_paused_past_the_deadline_runs_no_job_twice(
             # Another daemon recovers them while d1 is still paused; d1 resumes fenced. (An
             # attempt whose launch d1 was paused in, holding its launch lock, is held until then.)
             d2 = make_daemon(**settings).start()
+            daemons.append(d2)
             for work_id in fresh:
                 wait_for(
                     f"{work_id} to be settled or held by d2",
@@ -139,7 +141,12 @@ def test_paused_past_the_deadline_runs_no_job_twice(
         f"{len(twice)} of {len(works)} Work ran their job more than once: "
         + "\n".join(_trail(ex) for ex in attempts if ex.work_id in twice)
         + "\n" + "\n".join(f"{w}: {_runs(d1.side, w)}" for w in twice)
-        + "\n" + "\n".join(line for line in d1.log().splitlines() if any(w in line for w in twice))
+        + "".join(
+            f"\n{name}:\n" + "\n".join(
+                line for line in d.log().splitlines() if any(w in line for w in twice)
+            )
+            for name, d in zip(("d1", "d2"), daemons, strict=False)
+        )
     )
     for work_id in works:
         detail = d1.show(work_id)

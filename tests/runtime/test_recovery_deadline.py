@@ -19,6 +19,7 @@ from conduit_core.config import Binding
 from conduit_core.errors import LeaseLostError
 from conduit_core.model import Execution, ExecutionStatus, Invoke, WorkStatus
 from conduit_core.runtime import Attempt, ManualClock, Scheduler
+from conduit_core.runtime._attempts import LATE_LOOK_S
 from conduit_core.storage import Store
 from conduit_test_plugin import scripted
 
@@ -146,7 +147,7 @@ async def test_an_adopted_job_still_running_past_its_deadline_is_timed_out(
     assert isinstance(await scheduler.launch(await scheduler.claim(work.id)), Attempt)
     scripted.RECOVER_ANSWER["value"] = "adopt_block:never"
     clock.advance(TIMEOUT + 1)
-    with anyio.fail_after(10):
+    with anyio.fail_after(LATE_LOOK_S + 10):  # the late look for a result it never gets
         done = await recover_one(scheduler)
     assert_timed_out(done, confirmed=True)
     assert [c[0] for c in scripted.CALLS] == ["run", "recover", "stop"]

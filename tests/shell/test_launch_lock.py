@@ -11,6 +11,7 @@ import pytest
 
 from conduit_core.extension import NotStartedError, OperationError, StopTarget
 from conduit_executors_shell import ShellExecutor
+from conduit_executors_shell._census import ProcessCensus
 from conduit_executors_shell._discovery import discover
 from conduit_executors_shell._launch_lock import launch_lock
 from conduit_executors_shell._metadata import LaunchIntent
@@ -33,12 +34,12 @@ async def test_a_launch_in_flight_makes_discovery_and_stop_unprovable(tmp_path: 
     executor = ShellExecutor()
     async with launch_lock(workspace):
         with pytest.raises(OperationError) as caught:
-            discover(intent)
+            await discover(intent, ProcessCensus())
         assert caught.value.code == "launch_in_progress"
         evidence = await executor.stop(target)
         assert not evidence.verified
         assert "launch.lock" in evidence.detail
     # Negative control: released (the launch spawned nothing), nothing started, nothing to stop.
     with pytest.raises(NotStartedError):
-        discover(intent)
+        await discover(intent, ProcessCensus())
     assert (await executor.stop(target)).verified

@@ -15,7 +15,8 @@ for them decides the outcome, and only proof counts:
 - processes carrying the marker but no wrapper → cannot tell: ``OperationError`` (held).
 
 The status is read again after the process scan, so a job that ends between the two looks is
-read as finished rather than as gone.
+read as finished rather than as gone. The scan is one of the executor's ``ProcessCensus``: the
+recoveries in flight share one walk of the process table.
 """
 
 from __future__ import annotations
@@ -23,12 +24,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import anyio
+import anyio.to_thread
 import psutil
 
 from conduit_core.extension import NotStartedError, OperationError, ResourcesGoneError
+from conduit_executors_shell._census import ProcessCensus, ProcessQuery
 from conduit_executors_shell._launch_lock import held_by_a_launch
 from conduit_executors_shell._metadata import JobRecord, LaunchIntent
-from conduit_executors_shell._processes import find_wrapper, marked_processes
+from conduit_executors_shell._processes import find_wrapper
 from conduit_executors_shell._workspace import Workspace
 
 __all__ = ["check_recorded_job", "discover"]
@@ -37,9 +41,17 @@ __all__ = ["check_recorded_job", "discover"]
 _NO_PROCESS_CREATE_TIME = 0.0
 
 
-def discover(intent: LaunchIntent) -> JobRecord:
+async def discover(intent: LaunchIntent, census: ProcessCensus) -> JobRecord:
     """The job the intent names, running or finished; raise when it never started or is gone."""
     workspace = Workspace(Path(intent.workspace))
+    finished = await anyio.to_thread.run_sync(_finished_unless_launching, intent, workspace)
+    if finished is not None:
+        return finished
+    marked = await census.processes(ProcessQuery.marked(intent.marker))
+    return await anyio.to_thread.run_sync(_judge_marked, intent, workspace, marked)
+
+
+def _finished_unless_launching(intent: LaunchIntent, workspace: Workspace) -> JobRecord | None:
     if _ended(workspace):
         return _finished(intent, workspace)
     if held_by_a_launch(workspace.path):
@@ -48,7 +60,12 @@ def discover(intent: LaunchIntent) -> JobRecord:
             f"a launch still holds {intent.workspace}/launch.lock (a paused host?) and may start "
             "the job: recovery is asked again later",
         )
-    marked = marked_processes(intent.marker)
+    return None
+
+
+def _judge_marked(
+    intent: LaunchIntent, workspace: Workspace, marked: list[psutil.Process]
+) -> JobRecord:
     # Read after the scan: a pid file missing now was missing during the scan, when the job
     # had not been started yet and the wrapper was the only process carrying the marker.
     wrapper = _wrapper_among(marked, intent, _wrapper_pid(workspace))
@@ -75,14 +92,15 @@ def discover(intent: LaunchIntent) -> JobRecord:
     )
 
 
-def check_recorded_job(record: JobRecord, workspace: Workspace) -> None:
+async def check_recorded_job(
+    record: JobRecord, workspace: Workspace, census: ProcessCensus
+) -> None:
     """A job with recovery metadata (generation 3): running or finished, else gone or unclear."""
-    if _ended(workspace) or find_wrapper(record) is not None:
+    if await anyio.to_thread.run_sync(_ended_or_running, record, workspace):
         return
-    # The wrapper may have recorded its status and exited between the two looks.
-    if _ended(workspace):
-        return
-    marked = marked_processes(record.marker) if record.marker is not None else []
+    marked: list[psutil.Process] = []
+    if record.marker is not None:
+        marked = await census.processes(ProcessQuery.marked(record.marker))
     if marked:
         raise OperationError(
             "recovery_ambiguous",
@@ -93,6 +111,13 @@ def check_recorded_job(record: JobRecord, workspace: Workspace) -> None:
         f"the job's wrapper (pid {record.pid}) is gone, no process carries its launch marker "
         "and no exit status was recorded"
     )
+
+
+def _ended_or_running(record: JobRecord, workspace: Workspace) -> bool:
+    if _ended(workspace) or find_wrapper(record) is not None:
+        return True
+    # The wrapper may have recorded its status and exited between the two looks.
+    return _ended(workspace)
 
 
 def _ended(workspace: Workspace) -> bool:

@@ -36,6 +36,7 @@ from conduit_core.extension import (
     fault_point,
     is_store_outage,
 )
+from conduit_executors_shell._census import ProcessCensus
 from conduit_executors_shell._config import ShellConfig, decode_config
 from conduit_executors_shell._discovery import check_recorded_job, discover
 from conduit_executors_shell._launch import EXECUTION_TAG, LAUNCH_MARKER, json_lines, launch_job
@@ -79,6 +80,9 @@ class ShellExecutor(Executor):
         # Shared by every recovery and observation of this executor: the identity checks in
         # flight at once (a restart adopting hundreds of jobs) cost one look, not one each.
         self._wrappers = WrapperChecks()
+        # Likewise the process scans in flight (stops, their verification, recoveries looking
+        # for a launch marker): one walk of the process table answers them all.
+        self._census = ProcessCensus()
 
     def __repr__(self) -> str:
         return f"ShellExecutor(generation={self.generation})"
@@ -135,9 +139,11 @@ class ShellExecutor(Executor):
             # A wrapper proven running is adopted whatever the workspace holds (as
             # ``check_recorded_job`` would); any other case takes that full check.
             # Generations 1 and 2 also require the workspace: they keep their own check.
-            if not (discovering and await self._wrappers.alive(record)):
-                check = check_recorded_job if discovering else _prove_recoverable
-                await anyio.to_thread.run_sync(check, record, Workspace(Path(record.workspace)))
+            workspace = Workspace(Path(record.workspace))
+            if not discovering:
+                await anyio.to_thread.run_sync(_prove_recoverable, record, workspace)
+            elif not await self._wrappers.alive(record):
+                await check_recorded_job(record, workspace, self._census)
         elif not discovering:
             raise OperationError(
                 "recovery_unprovable", "no recovery metadata was recorded for this attempt"
@@ -146,7 +152,7 @@ class ShellExecutor(Executor):
             # This generation records the intent before it creates or starts anything.
             raise NotStartedError("no launch intent was recorded: nothing was started")
         else:
-            record = await anyio.to_thread.run_sync(discover, decode_intent(ctx.launch_intent))
+            record = await discover(decode_intent(ctx.launch_intent), self._census)
         # Re-recording under the new epoch is the fenced acknowledgement of the adoption.
         await ctx.persist_recovery(self._format.encode(record))
         return self._handle(config, record, ctx)
@@ -221,6 +227,7 @@ class ShellExecutor(Executor):
             stop_signal=config.signal() if config else signal.SIGTERM,
             grace_seconds=config.stop_grace_seconds if config else 10.0,
             reap=self._children.reap_all,
+            census=self._census,
         )
 
 

@@ -2,7 +2,8 @@
 
 A pid is only trusted together with its psutil create time, so a pid the system has since given
 to an unrelated process is never adopted or signalled. Stopping is verified by looking, not
-assumed from having sent a signal.
+assumed from having sent a signal; the looks of the stops in flight share one walk of the process
+table (``_census``).
 """
 
 from __future__ import annotations
@@ -17,15 +18,13 @@ import anyio.to_thread
 import psutil
 
 from conduit_core.extension import StopEvidence
-from conduit_executors_shell._launch import EXECUTION_TAG, LAUNCH_MARKER
+from conduit_executors_shell._census import ProcessCensus, ProcessQuery
 from conduit_executors_shell._metadata import JobRecord
 
 __all__ = [
     "CREATE_TIME_TOLERANCE",
     "find_wrapper",
     "group_is_empty",
-    "marked_processes",
-    "marker_execution",
     "stop_job",
     "wait_for_wrapper_exit",
 ]
@@ -51,25 +50,6 @@ def find_wrapper(record: JobRecord) -> psutil.Process | None:
     except (psutil.NoSuchProcess, ProcessLookupError):
         return None
     return process
-
-
-def marked_processes(marker: str) -> list[psutil.Process]:
-    """Live (not zombie) processes whose environment carries exactly this launch marker."""
-    found = []
-    for process in psutil.process_iter(["status"]):
-        if process.info["status"] == psutil.STATUS_ZOMBIE or process.pid == os.getpid():
-            continue
-        try:
-            if process.environ().get(LAUNCH_MARKER) == marker:
-                found.append(process)
-        except psutil.Error:
-            continue
-    return found
-
-
-def marker_execution(marker: str) -> str:
-    """The execution id a marker ``<execution>/<epoch>/<nonce>`` names (ids may hold ``/``)."""
-    return marker.rsplit("/", 2)[0]
 
 
 def group_is_empty(pgid: int) -> bool:
@@ -137,6 +117,7 @@ async def stop_job(
     stop_signal: signal.Signals,
     grace_seconds: float,
     reap: Callable[[], object],
+    census: ProcessCensus,
 ) -> StopEvidence:
     """Signal every process of the job, wait the grace, escalate to SIGKILL, then verify.
 
@@ -145,12 +126,13 @@ async def stop_job(
     tagged with the execution id (or carrying a launch marker of the execution), which finds a job
     that left its group, or whose metadata was never recorded. With ``marker`` (the launch's own,
     from its metadata or its launch intent) only processes carrying exactly that marker are tagged.
+    Every look at the job's processes is a scan of ``census``, shared with the scans in flight.
     """
     trust_group = False
     if record is not None:
         trust_group = await anyio.to_thread.run_sync(find_wrapper, record) is not None
-    scan = _Scanner(record, execution_id, marker=marker, trust_group=trust_group)
-    found = await anyio.to_thread.run_sync(scan.processes)
+    scan = _Scanner(record, execution_id, marker=marker, trust_group=trust_group, census=census)
+    found = await scan.processes()
     if not found:
         reap()
         return StopEvidence(verified=True, detail=f"no process of {scan.description} was running")
@@ -187,28 +169,22 @@ class _Scanner:
         *,
         marker: str | None,
         trust_group: bool,
+        census: ProcessCensus,
     ) -> None:
-        self._record = record
-        self._execution_id = execution_id
-        self._marker = marker
-        self._trust_group = trust_group
-        # Nothing created before the wrapper can belong to the job.
-        self._created_after = record.create_time - CREATE_TIME_TOLERANCE if record else 0.0
+        self._census = census
+        self._query = ProcessQuery(
+            # Nothing created before the wrapper can belong to the job.
+            created_after=record.create_time - CREATE_TIME_TOLERANCE if record else 0.0,
+            group=record.pgid if record is not None and trust_group else None,
+            marker=marker,
+            execution_id=execution_id,
+        )
         group = f"process group {record.pgid}" if record and trust_group else "no trusted group"
         self.description = f"execution {execution_id} ({group})"
 
-    def processes(self) -> list[psutil.Process]:
+    async def processes(self) -> list[psutil.Process]:
         """The job's live processes (zombies run nothing and are left to their parents)."""
-        found = []
-        for process in psutil.process_iter(["create_time", "status"]):
-            created = process.info["create_time"]
-            if process.info["status"] == psutil.STATUS_ZOMBIE or created is None:
-                continue
-            if created < self._created_after or process.pid == os.getpid():
-                continue
-            if self._in_job_group(process.pid) or self._tagged(process):
-                found.append(process)
-        return found
+        return await self._census.processes(self._query)
 
     async def wait_until_gone(
         self, within_seconds: float, reap: Callable[[], object]
@@ -217,35 +193,11 @@ class _Scanner:
         delay = _POLL_FIRST_SECONDS
         while True:
             reap()
-            remaining = await anyio.to_thread.run_sync(self.processes)
+            remaining = await self.processes()
             if not remaining or time.monotonic() >= deadline:
                 return remaining
             await anyio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, _POLL_LONGEST_SECONDS)
-
-    def _in_job_group(self, pid: int) -> bool:
-        if not self._trust_group or self._record is None:
-            return False
-        try:
-            return self._record.pgid in (os.getpgid(pid), os.getsid(pid))
-        except ProcessLookupError:
-            return False
-
-    def _tagged(self, process: psutil.Process) -> bool:
-        try:
-            environ = process.environ()
-        except psutil.Error:
-            return False
-        marker: str | None = environ.get(LAUNCH_MARKER)
-        if self._marker is not None:
-            # The launch's own marker is unique; an execution id is not across installations
-            # (another daemon's store may run a Work of the same id on this machine).
-            return marker == self._marker
-        # No marker known (generation 1/2, or no metadata and no intent): the tag or a marker
-        # naming the execution finds a job whose metadata was never recorded.
-        if environ.get(EXECUTION_TAG) == self._execution_id:
-            return True
-        return marker is not None and marker_execution(marker) == self._execution_id
 
 
 def _send(processes: list[psutil.Process], sig: signal.Signals) -> int:

@@ -337,7 +337,7 @@ async def test_a_scan_asked_during_a_look_waits_for_the_next_and_cancelling_stra
         late = anyio.CancelScope()
         tg.start_soon(_in_scope, late, ask, "cancelled")
         tg.start_soon(ask, "ours")
-        await wait_until_async(lambda: len(census._waiting) == 2, "both scans to wait")
+        await wait_until_async(lambda: len(census._gathered._waiting) == 2, "both scans to wait")
         late.cancel()  # a waiting scan leaves; the others still get their look
         leader.cancel()  # the leader's look is shielded: it still answers the batch
         look.hold = False
@@ -345,7 +345,7 @@ async def test_a_scan_asked_during_a_look_waits_for_the_next_and_cancelling_stra
     assert look.batches == [["first"], ["ours"]]
     assert answers["ours"] == 1
     assert "cancelled" not in answers
-    assert not census._looking
+    assert not census._gathered._looking
 
 
 async def _in_scope(scope: anyio.CancelScope, ask: Any, marker: str) -> None:

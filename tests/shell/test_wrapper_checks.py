@@ -281,7 +281,7 @@ async def test_a_check_asked_during_a_look_waits_for_the_next_and_cancelling_str
         late = anyio.CancelScope()
         tg.start_soon(_in_scope, late, ask, 3)
         tg.start_soon(ask, 4)
-        await wait_until_async(lambda: len(checks._waiting) == 2, "both checks to wait")
+        await wait_until_async(lambda: len(checks._gathered._waiting) == 2, "both checks to wait")
         late.cancel()  # a waiting check leaves; the others still get their look
         leader_scope.cancel()  # the leader's look is shielded: it still answers
         look.hold = False

@@ -26,11 +26,10 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import anyio
-import anyio.lowlevel
 import anyio.to_thread
 import psutil
 
+from conduit_executors_shell._gathering import GatheredLooks
 from conduit_executors_shell._launch import EXECUTION_TAG, LAUNCH_MARKER
 
 __all__ = [
@@ -147,81 +146,30 @@ def processes_matching(queries: Sequence[ProcessQuery]) -> list[list[psutil.Proc
     return [query.select(census) for query in queries]
 
 
-class _Scan:
-    def __init__(self, query: ProcessQuery) -> None:
-        self.query = query
-        self.found: list[psutil.Process] | None = None  # None: the look failed, walk alone
-        self.leads = False
-        self.answered = anyio.Event()
-
-
 class ProcessCensus:
-    """Gathers concurrent process scans into one look (one thread hop, one walk) at a time.
-
-    The first caller leads: it yields once so the scans asked in the same pass of the event loop
-    join, then looks for all of them; scans asked meanwhile wait, and the first of them leads the
-    next look. A leader's look is shielded (one bounded walk of ``/proc``), so cancelling one
-    caller never leaves the others without an answer. When a look fails, each of its callers
-    walks alone, as it would have without the census (and meets the error itself).
-    """
+    """Gathers concurrent process scans into one look (one thread hop, one walk) at a time
+    (``GatheredLooks``). When a look fails, each of its callers walks alone, as it would have
+    without the census (and meets the error itself)."""
 
     def __init__(
         self,
         look: Callable[[Sequence[ProcessQuery]], list[list[psutil.Process]]] = processes_matching,
     ) -> None:
-        self._look = look
-        self._waiting: list[_Scan] = []
-        self._looking = False
-        #: How many looks answered how many scans (the bench and tests read it).
-        self.looks = 0
-        self.scans = 0
+        self._gathered: GatheredLooks[ProcessQuery, list[psutil.Process]] = GatheredLooks(look)
+
+    @property
+    def looks(self) -> int:
+        """How many looks answered the scans so far (the bench and tests read it)."""
+        return self._gathered.looks
+
+    @property
+    def scans(self) -> int:
+        return self._gathered.asked
 
     async def processes(self, query: ProcessQuery) -> list[psutil.Process]:
         """The live processes ``query`` selects, from a walk that started after this call."""
-        scan = _Scan(query)
-        self._waiting.append(scan)
-        if self._looking:
-            try:
-                await scan.answered.wait()
-            except BaseException:
-                if scan in self._waiting:
-                    self._waiting.remove(scan)
-                if scan.leads:
-                    self._hand_over()
-                raise
-            if not scan.leads:
-                return await self._answer(scan)
-        self._looking = True
-        with anyio.CancelScope(shield=True):
-            await anyio.lowlevel.checkpoint()  # the scans asked in this pass join this look
-            batch, self._waiting = self._waiting, []
-            answers: Sequence[list[psutil.Process] | None] = [None] * len(batch)
-            try:
-                looked = await anyio.to_thread.run_sync(self._look, [s.query for s in batch])
-                if len(looked) == len(batch):
-                    answers = looked
-            except Exception:
-                pass
-            finally:
-                # Whatever happened, every scan of the batch is answered and the next look led.
-                self.looks += 1
-                self.scans += len(batch)
-                for waiting, found in zip(batch, answers, strict=True):
-                    waiting.found = found
-                    waiting.answered.set()
-                self._hand_over()
-        return await self._answer(scan)
-
-    async def _answer(self, scan: _Scan) -> list[psutil.Process]:
-        if scan.found is not None:
-            return scan.found
+        found = await self._gathered.ask(query)
+        if found is not None:
+            return found
         # The shared look failed: this scan walks alone, exactly as without the census.
-        return (await anyio.to_thread.run_sync(processes_matching, [scan.query]))[0]
-
-    def _hand_over(self) -> None:
-        if self._waiting:
-            following = self._waiting[0]
-            following.leads = True
-            following.answered.set()
-        else:
-            self._looking = False
+        return (await anyio.to_thread.run_sync(processes_matching, [query]))[0]

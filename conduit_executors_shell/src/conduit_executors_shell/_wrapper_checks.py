@@ -19,11 +19,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
-import anyio
-import anyio.lowlevel
-import anyio.to_thread
 import psutil
 
+from conduit_executors_shell._gathering import GatheredLooks
 from conduit_executors_shell._metadata import JobRecord
 from conduit_executors_shell._processes import CREATE_TIME_TOLERANCE, find_wrapper
 
@@ -64,71 +62,23 @@ def _alive(record: JobRecord, boot_time: float) -> bool:
     return abs(create_time - record.create_time) <= CREATE_TIME_TOLERANCE and pgrp == record.pgid
 
 
-class _Check:
-    def __init__(self, record: JobRecord) -> None:
-        self.record = record
-        self.alive = False
-        self.leads = False
-        self.answered = anyio.Event()
-
-
 class WrapperChecks:
-    """Gathers concurrent wrapper checks into one look (one thread hop) at a time.
-
-    The first caller leads: it yields once so the checks asked in the same pass of the event loop
-    join, then looks for all of them; checks asked meanwhile wait, and the first of them leads
-    the next look. A leader's look is shielded (a bounded read of ``/proc``), so cancelling one
-    caller never leaves the others without an answer.
+    """Gathers concurrent wrapper checks into one look (one thread hop) at a time
+    (``GatheredLooks``); a failed look proves nothing, and each caller takes its single-job path.
     """
 
     def __init__(self, look: Callable[[Sequence[JobRecord]], list[bool]] = wrappers_alive) -> None:
-        self._look = look
-        self._waiting: list[_Check] = []
-        self._looking = False
-        #: How many looks answered how many checks (the bench and tests read it).
-        self.looks = 0
-        self.checks = 0
+        self._gathered: GatheredLooks[JobRecord, bool] = GatheredLooks(look)
+
+    @property
+    def looks(self) -> int:
+        """How many looks answered the checks so far (the bench and tests read it)."""
+        return self._gathered.looks
+
+    @property
+    def checks(self) -> int:
+        return self._gathered.asked
 
     async def alive(self, record: JobRecord) -> bool:
         """True only when the wrapper is proven to be that very process and to lead its group."""
-        check = _Check(record)
-        self._waiting.append(check)
-        if self._looking:
-            try:
-                await check.answered.wait()
-            except BaseException:
-                if check in self._waiting:
-                    self._waiting.remove(check)
-                if check.leads:
-                    self._hand_over()
-                raise
-            if not check.leads:
-                return check.alive
-        self._looking = True
-        with anyio.CancelScope(shield=True):
-            await anyio.lowlevel.checkpoint()  # the checks asked in this pass join this look
-            batch, self._waiting = self._waiting, []
-            answers = [False] * len(batch)  # unproven: each caller takes the single-job path
-            try:
-                looked = await anyio.to_thread.run_sync(self._look, [c.record for c in batch])
-                if len(looked) == len(batch):
-                    answers = looked
-            except Exception:
-                pass
-            finally:
-                # Whatever happened, every check of the batch is answered and the next look led.
-                self.looks += 1
-                self.checks += len(batch)
-                for waiting, alive in zip(batch, answers, strict=True):
-                    waiting.alive = alive
-                    waiting.answered.set()
-                self._hand_over()
-        return check.alive
-
-    def _hand_over(self) -> None:
-        if self._waiting:
-            following = self._waiting[0]
-            following.leads = True
-            following.answered.set()
-        else:
-            self._looking = False
+        return bool(await self._gathered.ask(record))

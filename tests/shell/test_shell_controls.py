@@ -92,6 +92,30 @@ async def test_stop_with_a_custom_signal_escalates_and_verifies(tmp_path: Path) 
     assert (await handle.wait()).summary == f"exit status {128 + 9}"
 
 
+async def test_a_process_the_job_starts_after_the_stop_signal_gets_it_too(tmp_path: Path) -> None:
+    # As a stop that lands while the wrapper is still starting the job: a process of the job
+    # appears after the signal went out. Here the job's shell, on SIGTERM, starts a new process
+    # and waits for it; unsignalled, it would run until SIGKILL, the whole grace later.
+    ready = tmp_path / "trapping"
+    config = {
+        "command": f"trap 'trap - TERM; sleep 60 & wait; exit 3' TERM; : > {ready}; "
+        "while :; do sleep 0.05; done",
+        "stop_grace_seconds": 30,
+    }
+    ctx, _ = make_context(tmp_path, config)
+    executor = ShellExecutor()
+    handle = await executor.run(ctx)
+    await wait_until_async(ready.exists, "the job to set its trap")
+
+    evidence = await executor.stop(ctx.stop_target())
+
+    assert evidence.verified
+    assert "appeared after the first signal" in evidence.detail
+    assert "0 needed SIGKILL" in evidence.detail, evidence.detail
+    assert tagged_processes(ctx.execution_id) == []
+    assert (await handle.wait()).summary == "exit status 3"
+
+
 async def test_stop_without_metadata_finds_the_job_by_its_execution_tag(tmp_path: Path) -> None:
     ctx, _ = make_context(tmp_path, {"command": "sleep 60"})
     executor = ShellExecutor()

@@ -137,7 +137,13 @@ async def stop_job(
         reap()
         return StopEvidence(verified=True, detail=f"no process of {scan.description} was running")
     await anyio.to_thread.run_sync(_send, found, stop_signal)
-    remaining = await scan.wait_until_gone(grace_seconds, reap)
+    # A process of the job that appears during the grace gets the signal too: a stop that lands
+    # while the wrapper is still starting the job (the wrapper outlives the signal by design)
+    # would otherwise leave the job unsignalled until SIGKILL, the whole grace later.
+    signalled = set(found)
+    remaining = await scan.wait_until_gone(
+        grace_seconds, reap, signal_new=stop_signal, signalled=signalled
+    )
     killed = 0
     deadline = time.monotonic() + _KILL_DEADLINE_SECONDS
     wrapper_pid = record.pid if record is not None else None
@@ -147,6 +153,8 @@ async def stop_job(
         killed += await anyio.to_thread.run_sync(_send, targets, signal.SIGKILL)
         remaining = await scan.wait_until_gone(_KILL_DEADLINE_SECONDS / 10, reap)
     reap()
+    appeared = len(signalled) - len(found)
+    late = f" ({appeared} of them appeared after the first signal)" if appeared else ""
     if remaining:
         pids = ", ".join(str(p.pid) for p in remaining)
         return StopEvidence(
@@ -155,7 +163,8 @@ async def stop_job(
     return StopEvidence(
         verified=True,
         detail=(
-            f"sent {stop_signal.name} to {len(found)} process(es) of {scan.description}; "
+            f"sent {stop_signal.name} to {len(signalled)} process(es) of {scan.description}"
+            f"{late}; "
             f"{killed} needed SIGKILL; none remain"
         ),
     )
@@ -187,13 +196,26 @@ class _Scanner:
         return await self._census.processes(self._query)
 
     async def wait_until_gone(
-        self, within_seconds: float, reap: Callable[[], object]
+        self,
+        within_seconds: float,
+        reap: Callable[[], object],
+        *,
+        signal_new: signal.Signals | None = None,
+        signalled: set[psutil.Process] | None = None,
     ) -> list[psutil.Process]:
+        """The job's processes left after ``within_seconds`` (or none, as soon as none is).
+        With ``signal_new``, each one found that is not in ``signalled`` (psutil identities: pid
+        and create time) is sent that signal and added to it."""
         deadline = time.monotonic() + within_seconds
         delay = _POLL_FIRST_SECONDS
         while True:
             reap()
             remaining = await self.processes()
+            if signal_new is not None and signalled is not None:
+                fresh = [process for process in remaining if process not in signalled]
+                if fresh:
+                    signalled.update(fresh)
+                    await anyio.to_thread.run_sync(_send, fresh, signal_new)
             if not remaining or time.monotonic() >= deadline:
                 return remaining
             await anyio.sleep(min(delay, max(0.0, deadline - time.monotonic())))

@@ -1,4 +1,5 @@
-"""Every write transaction takes a limit's row before a budget ledger's (PostgreSQL).
+"""Every write transaction takes a limit's row before a budget ledger's, and one claim's limits
+at most (PostgreSQL).
 
 Claims from the ready queue lock their limit's counter row, then the ledgers they check. A
 transaction that locked a ledger first and a limit after crossed that order: with another
@@ -7,7 +8,9 @@ after ``deadlock_timeout`` (a second) and rolled one transaction back to be run 
 in were found (issue 32): a group-commit batch that ran ``charge_pending`` (the pass's charge of
 staged usage) before its claim, and claims that charged staged usage before they locked their
 limits: from the ready queue counting unknown pools (``sized_batch``), and of named Work
-(``admit_attempts``: a Work let through by its start gates, say).
+(``admit_attempts``: a Work let through by its start gates, say). And two claims in one batch,
+each locking its own limits in name order, locked the two sets in the order they came: a batch
+now holds at most one claim.
 
 Each case is staged with a third connection holding the ledger's row, so that both
 transactions are inside before either can take it; then the ledger is let go. The store
@@ -158,3 +161,88 @@ async def test_no_transaction_takes_a_ledger_before_a_limit(
         assert sorted(claimed) == ["w0", "w1", "w2", "w3"]
         assert (await a.list_ledgers())[0].used == 2  # each staged usage charged once
         assert _deadlocks() == before, "a transaction took a ledger before a limit"
+
+
+#: Two pools: a claim locks the limits of the pools it claims from, in name order.
+TWO_POOLS = CapacityLimits(pool_limits={"p1": 8, "p2": 8}, binding_pools={"b1": "p1", "b2": "p2"})
+
+
+def _pool_of(work: Any) -> Any:
+    return snapshot("p1" if work.binding == "b1" else "p2")
+
+
+def _admit_named_in(store: Store, work_id: str, pool: str) -> Callable[[], Awaitable[Any]]:
+    async def admit() -> Any:
+        return await store.admit_attempts(
+            [AdmitRequest(work_id=work_id, snapshot=snapshot(pool))], owner="o", now_ms=T0,
+            lease_ms=30_000, capacity=TWO_POOLS, budgets=BOOK, gates=None,
+        )  # fmt: skip
+
+    return admit
+
+
+def _admit_ready_of_two_pools(store: Store) -> Callable[[], Awaitable[Any]]:
+    async def admit() -> Any:
+        claims, _ = await store.admit_ready(
+            limit=1, snapshot_for=_pool_of, max_inputs=None, owner="o", now_ms=T0,
+            lease_ms=30_000, capacity=TWO_POOLS, budgets=BOOK, gates=None,
+        )  # fmt: skip
+        return claims
+
+    return admit
+
+
+async def test_two_claims_of_one_batch_never_lock_two_pools_in_two_orders(postgres_url: str) -> None:
+    """A batch held a claim of named Work in one pool and a claim from the ready queue, which
+    locks every pool with room: with another daemon's batch holding the same two kinds of claim
+    the other way round (its named Work in the other pool), each held one pool's limit and waited
+    for the other's. A batch now holds at most one claim (``LOCKS_LIMITS``)."""
+    async with await open_store(postgres_url) as a, await open_store(postgres_url) as b:
+        # A's claim from the ready queue takes w3 first (its priority), in p2; B's then w1, in p1.
+        for i, binding in enumerate(("b1", "b1", "b2", "b2")):
+            work = msgspec.structs.replace(
+                make_work(f"w{i}"), binding=binding, priority=5 if i == 3 else 0
+            )
+            await a.create_work(work, first_input=make_input(f"w{i}-in"))
+        await _stage_usage(a, "w0")
+        await _stage_usage(a, "w2")
+        results: dict[str, Any] = {}
+        before = _deadlocks()
+        with psycopg.connect(postgres_url, autocommit=True) as admin, psycopg.connect(
+            postgres_url
+        ) as holder:
+            holder.execute(
+                "INSERT INTO conduit_counter (name, value) VALUES (%s, 0) "
+                "ON CONFLICT (name) DO NOTHING", (f"budget:{LEDGER.key}",),
+            )  # fmt: skip
+            holder.commit()
+            holder.execute(
+                "SELECT name FROM conduit_counter WHERE name = %s FOR UPDATE",
+                (f"budget:{LEDGER.key}",),
+            )
+
+            async def run(name: str, call: Callable[[], Awaitable[Any]]) -> None:
+                results[name] = await call()
+
+            async with anyio.create_task_group() as tg:
+                with anyio.fail_after(20):
+                    # Daemon A: its named Work in p1 and a claim from the ready queue, queued
+                    # in one turn of the loop (one batch, before the fix): it holds p1 and
+                    # waits for the held ledger (the named Work's staged usage).
+                    tg.start_soon(run, "a_named", _admit_named_in(a, "w0", "p1"))
+                    tg.start_soon(run, "a_ready", _admit_ready_of_two_pools(a))
+                    await _lock_waiters(admin, 1)
+                    # Daemon B: the same the other way round, holding p2.
+                    tg.start_soon(run, "b_named", _admit_named_in(b, "w2", "p2"))
+                    tg.start_soon(run, "b_ready", _admit_ready_of_two_pools(b))
+                    await _lock_waiters(admin, 2)
+                    holder.rollback()  # the ledger let go: both go on
+        claimed = [c.work.id for r in results.values() for c in r if isinstance(c, Claim)]
+        assert {"w0", "w2"} <= set(claimed)  # the named Work
+        # A claim from the ready queue may have skipped a row the other one held (SKIP LOCKED)
+        # and come back short: what is left is claimed now, and nothing twice.
+        claimed += [c.work.id for c in await _admit_ready_of_two_pools(a)()]
+        claimed += [c.work.id for c in await _admit_ready_of_two_pools(a)()]
+        assert sorted(claimed) == ["w0", "w1", "w2", "w3"]
+        assert (await a.list_ledgers())[0].used == 2  # each staged usage charged once
+        assert _deadlocks() == before, "two batches locked two pools' limits in two orders"

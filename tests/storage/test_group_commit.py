@@ -184,6 +184,34 @@ async def test_writes_left_behind_a_full_batch_run_next_each_with_its_own_result
     assert time.process_time() - cpu < 0.2
 
 
+async def test_a_batch_holds_at_most_one_write_of_a_kind_that_must_be_alone_in_it() -> None:
+    # Claims (``one_per_batch``) lock their limits in one order each; two in one transaction
+    # would lock two sets in the order they came. The others stay queued, in their order, and
+    # each still gets its own result; the writes between them share the batches as before.
+    from conduit_core.storage._group_commit import GroupCommit, Operation
+
+    batches: list[list[str]] = []
+
+    def run_batch(ops: list[Operation[object]]) -> None:
+        batches.append([str(op.fn(None)) for op in ops])
+        for op in ops:
+            op.result = f"{op.fn(None)}!"
+
+    group = GroupCommit(run_batch, threads=StoreThreads(1, name="t"), max_batch=4)
+    results: dict[str, object] = {}
+
+    async def write(name: str) -> None:
+        results[name] = await group.submit(lambda cx: name, one_per_batch=name.startswith("c"))
+
+    names = ["s1", "c1", "s2", "c2", "c3", "s3", "s4", "s5", "s6"]
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for name in names:
+                tg.start_soon(write, name)
+    assert batches == [["s1", "c1", "s2", "s3"], ["c2", "s4", "s5", "s6"], ["c3"]]
+    assert results == {name: f"{name}!" for name in names}
+
+
 async def test_writes_queued_in_the_same_turn_of_the_loop_share_one_transaction(
     store_url: str, sizes: list[int]
 ) -> None:

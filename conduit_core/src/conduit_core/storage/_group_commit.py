@@ -37,8 +37,8 @@ class Operation(Generic[T]):
     other operations queued or batched with it)."""
 
     __slots__ = (
-        "error", "finished", "fn", "later", "order", "result", "savepoint", "shared", "taken",
-        "wakeup",
+        "error", "finished", "fn", "later", "one_per_batch", "order", "result", "savepoint",
+        "shared", "taken", "wakeup",
     )  # fmt: skip
 
     def __init__(
@@ -49,8 +49,13 @@ class Operation(Generic[T]):
         order: str = "",
         savepoint: bool = True,
         later: Callable[[Any], Callable[[], T]] | None = None,
+        one_per_batch: bool = False,
     ) -> None:
         self.fn = fn
+        #: A batch holds at most one such operation; the next waits for the next batch (the
+        #: backend's reason: claims, each locking its limits in one order, must not be two in
+        #: one transaction, which would lock two sets of limits in the order they came).
+        self.one_per_batch = one_per_batch
         #: ``fn`` in two steps, if it has them: send its statements, then take its outcome
         #: (the backend may send a whole batch's first steps together; see ``SqlStore``).
         self.later = later
@@ -100,10 +105,12 @@ class GroupCommit:
         order: str = "",
         savepoint: bool = True,
         later: Callable[[Any], Callable[[], T]] | None = None,
+        one_per_batch: bool = False,
     ) -> T:
         op: Operation[T] = Operation(
-            fn, shared=shared, order=order, savepoint=savepoint, later=later
-        )
+            fn, shared=shared, order=order, savepoint=savepoint, later=later,
+            one_per_batch=one_per_batch,
+        )  # fmt: skip
         submitted = time.perf_counter()
         self._queue.append(op)
         op.wakeup = self._queued_wakeup
@@ -145,9 +152,7 @@ class GroupCommit:
         self._running += 1
         try:
             while self._queue:
-                batch = [
-                    self._queue.popleft() for _ in range(min(len(self._queue), self._max_batch))
-                ]
+                batch = self._take_batch()
                 # The batch's operations all wait on the queue's event: it is now the batch's.
                 ended = self._requeue()
                 for op in batch:
@@ -169,6 +174,25 @@ class GroupCommit:
             self._running -= 1
             if self._queue and self._running < self._max_parallel:
                 self._requeue().set()  # hand the lead to the queued: the first awake leads
+
+    def _take_batch(self) -> list[Operation[Any]]:
+        """The next batch, in queue order: at most ``max_batch`` operations, of them at most one
+        ``one_per_batch`` (the others stay queued, in their order, for the next batch)."""
+        if not any(op.one_per_batch for op in self._queue):
+            return [self._queue.popleft() for _ in range(min(len(self._queue), self._max_batch))]
+        batch: list[Operation[Any]] = []
+        left: list[Operation[Any]] = []
+        holds_one = False
+        while self._queue and len(batch) < self._max_batch:
+            op = self._queue.popleft()
+            if op.one_per_batch:
+                if holds_one:
+                    left.append(op)
+                    continue
+                holds_one = True
+            batch.append(op)
+        self._queue.extendleft(reversed(left))
+        return batch
 
     def _requeue(self) -> anyio.Event:
         """Give the queue a new event to wait on; the old one, returned, is the caller's."""

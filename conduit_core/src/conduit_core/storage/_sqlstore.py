@@ -120,6 +120,7 @@ class SqlStore(Store):
             order=order,
             savepoint=fn not in FAILS_CLEAN,
             later=None if in_two_steps is None else _TwoSteps(*in_two_steps, args),
+            one_per_batch=fn in LOCKS_LIMITS,
         )
 
     def _run_batch(self, ops: list[Operation[Any]]) -> None:
@@ -718,6 +719,17 @@ CLAIMS_FROM_THE_READY_QUEUE: frozenset[Callable[..., Any]] = frozenset(
     {ready.claim_ready, _budgets.admit_ready}
 )
 _AFTER_THE_BATCH = "\U0010ffff"
+
+#: Claims: each locks the limits' rows it needs in one order (name order), but two of them in
+#: one transaction would lock their two sets in the order they came, and another daemon's
+#: batch with the same two kinds of claim the other way round (a claim of named Work in one
+#: pool, one from the ready queue that takes the other pool's Work) held one pool's limit and
+#: waited for the other's: a deadlock, which PostgreSQL broke after ``deadlock_timeout`` (1 s).
+#: A batch holds at most one of them (``Operation.one_per_batch``); the next claim waits for
+#: the next batch (``tests/storage/test_batch_lock_order.py``).
+LOCKS_LIMITS: frozenset[Callable[..., Any]] = frozenset(
+    {ops.claim_attempts, ready.claim_ready, _budgets.admit_attempts, _budgets.admit_ready}
+)
 
 #: Operations that lock budget ledgers without a limit's row: they run after the claims of
 #: their batch, so that every batch takes limits before ledgers. Run first, a ``charge_pending``

@@ -9,8 +9,8 @@ in were found (issue 32): a group-commit batch that ran ``charge_pending`` (the 
 staged usage) before its claim, and claims that charged staged usage before they locked their
 limits: from the ready queue counting unknown pools (``sized_batch``), and of named Work
 (``admit_attempts``: a Work let through by its start gates, say). And two claims in one batch,
-each locking its own limits in name order, locked the two sets in the order they came: a batch
-now holds at most one claim.
+each locking its own limits in name order, locked the two sets in the order they came: a claim
+of named Work now shares its batch with no other claim.
 
 Each case is staged with a third connection holding the ledger's row, so that both
 transactions are inside before either can take it; then the ledger is let go. The store
@@ -192,11 +192,11 @@ def _admit_ready_of_two_pools(store: Store) -> Callable[[], Awaitable[Any]]:
     return admit
 
 
-async def test_two_claims_of_one_batch_never_lock_two_pools_in_two_orders(postgres_url: str) -> None:
+async def test_a_claim_of_named_work_and_a_ready_claim_never_lock_two_pools_in_two_orders(postgres_url: str) -> None:
     """A batch held a claim of named Work in one pool and a claim from the ready queue, which
     locks every pool with room: with another daemon's batch holding the same two kinds of claim
     the other way round (its named Work in the other pool), each held one pool's limit and waited
-    for the other's. A batch now holds at most one claim (``LOCKS_LIMITS``)."""
+    for the other's. A claim of named Work now shares its batch with no other claim."""
     async with await open_store(postgres_url) as a, await open_store(postgres_url) as b:
         # A's claim from the ready queue takes w3 first (its priority), in p2; B's then w1, in p1.
         for i, binding in enumerate(("b1", "b1", "b2", "b2")):

@@ -184,10 +184,10 @@ async def test_writes_left_behind_a_full_batch_run_next_each_with_its_own_result
     assert time.process_time() - cpu < 0.2
 
 
-async def test_a_batch_holds_at_most_one_write_of_a_kind_that_must_be_alone_in_it() -> None:
-    # Claims (``one_per_batch``) lock their limits in one order each; two in one transaction
-    # would lock two sets in the order they came. The others stay queued, in their order, and
-    # each still gets its own result; the writes between them share the batches as before.
+async def test_a_write_that_must_be_alone_of_its_kind_shares_its_batch_with_none_of_it() -> None:
+    # Claims of named Work (``alone_of_kind``) share their batch with no other claim; claims from
+    # the ready queue (same kind) share theirs with each other. Writes of no kind are batched as
+    # ever; what is left stays queued in its order, and each gets its own result.
     from conduit_core.storage._group_commit import GroupCommit, Operation
 
     batches: list[list[str]] = []
@@ -197,18 +197,21 @@ async def test_a_batch_holds_at_most_one_write_of_a_kind_that_must_be_alone_in_i
         for op in ops:
             op.result = f"{op.fn(None)}!"
 
-    group = GroupCommit(run_batch, threads=StoreThreads(1, name="t"), max_batch=4)
+    group = GroupCommit(run_batch, threads=StoreThreads(1, name="t"), max_batch=10)
     results: dict[str, object] = {}
 
     async def write(name: str) -> None:
-        results[name] = await group.submit(lambda cx: name, one_per_batch=name.startswith("c"))
+        kind = "claim" if name[0] in "rn" else ""
+        results[name] = await group.submit(
+            lambda cx: name, kind=kind, alone_of_kind=name.startswith("n")
+        )
 
-    names = ["s1", "c1", "s2", "c2", "c3", "s3", "s4", "s5", "s6"]
+    names = ["s1", "r1", "n1", "r2", "s2", "n2", "s3"]
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             for name in names:
                 tg.start_soon(write, name)
-    assert batches == [["s1", "c1", "s2", "s3"], ["c2", "s4", "s5", "s6"], ["c3"]]
+    assert batches == [["s1", "r1", "r2", "s2", "s3"], ["n1"], ["n2"]]
     assert results == {name: f"{name}!" for name in names}
 
 

@@ -37,8 +37,8 @@ class Operation(Generic[T]):
     other operations queued or batched with it)."""
 
     __slots__ = (
-        "error", "finished", "fn", "later", "one_per_batch", "order", "result", "savepoint",
-        "shared", "taken", "wakeup",
+        "alone_of_kind", "error", "finished", "fn", "kind", "later", "order", "result",
+        "savepoint", "shared", "taken", "wakeup",
     )  # fmt: skip
 
     def __init__(
@@ -49,13 +49,16 @@ class Operation(Generic[T]):
         order: str = "",
         savepoint: bool = True,
         later: Callable[[Any], Callable[[], T]] | None = None,
-        one_per_batch: bool = False,
+        kind: str = "",
+        alone_of_kind: bool = False,
     ) -> None:
         self.fn = fn
-        #: A batch holds at most one such operation; the next waits for the next batch (the
-        #: backend's reason: claims, each locking its limits in one order, must not be two in
-        #: one transaction, which would lock two sets of limits in the order they came).
-        self.one_per_batch = one_per_batch
+        #: With ``alone_of_kind``, the operation shares its batch with no other operation of
+        #: its ``kind`` (``""``: no kind); the next waits for the next batch. The backend's
+        #: reason: claims each lock their limits in one order, and a claim of named Work and
+        #: another claim in one transaction would lock two sets in the order they came.
+        self.kind = kind
+        self.alone_of_kind = alone_of_kind
         #: ``fn`` in two steps, if it has them: send its statements, then take its outcome
         #: (the backend may send a whole batch's first steps together; see ``SqlStore``).
         self.later = later
@@ -105,11 +108,12 @@ class GroupCommit:
         order: str = "",
         savepoint: bool = True,
         later: Callable[[Any], Callable[[], T]] | None = None,
-        one_per_batch: bool = False,
+        kind: str = "",
+        alone_of_kind: bool = False,
     ) -> T:
         op: Operation[T] = Operation(
-            fn, shared=shared, order=order, savepoint=savepoint, later=later,
-            one_per_batch=one_per_batch,
+            fn, shared=shared, order=order, savepoint=savepoint, later=later, kind=kind,
+            alone_of_kind=alone_of_kind,
         )  # fmt: skip
         submitted = time.perf_counter()
         self._queue.append(op)
@@ -176,20 +180,21 @@ class GroupCommit:
                 self._requeue().set()  # hand the lead to the queued: the first awake leads
 
     def _take_batch(self) -> list[Operation[Any]]:
-        """The next batch, in queue order: at most ``max_batch`` operations, of them at most one
-        ``one_per_batch`` (the others stay queued, in their order, for the next batch)."""
-        if not any(op.one_per_batch for op in self._queue):
+        """The next batch, in queue order: at most ``max_batch`` operations, and none that must
+        be alone of its kind beside another of that kind (those stay queued, in their order)."""
+        if not any(op.alone_of_kind for op in self._queue):
             return [self._queue.popleft() for _ in range(min(len(self._queue), self._max_batch))]
         batch: list[Operation[Any]] = []
         left: list[Operation[Any]] = []
-        holds_one = False
+        kinds: dict[str, bool] = {}  # per kind in the batch: whether one must be alone
         while self._queue and len(batch) < self._max_batch:
             op = self._queue.popleft()
-            if op.one_per_batch:
-                if holds_one:
+            if op.kind:
+                held = kinds.get(op.kind)
+                if held is not None and (held or op.alone_of_kind):
                     left.append(op)
                     continue
-                holds_one = True
+                kinds[op.kind] = op.alone_of_kind
             batch.append(op)
         self._queue.extendleft(reversed(left))
         return batch

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -36,7 +35,6 @@ from tests.shell._harness import (
     make_context,
     tagged_processes,
     wait_until,
-    wait_until_async,
 )
 
 pytestmark = pytest.mark.anyio
@@ -282,26 +280,20 @@ def test_the_scanning_process_never_finds_itself(tmp_path: Path) -> None:
 # --- the gathering -------------------------------------------------------------------------
 
 
-class _BlockingLook:
-    """A look that records each batch and, while ``hold`` is set, blocks until released."""
+class _RecordingLook:
+    """A look that records each batch."""
 
     def __init__(self) -> None:
         self.batches: list[list[str | None]] = []
-        self.hold = False
-        self.entered = threading.Event()
-        self.release = threading.Event()
 
     def __call__(self, queries: Sequence[ProcessQuery]) -> list[list[psutil.Process]]:
         self.batches.append([q.marker for q in queries])
-        if self.hold:
-            self.entered.set()
-            self.release.wait(10)
         own = psutil.Process()
         return [[own] if q.marker == "ours" else [] for q in queries]
 
 
 async def test_scans_asked_together_share_one_look() -> None:
-    look = _BlockingLook()
+    look = _RecordingLook()
     census = ProcessCensus(look)
     answers: dict[int, int] = {}
 
@@ -316,41 +308,6 @@ async def test_scans_asked_together_share_one_look() -> None:
     assert len(look.batches) == 1
     assert (census.looks, census.scans) == (1, 50)
     assert answers == {n: n % 2 for n in range(50)}
-
-
-async def test_a_scan_asked_during_a_look_waits_for_the_next_and_cancelling_strands_no_one() -> (
-    None
-):
-    look = _BlockingLook()
-    look.hold = True
-    census = ProcessCensus(look)
-    answers: dict[str, int] = {}
-
-    async def ask(marker: str) -> None:
-        answers[marker] = len(await census.processes(ProcessQuery.marked(marker)))
-
-    leader = anyio.CancelScope()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_in_scope, leader, ask, "first")
-        await anyio.to_thread.run_sync(look.entered.wait, 10)
-        # Asked while the first look runs: answered by a later look, never by that one.
-        late = anyio.CancelScope()
-        tg.start_soon(_in_scope, late, ask, "cancelled")
-        tg.start_soon(ask, "ours")
-        await wait_until_async(lambda: len(census._gathered._waiting) == 2, "both scans to wait")
-        late.cancel()  # a waiting scan leaves; the others still get their look
-        leader.cancel()  # the leader's look is shielded: it still answers the batch
-        look.hold = False
-        look.release.set()
-    assert look.batches == [["first"], ["ours"]]
-    assert answers["ours"] == 1
-    assert "cancelled" not in answers
-    assert not census._gathered._looking
-
-
-async def _in_scope(scope: anyio.CancelScope, ask: Any, marker: str) -> None:
-    with scope:
-        await ask(marker)
 
 
 async def test_a_failing_look_lets_each_scan_walk_alone(

@@ -11,7 +11,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from conduit_executors_shell import ShellExecutor
 from conduit_executors_shell._metadata import JobRecord
 from conduit_executors_shell._processes import find_wrapper
 from conduit_executors_shell._wrapper_checks import WrapperChecks, wrappers_alive
-from tests.shell._harness import FileCallbacks, make_context, wait_until, wait_until_async
+from tests.shell._harness import FileCallbacks, make_context, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -225,20 +224,14 @@ async def test_batched_recovery_adopts_and_refuses_as_the_single_path(
 # --- the gathering -------------------------------------------------------------------------
 
 
-class _BlockingLook:
-    """A look that records each batch and, while ``hold`` is set, blocks until released."""
+class _RecordingLook:
+    """A look that records each batch."""
 
     def __init__(self) -> None:
         self.batches: list[list[int]] = []
-        self.hold = False
-        self.entered = threading.Event()
-        self.release = threading.Event()
 
     def __call__(self, records: Sequence[JobRecord]) -> list[bool]:
         self.batches.append([r.pid for r in records])
-        if self.hold:
-            self.entered.set()
-            self.release.wait(10)
         return [r.pid % 2 == 0 for r in records]
 
 
@@ -247,7 +240,7 @@ def _pid_record(pid: int) -> JobRecord:
 
 
 async def test_checks_asked_together_share_one_look() -> None:
-    look = _BlockingLook()
+    look = _RecordingLook()
     checks = WrapperChecks(look)
     answers: dict[int, bool] = {}
 
@@ -260,40 +253,6 @@ async def test_checks_asked_together_share_one_look() -> None:
 
     assert look.batches == [list(range(1, 51))]
     assert answers == {pid: pid % 2 == 0 for pid in range(1, 51)}
-
-
-async def test_a_check_asked_during_a_look_waits_for_the_next_and_cancelling_strands_no_one() -> (
-    None
-):
-    look = _BlockingLook()
-    look.hold = True
-    checks = WrapperChecks(look)
-    answers: dict[int, bool] = {}
-
-    async def ask(pid: int) -> None:
-        answers[pid] = await checks.alive(_pid_record(pid))
-
-    leader_scope = anyio.CancelScope()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_in_scope, leader_scope, ask, 2)
-        await anyio.to_thread.run_sync(look.entered.wait, 10)
-        # Asked while the first look runs: answered by a later look, never by that one.
-        late = anyio.CancelScope()
-        tg.start_soon(_in_scope, late, ask, 3)
-        tg.start_soon(ask, 4)
-        await wait_until_async(lambda: len(checks._gathered._waiting) == 2, "both checks to wait")
-        late.cancel()  # a waiting check leaves; the others still get their look
-        leader_scope.cancel()  # the leader's look is shielded: it still answers
-        look.hold = False
-        look.release.set()
-    assert look.batches == [[2], [4]]
-    assert answers[4] is True
-    assert 3 not in answers
-
-
-async def _in_scope(scope: anyio.CancelScope, ask: Any, pid: int) -> None:
-    with scope:
-        await ask(pid)
 
 
 async def test_a_failing_look_proves_nothing_and_leaves_the_next_look_working() -> None:

@@ -19,8 +19,9 @@ counts its retried transactions by reason (``conduit_store_retries_total``): no 
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
@@ -93,6 +94,23 @@ def _charge(store: Store) -> Callable[[], Awaitable[Any]]:
     return charge
 
 
+@contextlib.contextmanager
+def _ledger_held(url: str) -> Iterator[tuple[psycopg.Connection[Any], psycopg.Connection[Any]]]:
+    """An observer's connection, and a third party's holding the ledger's counter row until it
+    rolls back."""
+    with psycopg.connect(url, autocommit=True) as admin, psycopg.connect(url) as holder:
+        holder.execute(
+            "INSERT INTO conduit_counter (name, value) VALUES (%s, 0) "
+            "ON CONFLICT (name) DO NOTHING", (f"budget:{LEDGER.key}",),
+        )  # fmt: skip
+        holder.commit()
+        holder.execute(
+            "SELECT name FROM conduit_counter WHERE name = %s FOR UPDATE",
+            (f"budget:{LEDGER.key}",),
+        )
+        yield admin, holder
+
+
 async def _lock_waiters(admin: psycopg.Connection[Any], count: int) -> None:
     """Wait until ``count`` of the database's backends wait for a row lock."""
     deadline = time.monotonic() + 10
@@ -122,19 +140,7 @@ async def test_no_transaction_takes_a_ledger_before_a_limit(
         await _stage_usage(a, "w1")
         results: dict[str, Any] = {}
         before = _deadlocks()
-        with psycopg.connect(postgres_url, autocommit=True) as admin, psycopg.connect(
-            postgres_url
-        ) as holder:
-            # The ledger's counter row, held by a third party for now.
-            holder.execute(
-                "INSERT INTO conduit_counter (name, value) VALUES (%s, 0) "
-                "ON CONFLICT (name) DO NOTHING", (f"budget:{LEDGER.key}",),
-            )  # fmt: skip
-            holder.commit()
-            holder.execute(
-                "SELECT name FROM conduit_counter WHERE name = %s FOR UPDATE",
-                (f"budget:{LEDGER.key}",),
-            )
+        with _ledger_held(postgres_url) as (admin, holder):
 
             async def run(name: str, call: Callable[[], Awaitable[Any]]) -> None:
                 results[name] = await call()
@@ -208,18 +214,7 @@ async def test_a_claim_of_named_work_and_a_ready_claim_never_lock_two_pools_in_t
         await _stage_usage(a, "w2")
         results: dict[str, Any] = {}
         before = _deadlocks()
-        with psycopg.connect(postgres_url, autocommit=True) as admin, psycopg.connect(
-            postgres_url
-        ) as holder:
-            holder.execute(
-                "INSERT INTO conduit_counter (name, value) VALUES (%s, 0) "
-                "ON CONFLICT (name) DO NOTHING", (f"budget:{LEDGER.key}",),
-            )  # fmt: skip
-            holder.commit()
-            holder.execute(
-                "SELECT name FROM conduit_counter WHERE name = %s FOR UPDATE",
-                (f"budget:{LEDGER.key}",),
-            )
+        with _ledger_held(postgres_url) as (admin, holder):
 
             async def run(name: str, call: Callable[[], Awaitable[Any]]) -> None:
                 results[name] = await call()

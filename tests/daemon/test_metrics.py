@@ -134,6 +134,7 @@ def test_metrics_match_the_store(
                    "exhausted"):  # fmt: skip
         assert value(found, "conduit_work", status=status) == statuses.get(status, 0), status
     assert value(found, "conduit_work_ready") == 0  # the ready one is blocked: not startable
+    assert ("conduit_work_ended_counts_age_seconds", ()) in found
     needs = json.loads(daemon.cli("needs-you", "--json").stdout)["items"]
     assert [i["work_id"] for i in needs] == [deploy]
     assert value(found, "conduit_holds", kind="gate") == 1

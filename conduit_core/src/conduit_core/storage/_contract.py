@@ -965,8 +965,15 @@ class Store(ABC):
 
     @abstractmethod
     async def work_counts(self) -> dict[str, int]:
-        """Work per status (every ``WorkStatus`` value, zero included) and ``startable``: the
-        Work ``ready_work`` would return now. One consistent read (``/metrics`` scrapes it)."""
+        """Work per listed state that has not ended (``ready``, ``running``, ``waiting``,
+        ``held``, ``exhausted``; zero included) and ``startable``: the Work ``ready_work``
+        would return now. One consistent read that reads no ended Work, so its cost follows
+        the open Work, not the history (``/metrics`` reads it at every scrape)."""
+
+    @abstractmethod
+    async def ended_work_counts(self) -> dict[str, int]:
+        """Ended Work per state (``completed``, ``failed``, ``cancelled``; zero included). It
+        reads every ended Work's index entry: its cost grows with the history."""
 
     @abstractmethod
     async def held_work(self) -> list[tuple[Hold, Work]]:

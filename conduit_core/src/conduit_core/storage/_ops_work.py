@@ -770,16 +770,41 @@ def capacity_refusal(cx: Cx, capacity: CapacityLimits, work: Work) -> ClaimRefus
     return _capacity_or_key(slots, work, capacity.binding_pools.get(work.binding))
 
 
-def work_counts(cx: Cx) -> dict[str, int]:
-    """Work per status, and ``startable``: how many ``ready_work`` would return (no rows read)."""
-    # Listed states (the ``status`` column): exhausted ready Work is its own (``listed_status``).
-    counts = {str(status): 0 for status in WorkStatus} | {EXHAUSTED: 0}
-    for status, count in cx.rows("SELECT status, COUNT(*) FROM conduit_work GROUP BY status"):
+#: The listed states of Work that has not ended (``listed_status``), and of Work that has.
+OPEN_LISTED = (*(str(s) for s in WorkStatus if not s.terminal), EXHAUSTED)
+ENDED_LISTED = tuple(str(s) for s in WorkStatus if s.terminal)
+
+
+def _listed_counts(cx: Cx, listed: Sequence[str]) -> dict[str, int]:
+    """Work per listed state (the ``status`` column), every one of ``listed`` present: one
+    range of the status index per state, so it reads those states' rows and no others."""
+    marks = ", ".join("?" for _ in listed)
+    counts = dict.fromkeys(listed, 0)
+    rows = cx.rows(
+        f"SELECT status, COUNT(*) FROM conduit_work WHERE status IN ({marks}) GROUP BY status",
+        tuple(listed),
+    )
+    for status, count in rows:
         counts[str(status)] = int(count)
+    return counts
+
+
+def work_counts(cx: Cx) -> dict[str, int]:
+    """Work per open listed state, and ``startable``: how many ``ready_work`` would return. It
+    reads no ended Work (``ended_work_counts`` counts those): its cost follows the Work that
+    has not ended, however long the history."""
+    counts = _listed_counts(cx, OPEN_LISTED)
     # From the ready Work's index alone, less the few waiting for an unconfirmed stop.
     ready = int(cx.rows("SELECT COUNT(*) FROM conduit_work WHERE claimable = 1")[0][0])
     counts["startable"] = max(ready - len(cx.rows(_BLOCKED_SQL)), 0)
     return counts
+
+
+def ended_work_counts(cx: Cx) -> dict[str, int]:
+    """Ended Work per state (``completed``, ``failed``, ``cancelled``): it reads every ended
+    Work's entry in the status index, so its cost grows with the history (``/metrics`` reads
+    it seldom; see ``http/_metrics.EndedCounts``)."""
+    return _listed_counts(cx, ENDED_LISTED)
 
 
 def ready_work(cx: Cx, limit: int, after: str | None) -> list[Work]:

@@ -248,6 +248,9 @@ class SqlStore(Store):
     async def work_counts(self) -> dict[str, int]:
         return await self._read(ops.work_counts)
 
+    async def ended_work_counts(self) -> dict[str, int]:
+        return await self._read(ops.ended_work_counts)
+
     async def ready_work(self, *, limit: int, after: str | None = None) -> list[Work]:
         return await self._read_one(ops.ready_work, limit, after)
 

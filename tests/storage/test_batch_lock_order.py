@@ -10,7 +10,10 @@ staged usage) before its claim, and claims that charged staged usage before they
 limits: from the ready queue counting unknown pools (``sized_batch``), and of named Work
 (``admit_attempts``: a Work let through by its start gates, say). And two claims in one batch,
 each locking its own limits in name order, locked the two sets in the order they came: a claim
-of named Work now shares its batch with no other claim.
+of named Work now shares its batch with no other claim, and where two claims from the ready
+queue share one, a limit that comes before one the transaction holds is waited for only
+briefly, past which the batch runs again (``_sql.lock_counter_rows``;
+``conduit_store_retries_total{reason="lock_order"}``).
 
 Each case is staged with a third connection holding the ledger's row, so that both
 transactions are inside before either can take it; then the ledger is let go. The store
@@ -48,9 +51,13 @@ ONE_POOL = CapacityLimits(pool_limits={"p": 8}, binding_pools={"b": "p"})
 UNKNOWN_POOLS = CapacityLimits(global_limit=8)
 
 
-def _deadlocks() -> float:
-    value = METRICS.registry.get_sample_value("conduit_store_retries_total", {"reason": "deadlock"})
+def _retries(reason: str) -> float:
+    value = METRICS.registry.get_sample_value("conduit_store_retries_total", {"reason": reason})
     return value or 0.0
+
+
+def _deadlocks() -> float:
+    return _retries("deadlock")
 
 
 async def _stage_usage(store: Store, work_id: str) -> None:
@@ -241,3 +248,49 @@ async def test_a_claim_of_named_work_and_a_ready_claim_never_lock_two_pools_in_t
         assert sorted(claimed) == ["w0", "w1", "w2", "w3"]
         assert (await a.list_ledgers())[0].used == 2  # each staged usage charged once
         assert _deadlocks() == before, "two batches locked two pools' limits in two orders"
+
+
+async def test_two_ready_claims_in_one_batch_never_wait_for_a_limit_out_of_order(
+    postgres_url: str,
+) -> None:
+    """Two claims from the ready queue share a batch (a daemon's pass and the claim that joins a
+    settlement), and each locks the limits of the Work it finds: A's first claim took p2 and its
+    second then needed p1, while B's batch had taken p1 and waited for what A held. Each waited
+    for the other until PostgreSQL's deadlock check (1 s). A limit that comes before one a
+    transaction holds is now waited for 50 ms at most (``lock_counter_rows``): A fails then and
+    runs again, once B is through."""
+    async with await open_store(postgres_url) as a, await open_store(postgres_url) as b:
+        # The ready queue's order: w3 (p2), w0 (p1), w1 (p1), w2 (p2).
+        for i, (binding, priority) in enumerate((("b1", 8), ("b1", 7), ("b2", 6), ("b2", 9))):
+            work = msgspec.structs.replace(make_work(f"w{i}"), binding=binding, priority=priority)
+            await a.create_work(work, first_input=make_input(f"w{i}-in"))
+        results: dict[str, Any] = {}
+        deadlocks, out_of_order = _deadlocks(), _retries("lock_order")
+        with _ledger_held(postgres_url) as (admin, holder):
+
+            async def run(name: str, call: Callable[[], Awaitable[Any]]) -> None:
+                results[name] = await call()
+
+            async with anyio.create_task_group() as tg:
+                with anyio.fail_after(20):
+                    # Daemon A: two claims in one batch. The first takes w3 and p2's limit, then
+                    # waits for the held ledger.
+                    tg.start_soon(run, "a_first", _admit_ready_of_two_pools(a))
+                    tg.start_soon(run, "a_second", _admit_ready_of_two_pools(a))
+                    await _lock_waiters(admin, 1)
+                    # Daemon B: its first claim takes w0 (w3 is A's) and p1's limit, and waits
+                    # for the ledger too.
+                    tg.start_soon(run, "b_first", _admit_ready_of_two_pools(b))
+                    tg.start_soon(run, "b_second", _admit_ready_of_two_pools(b))
+                    await _lock_waiters(admin, 2)
+                    # The ledger let go: A takes it first, and its second claim finds w1, in
+                    # p1, whose limit B holds while it waits for the ledger A now holds.
+                    holder.rollback()
+        claimed = [c.work.id for r in results.values() for c in r if isinstance(c, Claim)]
+        # A claim may have skipped a row the other daemon held (SKIP LOCKED) and come back
+        # short: what is left is claimed now, and nothing twice.
+        for _ in range(2):
+            claimed += [c.work.id for c in await _admit_ready_of_two_pools(a)()]
+        assert sorted(claimed) == ["w0", "w1", "w2", "w3"]
+        assert _deadlocks() == deadlocks, "two batches waited for two pools' limits in two orders"
+        assert _retries("lock_order") > out_of_order, "the crossing was not staged"

@@ -84,6 +84,9 @@ _BEGIN_READ = ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",)
 _RETRIED_BECAUSE: dict[type[psycopg.Error], str] = {
     psycopg.errors.SerializationFailure: "serialization",
     psycopg.errors.DeadlockDetected: "deadlock",
+    # A counter row wanted out of order, held past ``_sql.OUT_OF_ORDER_WAIT_MS`` by another
+    # transaction (``lock_counter_rows``).
+    psycopg.errors.LockNotAvailable: "lock_order",
     psycopg.errors.UniqueViolation: "unique_violation",
     # The connection's prepared statements were dropped (see ``_pipeline.forget_prepared``).
     psycopg.errors.InvalidSqlStatementName: "statement_dropped",
@@ -111,7 +114,8 @@ class _PgCx:
     (migrations, ``_OneStatementCx``) each statement goes on its own through psycopg's cursor."""
 
     __slots__ = (
-        "_alone", "_begin", "_conn", "_cur", "_deferred", "_pipe", "committed", "works_written",
+        "_alone", "_begin", "_conn", "_cur", "_deferred", "_pipe", "committed", "counter_locks",
+        "works_written",
     )  # fmt: skip
     locks_rows = True
     has_sequences = True
@@ -134,6 +138,7 @@ class _PgCx:
         #: The transaction committed with ``count_or_restart``: nothing more may be sent.
         self.committed = False
         self.works_written: set[str] | None = None
+        self.counter_locks: set[str] = set()
         #: Writes held back (``defer``), per kind, each row's parameters in the order deferred.
         self._deferred: dict[SetWrite, dict[Any, tuple[Any, ...]]] = {}
         if begin is not None:

@@ -59,6 +59,8 @@ class Cx(Protocol):
     #: goes through ``save_work`` or ``SAVE_WORK_SQL``): a batch that read rows ahead for its
     #: operations sets it, to know which of those reads a write has since made stale.
     works_written: set[str] | None
+    #: The counter rows this transaction has locked (``lock_counter_rows``), by name.
+    counter_locks: set[str]
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]: ...
 
@@ -603,27 +605,69 @@ def next_event_seqs(cx: Cx, n: int) -> list[int]:
     return list(range(last - n + 1, last + 1))
 
 
+#: The order in which a claim locks counter rows: its limits' (``capacity:``), then its
+#: concurrency keys' (``key:``), then its budget ledgers' (``budget:``), each set by name.
+_LOCK_CLASSES = {"capacity": 0, "key": 1, "budget": 2}
+
+
+def lock_rank(name: str) -> tuple[int, str]:
+    """A counter row's place in the one order every transaction locks them in."""
+    return _LOCK_CLASSES.get(name.split(":", 1)[0], len(_LOCK_CLASSES)), name
+
+
+#: How long a transaction waits for a counter row that comes before one it already holds
+#: (``lock_counter_rows``): long enough for a holder that locks in order to commit, far below
+#: the server's deadlock check.
+OUT_OF_ORDER_WAIT_MS = 50
+
+
 def lock_counter_rows(cx: Cx, names: Sequence[str]) -> None:
     """Lock the counter rows ``names`` (made at 0 where missing) until commit, in name order.
 
     Made with ``DO NOTHING`` and locked with ``FOR UPDATE``, not by an upsert that rewrites the
     row: on PostgreSQL an ``ON CONFLICT DO UPDATE`` writes a new version of the row every time,
-    a dead tuple per claim batch for vacuum to clean; a row lock writes none. Both statements
-    are sent without waiting (the lock is taken before anything read after it)."""
-    ordered = sorted(set(names))
+    a dead tuple per claim batch for vacuum to clean; a row lock writes none. The statements
+    are sent without waiting (the lock is taken before anything read after it).
+
+    A transaction waits as long as it takes only for a row that comes after every row it holds
+    (``lock_rank``): waits in one order cannot close a circle. A row that comes before one it
+    holds is waited for ``OUT_OF_ORDER_WAIT_MS`` at most (``lock_timeout``, which bounds the
+    wait for another transaction's insert of the row too); past that the transaction fails
+    (``LockNotAvailable``) and the store runs it again, instead of each of two transactions
+    waiting for the other until the server's deadlock check (``deadlock_timeout``, 1 s) broke
+    one. One claim locks in that order by itself; two claims in one batch (a daemon's pass and
+    the claim that joins a settlement) may not: the first took pool p2's limit, the second
+    needed p1's, while another daemon's batch had taken p1 and waited for what the first held
+    (``tests/storage/test_batch_lock_order.py``)."""
+    held = cx.counter_locks
+    ordered = sorted(set(names) - held, key=lock_rank)
     if not ordered:
         return
+    last = max(map(lock_rank, held)) if held else None
+    behind = [n for n in ordered if last is not None and lock_rank(n) < last]
+    if behind and cx.locks_rows:
+        cx.run(f"SET LOCAL lock_timeout = {OUT_OF_ORDER_WAIT_MS}")
+        _lock_rows(cx, behind)
+        cx.run("SET LOCAL lock_timeout TO DEFAULT")
+    else:
+        behind = []
+    _lock_rows(cx, ordered[len(behind):])
+    held.update(ordered)
+
+
+def _lock_rows(cx: Cx, names: Sequence[str]) -> None:
+    if not names:
+        return
+    marks = ", ".join("(?, 0)" for _ in names)
     cx.run(
-        "INSERT INTO conduit_counter (name, value) VALUES "
-        + ", ".join("(?, 0)" for _ in ordered)
-        + " ON CONFLICT (name) DO NOTHING",
-        tuple(ordered),
+        f"INSERT INTO conduit_counter (name, value) VALUES {marks} ON CONFLICT (name) DO NOTHING",
+        tuple(names),
     )
     cx.run(
         "SELECT name FROM conduit_counter WHERE name IN ("
-        + ", ".join("?" for _ in ordered)
+        + ", ".join("?" for _ in names)
         + ") ORDER BY name FOR UPDATE",
-        tuple(ordered),
+        tuple(names),
     )
 
 

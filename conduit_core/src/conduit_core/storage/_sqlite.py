@@ -34,7 +34,7 @@ def _sqlite_sql(sql: str) -> str:
 
 
 class _SqliteCx:
-    __slots__ = ("conn",)
+    __slots__ = ("conn", "counter_locks")
     #: One writer by nature: nothing to lock row by row (see ``Cx.locks_rows``).
     locks_rows = False
     has_sequences = False
@@ -44,6 +44,7 @@ class _SqliteCx:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
+        self.counter_locks: set[str] = set()  # kept for the protocol: nothing is row-locked
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
         return self.conn.execute(_sqlite_sql(sql), params).fetchall()

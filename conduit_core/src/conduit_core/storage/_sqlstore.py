@@ -718,21 +718,25 @@ ROW_LOCKED: frozenset[Callable[..., Any]] = frozenset(
 #: attempt's settlement batched with them frees its slot for them. They lock their Work rows
 #: ``SKIP LOCKED`` (never waiting for another batch's); what they wait for is the limits' rows
 #: and then budget ledgers (``_admit_one``'s check; with the limit locked first, staged usage's
-#: charge too), as a claim alone in its transaction does.
+#: charge too), as a claim alone in its transaction does. Claims share batches (a daemon's pass
+#: and the claim that joins a settlement meet in one often), and each locks the limits of the
+#: Work it finds, so a batch's second claim may need a limit that comes before one its first
+#: took: that one is waited for only briefly (``_sql.lock_counter_rows``), so two batches never
+#: wait for each other until the server's deadlock check (``test_batch_lock_order.py``).
 CLAIMS_FROM_THE_READY_QUEUE: frozenset[Callable[..., Any]] = frozenset(
     {ready.claim_ready, _budgets.admit_ready}
 )
 _AFTER_THE_BATCH = "\U0010ffff"
 
-#: Claims of named Work share their batch with no other claim. Each claim locks the limits'
-#: rows it needs in name order, but a claim of named Work (its pools only) and a claim from the
-#: ready queue in one transaction locked their two sets in the order they came, and another
-#: daemon's batch with the same two the other way round (its named Work in the other pool)
-#: held one pool's limit and waited for the other's: a deadlock, which PostgreSQL broke after
-#: ``deadlock_timeout`` (1 s) (``tests/storage/test_batch_lock_order.py``). Claims from the
-#: ready queue still share batches with each other: a daemon's pass and the claim that joins a
-#: settlement meet in one often, and splitting them cost a transaction in sequence (PostgreSQL
-#: at 1,000 jobs/s offered: a median 348 jobs/s finished against 431, six alternated pairs).
+#: Claims of named Work share their batch with no other claim. A claim of named Work waits for
+#: its Work rows (in id order), then its limits' rows; beside another claim in one transaction
+#: it would wait for Work rows while holding that claim's limits, or lock two sets of limits in
+#: the order they came. A claim of named Work and a claim from the ready queue, each in one
+#: pool, deadlocked so with another daemon's batch holding the same two the other way round,
+#: which PostgreSQL broke after ``deadlock_timeout`` (1 s) (``test_batch_lock_order.py``).
+#: Claims from the ready queue share batches with each other (above): splitting them cost a
+#: transaction in sequence (PostgreSQL at 1,000 jobs/s offered: a median 348 jobs/s finished
+#: against 431, six alternated pairs).
 CLAIMS_OF_NAMED_WORK: frozenset[Callable[..., Any]] = frozenset(
     {ops.claim_attempts, _budgets.admit_attempts}
 )
@@ -742,7 +746,9 @@ CLAIMS: frozenset[Callable[..., Any]] = CLAIMS_OF_NAMED_WORK | CLAIMS_FROM_THE_R
 #: their batch, so that every batch takes limits before ledgers. Run first, a ``charge_pending``
 #: held a ledger while its batch's claim waited for a limit another batch held while waiting
 #: for that ledger: a deadlock, which PostgreSQL broke after ``deadlock_timeout`` (1 s) by
-#: rolling one batch back to be run again (``tests/storage/test_batch_lock_order.py``).
+#: rolling one batch back to be run again (``tests/storage/test_batch_lock_order.py``). (The
+#: brief wait of ``lock_counter_rows`` for a row out of order would now end it sooner, with a
+#: batch run again all the same: the order avoids it.)
 AFTER_THE_CLAIMS: frozenset[Callable[..., Any]] = frozenset({_budgets.charge_pending})
 _AFTER_THE_CLAIMS = _AFTER_THE_BATCH * 2
 

@@ -775,17 +775,23 @@ OPEN_LISTED = (*(str(s) for s in WorkStatus if not s.terminal), EXHAUSTED)
 ENDED_LISTED = tuple(str(s) for s in WorkStatus if s.terminal)
 
 
-def _listed_counts(cx: Cx, listed: Sequence[str]) -> dict[str, int]:
+def _listed_counts(cx: Cx, listed: Sequence[str], *, every: bool = False) -> dict[str, int]:
     """Work per listed state (the ``status`` column), every one of ``listed`` present: one
-    range of the status index per state, so it reads those states' rows and no others."""
-    marks = ", ".join("?" for _ in listed)
+    range of the status index per state, so it reads those states' rows and no others
+    (``every``: one pass over every row instead, cheaper when ``listed`` is most of them)."""
     counts = dict.fromkeys(listed, 0)
-    rows = cx.rows(
-        f"SELECT status, COUNT(*) FROM conduit_work WHERE status IN ({marks}) GROUP BY status",
-        tuple(listed),
-    )
+    if every:
+        rows = cx.rows("SELECT status, COUNT(*) FROM conduit_work GROUP BY status")
+    else:
+        marks = ", ".join("?" for _ in listed)
+        rows = cx.rows(
+            f"SELECT status, COUNT(*) FROM conduit_work WHERE status IN ({marks}) "
+            "GROUP BY status",
+            tuple(listed),
+        )
     for status, count in rows:
-        counts[str(status)] = int(count)
+        if str(status) in counts:
+            counts[str(status)] = int(count)
     return counts
 
 
@@ -803,8 +809,11 @@ def work_counts(cx: Cx) -> dict[str, int]:
 def ended_work_counts(cx: Cx) -> dict[str, int]:
     """Ended Work per state (``completed``, ``failed``, ``cancelled``): it reads every ended
     Work's entry in the status index, so its cost grows with the history (``/metrics`` reads
-    it seldom; see ``http/_metrics.EndedCounts``)."""
-    return _listed_counts(cx, ENDED_LISTED)
+    it seldom; see ``http/_metrics.EndedCounts``). One pass over the whole table: with a long
+    history the ended Work are most of it, and a pass took two thirds of the time of a range
+    per state (2 million ended Work: 334 against 498 ms on PostgreSQL, 169 against 201 ms on
+    SQLite, ``bench/bench_ready_metrics.py``)."""
+    return _listed_counts(cx, ENDED_LISTED, every=True)
 
 
 def ready_work(cx: Cx, limit: int, after: str | None) -> list[Work]:

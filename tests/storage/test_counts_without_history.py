@@ -7,16 +7,13 @@ It now counts only the states of Work that has not ended, one range of the statu
 ``ended_work_counts`` counts the ended ones, and ``/metrics`` reads those seldom
 (``http._metrics.EndedCounts``).
 
-The measure is the rows the read touches, from the database itself, on a connection of the
-test's own running the store's read: PostgreSQL's statistics of this transaction (index
-entries and heap rows read: ``pg_stat_get_xact_tuples_returned``, ``pg_stat_xact_user_tables``),
-SQLite's virtual-machine steps (a progress handler called every 100 instructions). The same read is measured before and after 3,000 ended Work are added; the
-ended count is measured too, as the control that the instrument sees a read of history.
+The measure is the rows the read touches, from the database itself (``_read_cost``). The same
+read is measured before and after 3,000 ended Work are added; the ended count is measured too,
+as the control that the instrument sees a read of history.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from typing import Any
 
@@ -26,80 +23,19 @@ import pytest
 from conduit_core.model import WorkStatus
 from conduit_core.storage import _ops_work, open_store
 from conduit_core.storage.conformance import make_input, make_work
+from tests.storage._read_cost import read_cost
 
 pytestmark = pytest.mark.anyio
 
 OPEN = 12
 ENDED = 3_000
 
-Read = Callable[[Any], dict[str, int]]
-
-
-def _sqlite_cost(path: str, read: Read) -> tuple[dict[str, int], int]:
-    from conduit_core.storage._sqlite import _SqliteCx
-
-    steps = [0]
-
-    def step() -> int:
-        steps[0] += 1
-        return 0
-
-    conn = sqlite3.connect(path)
-    try:
-        conn.set_progress_handler(step, 100)
-        counts = read(_SqliteCx(conn))
-    finally:
-        conn.close()
-    return counts, steps[0]
-
-
-#: Index entries read by this transaction, over every index of the Work table.
-_PG_TUPLES = (
-    "SELECT COALESCE(SUM(pg_stat_get_xact_tuples_returned(indexrelid)), 0) FROM pg_index "
-    "WHERE indrelid = 'conduit_work'::regclass"
-)
-_PG_HEAP = (
-    "SELECT COALESCE(SUM(seq_tup_read), 0) FROM pg_stat_xact_user_tables "
-    "WHERE relname = 'conduit_work'"
-)
-
-
-def _postgres_cost(url: str, read: Read) -> tuple[dict[str, int], int]:
-    import psycopg
-
-    from conduit_core.storage._postgres import _PgCx
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        cur = conn.cursor()
-        cur.execute("BEGIN")
-        counts = read(_PgCx(cur))
-        index = cur.execute(_PG_TUPLES).fetchone()
-        heap = cur.execute(_PG_HEAP).fetchone()
-        cur.execute("ROLLBACK")
-    assert index is not None
-    assert heap is not None
-    return counts, int(index[0]) + int(heap[0])
-
-
-def _analyze(url: str) -> None:
-    """Planner statistics, as autovacuum keeps them on a store with history (a young store's
-    are gathered by the daemon: ``tests/daemon/test_planner_statistics.py``)."""
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("ANALYZE conduit_work")
-
-
 @pytest.mark.parametrize("store_url", ["sqlite", "postgres"], indirect=True)
 async def test_the_open_work_count_reads_no_ended_work(store_url: str) -> None:
     sqlite = not store_url.startswith("postgres")
-    path = store_url.split("://", 1)[-1].split("?", 1)[0] if sqlite else ""
 
-    def cost(read: Read) -> tuple[dict[str, int], int]:
-        if sqlite:
-            return _sqlite_cost(path, read)
-        _analyze(store_url)
-        return _postgres_cost(store_url, read)
+    def cost(read: Callable[[Any], dict[str, int]]) -> tuple[dict[str, int], int]:
+        return read_cost(store_url, read)
 
     async with await open_store(store_url) as store:
         await store.create_works(

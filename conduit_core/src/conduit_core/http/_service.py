@@ -290,6 +290,8 @@ class ApiService:
             )
         if work.pending_inputs <= 0:
             return None  # idle until its next input: not waiting for a slot
+        if (unstartable := self._unstartable(work)) is not None:
+            return unstartable
         missing = await missing_labels(self, work)
         if missing is not None:
             return Waiting(
@@ -302,6 +304,27 @@ class ApiService:
         if refusal is None:
             return None
         return Waiting(code=refusal.code, message=refusal.message, limit_name=refusal.limit_name)
+
+    def _unstartable(self, work: Work) -> Waiting | None:
+        """Why this daemon starts no Work of ``work``'s binding, if it does not: the binding is
+        not in its config, or its executor is not loaded here. Its claims read no such Work
+        (``_ready_reads.capacity_sized``): it waits for a daemon that has the binding."""
+        opts = self.scheduler.options
+        binding = opts.bindings.get(work.binding)
+        if binding is None:
+            return Waiting(
+                code="unknown_binding",
+                message=f"binding {work.binding!r} is not in this daemon's config: it starts "
+                "none of its Work (cancel it, or run a daemon whose config has the binding)",
+            )
+        if work.binding not in opts.binding_pools:
+            return Waiting(
+                code="unknown_executor",
+                message=f"executor {binding.executor!r} of binding {work.binding!r} is not "
+                "loaded in this daemon: it starts none of its Work (`conduit plugins` lists "
+                "what is installed)",
+            )
+        return None
 
     async def capacity(self) -> CapacityView:
         opts = self.scheduler.options

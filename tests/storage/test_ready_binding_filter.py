@@ -1,0 +1,70 @@
+"""A claim's read of the ready queue takes only the bindings its daemon starts, and, with one
+pool for all of them, costs what it keeps, not the backlog (issue 32).
+
+With one pool for every binding the read took Work of any binding, so the oldest ready Work of a
+binding the daemon lacks filled it, pass after pass, and nothing else started
+(``tests/daemon/test_unknown_binding.py`` runs that through a daemon). It is now filtered by the
+daemon's bindings, as reads with more than one pool already were, but as an expression no index
+serves: given the column, SQLite read every ready row of those bindings through the binding
+index and sorted them (25 ms a claim at a backlog of 50,000), where the walk of the ready index
+in claim order stops at its ``LIMIT``.
+
+The cost is measured on the database's side (``_read_cost``) with a backlog of 100, then of
+3,000 (plus Work of a binding no claimer has, oldest of all). With two pools only what is read
+is checked: each pool's read filters by the column, and on SQLite a read of a pool with a
+backlog still reads all of it (bench/README, "known costs").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from conduit_core.storage import CapacityLimits, open_store
+from conduit_core.storage._ops_work import ClaimWrites
+from conduit_core.storage._ready_reads import read_ready_later
+from conduit_core.storage.conformance import make_input, make_work
+from tests.storage._read_cost import read_cost
+
+pytestmark = pytest.mark.anyio
+
+#: A daemon whose bindings all count against one pool, and one with two pools.
+ONE_POOL = CapacityLimits(global_limit=8, binding_pools={"a": None})
+TWO_POOLS = CapacityLimits(global_limit=8, pool_limits={"p": 8},
+                           binding_pools={"a": None, "b": "p"})  # fmt: skip
+
+
+def _read(capacity: CapacityLimits) -> Any:
+    def read(cx: Any) -> list[str]:
+        ready = read_ready_later(cx, capacity, 4, ClaimWrites(cx))
+        assert ready is not None
+        return sorted(ready.rows())
+
+    return read
+
+
+async def _add(store: Any, binding: str, first: int, count: int, *, priority: int = 0) -> None:
+    await store.create_works([
+        (msgspec.structs.replace(make_work(f"{binding}{n:05}"), binding=binding,
+                                 priority=priority), make_input(f"{binding}{n:05}"))
+        for n in range(first, first + count)
+    ])  # fmt: skip
+
+
+@pytest.mark.parametrize("capacity", [ONE_POOL, TWO_POOLS], ids=["one-pool", "two-pools"])
+@pytest.mark.parametrize("store_url", ["sqlite", "postgres"], indirect=True)
+async def test_a_claim_reads_its_own_bindings_as_far_as_it_keeps(
+    store_url: str, capacity: CapacityLimits
+) -> None:
+    async with await open_store(store_url) as store:
+        await _add(store, "a", 0, 100)
+        small, small_cost = read_cost(store_url, _read(capacity))
+        await _add(store, "a", 100, 2_900)
+        # Oldest of all (their priority): Work of a binding no claimer here starts.
+        await _add(store, "z", 0, 10, priority=5)
+        large, large_cost = read_cost(store_url, _read(capacity))
+    assert small == large == ["a00000", "a00001", "a00002", "a00003"]
+    if capacity is ONE_POOL:
+        assert large_cost <= small_cost * 2 + 20, (small_cost, large_cost)

@@ -88,6 +88,14 @@ http.listen = "127.0.0.1:{port}"
 [bindings.noop]
 executor = "echo"
 config = {{ sleep_ms = {job_ms}, start_log = "{start_log}" }}
+{idle_pool}"""
+
+#: ``--idle-pool``: a binding in a second pool that no job is submitted to, so the daemon's
+#: claims read the queue pool by pool, as a daemon with in-process and shell bindings does.
+IDLE_POOL = """
+[bindings.idle]
+executor = "shell"
+config = { command = "true" }
 """
 
 
@@ -259,7 +267,7 @@ class ConduitSystem:
             CONFIG.format(
                 store=self.db.url if self.db else self.sqlite_path, data=root / "data",
                 workers=args.workers, port=self.port, job_ms=args.job_ms,
-                start_log=self.start_log,
+                start_log=self.start_log, idle_pool=IDLE_POOL if args.idle_pool else "",
             )
         )  # fmt: skip
         self.proc: subprocess.Popen[bytes] | None = None
@@ -681,6 +689,8 @@ def main() -> None:
     parser.add_argument("--mode", choices=["steady", "backlog", "kill", "pg-down"],
                         default="steady")  # fmt: skip
     parser.add_argument("--depth", type=int, default=1000, help="backlog mode's queue depth")
+    parser.add_argument("--idle-pool", action="store_true",
+                        help="conduit: one more binding, in a second pool, never submitted to")
     parser.add_argument("--kill-every", type=float, default=10.0)
     parser.add_argument("--find-max", action="store_true")
     parser.add_argument("--refine", type=int, default=2, help="find-max: halvings of the last step")

@@ -53,6 +53,7 @@ UNDO_V6 = (
     "ALTER TABLE conduit_work DROP COLUMN concurrency_key",
     "ALTER TABLE conduit_work DROP COLUMN key_limit",
     *UNDO_SEARCH,
+    "DROP INDEX IF EXISTS conduit_work_ready_order",  # V17 (SQLite only)
     "DROP INDEX conduit_work_ready_binding",
     "ALTER TABLE conduit_work DROP COLUMN binding",
 )

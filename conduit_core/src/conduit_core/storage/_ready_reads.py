@@ -20,7 +20,7 @@ from conduit_core.storage._ops_work import (
     read_inputs_and_slots,
     work_rows_select,
 )
-from conduit_core.storage._sql import Codec, Cx, is_claimable, ready_rank, save_work
+from conduit_core.storage._sql import Codec, Cx, Row, is_claimable, ready_rank, save_work
 from conduit_core.storage._unsafe import unsafe
 
 
@@ -164,29 +164,47 @@ def lock_ready_work_rows_later(
         skip += f" AND w.scope NOT IN ({', '.join('?' for _ in only.skip_scopes)})"
     if only.skip_bindings:
         skip += f" AND w.binding NOT IN ({', '.join('?' for _ in only.skip_bindings)})"
-    reads = []
-    for part in only.parts:
+    reads: list[tuple[int, Callable[[], list[Row]]]] = []
+    for at, part in enumerate(only.parts):
         filters = skip
         params: tuple[object, ...] = (*only.skip_scopes, *only.skip_bindings)
-        if part.bindings is not None:
-            filters += _bindings_filter(part.bindings, walk=part.walk)
-            params += part.bindings
         if part.scopes_in:
             filters += f" AND w.scope IN ({', '.join('?' for _ in part.scopes_in)})"
             params += part.scopes_in
         if part.scopes_out:
             filters += f" AND w.scope NOT IN ({', '.join('?' for _ in part.scopes_out)})"
             params += part.scopes_out
+        size = min(limit, part.limit)
+        if part.bindings is not None and not part.walk and not cx.locks_rows:
+            # SQLite: a read per binding, each the oldest of its own index range
+            # (``conduit_work_ready_order``), the part's oldest kept below.
+            sql = _ready_work_rows_sql(filters + " AND w.binding = ?")
+            reads += [(at, cx.later(sql, (*params, b, size))) for b in part.bindings]
+            continue
+        if part.bindings is not None:
+            filters += _bindings_filter(part.bindings, walk=part.walk)
+            params += part.bindings
         sql = _ready_work_rows_sql(filters) + " FOR UPDATE OF w SKIP LOCKED"
-        reads.append(cx.later(sql, (*params, min(limit, part.limit))))
+        reads.append((at, cx.later(sql, (*params, size))))
 
     def take_in() -> dict[str, tuple[Work, bool, bool]]:
-        found = [row for read in reads for row in decoded_work_rows(read()).values()]
+        found: list[tuple[Work, bool, bool]] = []
+        for at, part in enumerate(only.parts):
+            rows = [row for i, read in reads if i == at
+                    for row in decoded_work_rows(read()).values()]  # fmt: skip
+            if len(rows) > part.limit:  # several reads of one part: its oldest
+                rows.sort(key=_claim_order)
+                del rows[part.limit:]
+            found += rows
         if len(reads) > 1:
-            found.sort(key=lambda row: (ready_rank(row[0]), row[0].id))
+            found.sort(key=_claim_order)
         return {row[0].id: row for row in found[:limit]}
 
     return take_in
+
+
+def _claim_order(row: tuple[Work, bool, bool]) -> tuple[int, str]:
+    return ready_rank(row[0]), row[0].id
 
 
 def _bindings_filter(bindings: tuple[str, ...], *, walk: bool) -> str:

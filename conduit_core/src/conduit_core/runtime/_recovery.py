@@ -119,7 +119,9 @@ class Recovery:
         """Claim recovery of attempts whose lease expired or was released (a lost claim is
         skipped)."""
         now = self.clock.now_ms()
-        expired = await self.store.expired_attempts(now_ms=now, limit=limit)
+        expired = await self.store.expired_attempts(
+            now_ms=now, limit=limit, skip_bindings=self.options.lacking_bindings
+        )
         return await self._claim(self._runnable(expired), now, "recovery")
 
     async def take_over(self, owner: str) -> int:

@@ -457,8 +457,11 @@ class Store(ABC):
         dead owner is refused from then on. Leases of other owners are untouched."""
 
     @abstractmethod
-    async def expired_attempts(self, *, now_ms: int, limit: int = 100) -> list[Execution]:
-        """Unfinished, unparked attempts whose lease expired or was released."""
+    async def expired_attempts(
+        self, *, now_ms: int, limit: int = 100, skip_bindings: Sequence[str] = ()
+    ) -> list[Execution]:
+        """Unfinished, unparked attempts whose lease expired or was released, the earliest
+        expired first, none pinned to a binding of ``skip_bindings``."""
 
     @abstractmethod
     async def claim_recovery(

@@ -221,11 +221,26 @@ def release_leases_of(cx: Cx, owner: str, now_ms: int) -> int:
     return len(rows)
 
 
-def expired_attempts(cx: Cx, now_ms: int, limit: int) -> list[Execution]:
+#: An attempt's pinned binding, read from its document, per backend.
+_PINNED_BINDING_SQLITE = "json_extract(data, '$.snapshot.binding')"
+_PINNED_BINDING_PG = "((data::jsonb) #>> '{snapshot,binding}')"
+
+
+def expired_attempts(
+    cx: Cx, now_ms: int, limit: int, skip_bindings: Sequence[str] = ()
+) -> list[Execution]:
+    """The ``limit`` attempts whose lease expired first, none of ``skip_bindings`` (bindings the
+    reader lacks a label for: left to a daemon that has it). Left out in the read itself: taken
+    out after it, they filled every read once there were ``limit`` of them, and no other expired
+    attempt was recovered by that daemon."""
+    skip = ""
+    if skip_bindings:
+        pinned = _PINNED_BINDING_PG if cx.has_sequences else _PINNED_BINDING_SQLITE
+        skip = f"AND {pinned} NOT IN ({', '.join('?' for _ in skip_bindings)}) "
     rows = cx.rows(
         "SELECT data FROM conduit_execution WHERE live = 1 AND lease_expires_at_ms <= ? "
-        "ORDER BY lease_expires_at_ms LIMIT ?",
-        (now_ms, limit),
+        f"{skip}ORDER BY lease_expires_at_ms LIMIT ?",
+        (now_ms, *skip_bindings, limit),
     )
     return [Codec.execution.decode(r[0]) for r in rows]
 

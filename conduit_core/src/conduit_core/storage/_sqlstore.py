@@ -314,8 +314,10 @@ class SqlStore(Store):
     async def release_leases_of(self, owner: str, *, now_ms: int) -> int:
         return await self._write(att.release_leases_of, owner, now_ms)
 
-    async def expired_attempts(self, *, now_ms: int, limit: int = 100) -> list[Execution]:
-        return await self._read_one(att.expired_attempts, now_ms, limit)
+    async def expired_attempts(
+        self, *, now_ms: int, limit: int = 100, skip_bindings: Sequence[str] = ()
+    ) -> list[Execution]:
+        return await self._read_one(att.expired_attempts, now_ms, limit, tuple(skip_bindings))
 
     async def claim_recovery(
         self, execution_id: str, *, owner: str, now_ms: int, lease_ms: int

@@ -21,6 +21,7 @@ from conduit_core.storage.conformance import T0, make_input, make_work, snapshot
 
 __all__ = [
     "test_a_claim_by_id_of_a_binding_it_lacks_a_label_for_is_refused",
+    "test_expired_attempts_of_bindings_it_lacks_a_label_for_never_fill_its_read",
     "test_a_claim_from_the_ready_queue_skips_bindings_it_lacks_a_label_for",
     "test_the_daemon_registry_keeps_one_row_per_daemon",
 ]
@@ -77,6 +78,30 @@ async def test_a_claim_by_id_of_a_binding_it_lacks_a_label_for_is_refused(store:
     work = await store.get_work("g1")
     assert str(work.status) == "ready"
     assert work.last_attempt == 0
+
+
+async def test_expired_attempts_of_bindings_it_lacks_a_label_for_never_fill_its_read(
+    store: Store,
+) -> None:
+    """A recovery reads the earliest expired leases, ``limit`` at a time. Those of a binding the
+    reader lacks a label for were taken out after the read: once there were ``limit`` of them
+    (a labelled daemon lost with that many jobs), every read was only those, and no other
+    expired attempt was recovered by the daemons without the label. They are left out in the
+    read itself now."""
+    await _submit(store, [("g1", "gpu"), ("g2", "gpu"), ("g3", "gpu"), ("p1", "plain")])
+    for n, work_id in enumerate(("g1", "g2", "g3", "p1")):
+        binding = "gpu" if work_id.startswith("g") else "plain"
+        pinned = msgspec.structs.replace(snapshot(), binding=binding)
+        (claim,) = await store.claim_attempts(
+            [ClaimRequest(work_id=work_id, snapshot=pinned)], owner="gone", now_ms=T0 + n,
+            lease_ms=1_000,
+        )  # fmt: skip
+        assert isinstance(claim, Claim)
+    later = T0 + 10_000
+    everything = await store.expired_attempts(now_ms=later, limit=3)
+    assert [e.work_id for e in everything] == ["g1", "g2", "g3"]
+    mine = await store.expired_attempts(now_ms=later, limit=3, skip_bindings=("gpu",))
+    assert [e.work_id for e in mine] == ["p1"]
 
 
 async def test_the_daemon_registry_keeps_one_row_per_daemon(store: Store) -> None:

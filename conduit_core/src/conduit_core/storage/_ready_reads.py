@@ -164,8 +164,8 @@ def lock_ready_work_rows_later(
         skip += f" AND w.scope NOT IN ({', '.join('?' for _ in only.skip_scopes)})"
     if only.skip_bindings:
         skip += f" AND w.binding NOT IN ({', '.join('?' for _ in only.skip_bindings)})"
-    reads: list[tuple[int, Callable[[], list[Row]]]] = []
-    for at, part in enumerate(only.parts):
+    reads: list[list[Callable[[], list[Row]]]] = []  # per part
+    for part in only.parts:
         filters = skip
         params: tuple[object, ...] = (*only.skip_scopes, *only.skip_bindings)
         if part.scopes_in:
@@ -179,24 +179,23 @@ def lock_ready_work_rows_later(
             # SQLite: a read per binding, each the oldest of its own index range
             # (``conduit_work_ready_order``), the part's oldest kept below.
             sql = _ready_work_rows_sql(filters + " AND w.binding = ?")
-            reads += [(at, cx.later(sql, (*params, b, size))) for b in part.bindings]
+            reads.append([cx.later(sql, (*params, b, size)) for b in part.bindings])
             continue
         if part.bindings is not None:
             filters += _bindings_filter(part.bindings, walk=part.walk)
             params += part.bindings
         sql = _ready_work_rows_sql(filters) + " FOR UPDATE OF w SKIP LOCKED"
-        reads.append((at, cx.later(sql, (*params, size))))
+        reads.append([cx.later(sql, (*params, size))])
 
     def take_in() -> dict[str, tuple[Work, bool, bool]]:
         found: list[tuple[Work, bool, bool]] = []
-        for at, part in enumerate(only.parts):
-            rows = [row for i, read in reads if i == at
-                    for row in decoded_work_rows(read()).values()]  # fmt: skip
-            if len(rows) > part.limit:  # several reads of one part: its oldest
+        for part, part_reads in zip(only.parts, reads, strict=True):
+            rows = [row for read in part_reads for row in decoded_work_rows(read()).values()]
+            if len(part_reads) > 1:  # a read per binding: the part's oldest
                 rows.sort(key=_claim_order)
                 del rows[part.limit:]
             found += rows
-        if len(reads) > 1:
+        if sum(map(len, reads)) > 1:
             found.sort(key=_claim_order)
         return {row[0].id: row for row in found[:limit]}
 

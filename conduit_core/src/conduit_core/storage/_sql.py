@@ -641,17 +641,16 @@ def lock_counter_rows(cx: Cx, names: Sequence[str]) -> None:
     (``tests/storage/test_batch_lock_order.py``)."""
     held = cx.counter_locks
     ordered = sorted(set(names) - held, key=lock_rank)
-    if not ordered:
-        return
-    last = max(map(lock_rank, held)) if held else None
-    behind = [n for n in ordered if last is not None and lock_rank(n) < last]
+    last = max(map(lock_rank, held), default=None)
+    # ``ordered`` is in rank order: the rows behind what is held come first.
+    behind = 0 if last is None else sum(1 for n in ordered if lock_rank(n) < last)
     if behind and cx.locks_rows:
         cx.run(f"SET LOCAL lock_timeout = {OUT_OF_ORDER_WAIT_MS}")
-        _lock_rows(cx, behind)
+        _lock_rows(cx, ordered[:behind])
         cx.run("SET LOCAL lock_timeout TO DEFAULT")
+        _lock_rows(cx, ordered[behind:])
     else:
-        behind = []
-    _lock_rows(cx, ordered[len(behind):])
+        _lock_rows(cx, ordered)
     held.update(ordered)
 
 

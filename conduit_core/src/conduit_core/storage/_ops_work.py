@@ -651,12 +651,13 @@ def lock_work_rows_later(
 
 # The Work with its hold flag and whether an attempt of it holds its slot: not only a live
 # attempt, one ended with its stop unconfirmed blocks it too (6a).
-def work_rows_select(columns: str = "") -> str:
+def work_rows_select(columns: str = "", source: str = "conduit_work w") -> str:
+    """Each Work row of ``source`` (its rows named ``w``) with its hold and slot flags."""
     return (
         "SELECT w.data, "
         "EXISTS (SELECT 1 FROM conduit_hold h WHERE h.work_id = w.id), "
         "EXISTS (SELECT 1 FROM conduit_execution e WHERE e.work_id = w.id AND e.holds_slot = 1)"
-        f"{columns} FROM conduit_work w "
+        f"{columns} FROM {source} "
     )
 
 

@@ -32,10 +32,6 @@ class ReadySlice(NamedTuple):
     bindings: tuple[str, ...] | None = None
     scopes_in: tuple[str, ...] = ()
     scopes_out: tuple[str, ...] = ()
-    #: ``bindings`` are every binding the claimer starts (one pool for all): nearly every
-    #: ready row is one of them, so the read filters them while it walks the queue in claim
-    #: order (``_bindings_filter``) instead of reading them through the binding index.
-    walk: bool = False
 
 
 class ReadySlices(NamedTuple):
@@ -81,8 +77,10 @@ def capacity_sized(slots: Slots, limit: int) -> ReadySlices | None:
                 # Only the bindings this claimer starts, even with one pool for all: the oldest
                 # ready rows may be Work it cannot pin (a binding it lacks, or whose executor it
                 # has not loaded), and a read sized by the free slots would find only those,
-                # every pass, while the Work behind them waited (``_bindings_filter``).
-                parts.append(ReadySlice(n, tuple(bindings), walk=len(by_key) == 1))
+                # every pass, while the Work behind them waited. Each binding is read through
+                # its own range of ``conduit_work_ready_order`` (``_one_binding_rows_sql``), so
+                # another binding's backlog, however far ahead, costs the read nothing.
+                parts.append(ReadySlice(n, tuple(bindings)))
     else:
         frees = [free_in(key) for key in {None, *limits.pool_limits}]
         if any(frees):
@@ -175,17 +173,14 @@ def lock_ready_work_rows_later(
             filters += f" AND w.scope NOT IN ({', '.join('?' for _ in part.scopes_out)})"
             params += part.scopes_out
         size = min(limit, part.limit)
-        if part.bindings is not None and not part.walk and not cx.locks_rows:
-            # SQLite: a read per binding, each the oldest of its own index range
-            # (``conduit_work_ready_order``), the part's oldest kept below.
-            sql = _ready_work_rows_sql(filters + " AND w.binding = ?")
-            reads.append([cx.later(sql, (*params, b, size)) for b in part.bindings])
+        lock = " FOR UPDATE OF w SKIP LOCKED" if cx.locks_rows else ""
+        if part.bindings is None:
+            reads.append([cx.later(_ready_work_rows_sql(filters) + lock, (*params, size))])
             continue
-        if part.bindings is not None:
-            filters += _bindings_filter(part.bindings, walk=part.walk)
-            params += part.bindings
-        sql = _ready_work_rows_sql(filters) + " FOR UPDATE OF w SKIP LOCKED"
-        reads.append([cx.later(sql, (*params, size))])
+        # A read per binding, each the oldest of its own range of ``conduit_work_ready_order``,
+        # the part's oldest kept below (in order across bindings, which no one index gives).
+        sql = _one_binding_rows_sql(filters) + lock
+        reads.append([cx.later(sql, (*params, b, b, size)) for b in part.bindings])
 
     def take_in() -> dict[str, tuple[Work, bool, bool]]:
         found: list[tuple[Work, bool, bool]] = []
@@ -206,27 +201,38 @@ def _claim_order(row: tuple[Work, bool, bool]) -> tuple[int, str]:
     return ready_rank(row[0]), row[0].id
 
 
-def _bindings_filter(bindings: tuple[str, ...], *, walk: bool) -> str:
-    """``AND`` the row's binding is one of ``bindings`` (a parameter each).
-
-    ``walk``: nearly every ready row is of ``bindings`` (every binding the claimer starts).
-    The binding is then compared as an expression (``w.binding || ''``), which no index
-    serves, so the read stays a walk of the ready index in claim order that stops at its
-    ``LIMIT``, passing by what it does not start: given the column, SQLite read every ready row
-    of those bindings through ``conduit_work_ready_binding`` and sorted them, 25 ms a claim at
-    a backlog of 50,000 (``tests/storage/test_ready_binding_filter.py``). Otherwise (a pool's
-    bindings beside other pools') the column, so that a pool with nothing ready costs a look
-    in that index rather than a walk past every other pool's backlog."""
-    column = "(w.binding || '')" if walk else "w.binding"
-    return f" AND {column} IN ({', '.join('?' for _ in bindings)})"
-
-
 def _ready_work_rows_sql(filters: str = "", limit: str = "?", columns: str = "") -> str:
+    return work_rows_select(columns) + _ready_where(filters, limit)
+
+
+def _ready_where(filters: str, limit: str, binding: str | None = None) -> str:
+    """The ready rows' ``WHERE``, claim order and ``LIMIT``; ``binding``: of that binding only
+    (a ``?``, or a column of a lateral join's outer row), read as ``_one_binding`` says."""
+    order = "w.ready_since, w.id"
+    if binding is not None:
+        filters += f" AND w.binding >= {binding} AND w.binding <= {binding}"
+        order = "w.binding, " + order
     return (
-        work_rows_select(columns)
-        + f"WHERE w.claimable = 1 AND {UNBLOCKED.replace('conduit_work.', 'w.')}{filters} "
-        f"ORDER BY w.ready_since, w.id LIMIT {limit}"
+        f"WHERE w.claimable = 1 AND {UNBLOCKED.replace('conduit_work.', 'w.')}{filters} "
+        f"ORDER BY {order} LIMIT {limit}"
     )
+
+
+def _one_binding_rows_sql(filters: str, limit: str = "?", columns: str = "") -> str:
+    """The oldest ready rows of one binding (two parameters, both the binding, before the
+    limit): a walk of that binding's range of ``conduit_work_ready_order`` (binding,
+    ready_since, id) in claim order that stops at its ``LIMIT``. Read any other way, a claim
+    walked the whole ready queue in claim order past every row of another binding queued
+    ahead of its own (another daemon's backlog on a shared store: 28-30 ms a claim behind
+    50,000 of it, on either store), or read and sorted every ready row of its own
+    (``tests/storage/test_ready_binding_filter.py``).
+
+    The binding is a range of one value, and the order starts with it, so that this index is
+    the only one that gives the order: given ``binding = ?``, PostgreSQL's planner counts the
+    binding a constant, drops it from the order, and then walks the ready index
+    (``conduit_work_claimable``) filtering by binding whenever the binding is common in its
+    statistics, which say nothing of where in the queue its rows are."""
+    return work_rows_select(columns) + _ready_where(filters, limit, "?")
 
 
 #: The startable Work with the flags ``work_rows`` gives, oldest first (a claim's read).
@@ -367,10 +373,21 @@ def read_at_once_sql(
     few texts per daemon, each prepared once per connection."""
     skip = capacity.skip_bindings
     mine = tuple(sorted(b for b in capacity.binding_pools if b not in skip))
-    filters = _bindings_filter(mine, walk=True)  # what it starts, as ``capacity_sized``'s
     size, size_params = _free_slots_limit(capacity, key, limit)
-    sql = _ready_work_rows_sql(filters, size, _INPUTS_COLUMN) + " FOR UPDATE OF w SKIP LOCKED"
-    return _inlined(sql, (*mine, *size_params))
+    lock = " FOR UPDATE OF w SKIP LOCKED"
+    if len(mine) == 1:  # what it starts, read as ``capacity_sized``'s are
+        sql = _one_binding_rows_sql("", size, _INPUTS_COLUMN) + lock
+        return _inlined(sql, (*mine, *mine, *size_params))
+    # Several bindings: each one's oldest, locked, read from its own range of the index (a
+    # lateral subquery per binding), then the oldest of them all.
+    each = (
+        "(SELECT w.* FROM conduit_work w "
+        f"{_ready_where('', size, 'mine.binding')}{lock}) w"
+    )
+    values = ", ".join("(?)" for _ in mine)
+    source = f"(VALUES {values}) AS mine (binding) CROSS JOIN LATERAL {each}"
+    sql = work_rows_select(_INPUTS_COLUMN, source) + f"ORDER BY w.ready_since, w.id LIMIT {size}"
+    return _inlined(sql, (*mine, *size_params, *size_params))
 
 
 #: Text written into a statement as it is: a name as configuration allows it (no quote, no

@@ -41,8 +41,11 @@ pytestmark = pytest.mark.anyio
 ONE_POOL = CapacityLimits(global_limit=8, binding_pools={"a": None})
 TWO_POOLS = CapacityLimits(global_limit=8, pool_limits={"p": 8},
                            binding_pools={"a": None, "b": "p"})  # fmt: skip
-#: One pool for two bindings (PostgreSQL reads both in one statement).
+#: One pool for two bindings, and for twelve (each store reads them in one statement).
 TWO_BINDINGS = CapacityLimits(global_limit=8, binding_pools={"a": None, "c": None})
+TWELVE = CapacityLimits(
+    global_limit=8, binding_pools={"a": None, "c": None, **{f"m{n}": None for n in range(10)}}
+)
 
 
 def _read(capacity: CapacityLimits) -> Any:
@@ -63,7 +66,9 @@ async def _add(store: Any, binding: str, first: int, count: int, *, priority: in
 
 
 @pytest.mark.parametrize(
-    "capacity", [ONE_POOL, TWO_POOLS, TWO_BINDINGS], ids=["one-pool", "two-pools", "two-bindings"]
+    "capacity",
+    [ONE_POOL, TWO_POOLS, TWO_BINDINGS, TWELVE],
+    ids=["one-pool", "two-pools", "two-bindings", "twelve-bindings"],
 )
 @pytest.mark.parametrize("store_url", ["sqlite", "postgres"], indirect=True)
 async def test_a_claim_reads_its_own_bindings_as_far_as_it_keeps(

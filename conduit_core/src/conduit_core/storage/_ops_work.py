@@ -654,10 +654,10 @@ def lock_work_rows_later(
 def work_rows_select(columns: str = "", source: str = "conduit_work w") -> str:
     """Each Work row of ``source`` (its rows named ``w``) with its hold and slot flags."""
     return (
-        "SELECT w.data, "
-        "EXISTS (SELECT 1 FROM conduit_hold h WHERE h.work_id = w.id), "
-        "EXISTS (SELECT 1 FROM conduit_execution e WHERE e.work_id = w.id AND e.holds_slot = 1)"
-        f"{columns} FROM {source} "
+        "SELECT w.data AS data, "
+        "EXISTS (SELECT 1 FROM conduit_hold h WHERE h.work_id = w.id) AS held, "
+        "EXISTS (SELECT 1 FROM conduit_execution e WHERE e.work_id = w.id AND e.holds_slot = 1) "
+        f"AS live{columns} FROM {source} "
     )
 
 

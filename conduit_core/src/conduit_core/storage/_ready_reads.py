@@ -162,7 +162,7 @@ def lock_ready_work_rows_later(
         skip += f" AND w.scope NOT IN ({', '.join('?' for _ in only.skip_scopes)})"
     if only.skip_bindings:
         skip += f" AND w.binding NOT IN ({', '.join('?' for _ in only.skip_bindings)})"
-    reads: list[list[Callable[[], list[Row]]]] = []  # per part
+    reads: list[Callable[[], list[Row]]] = []  # per part
     for part in only.parts:
         filters = skip
         params: tuple[object, ...] = (*only.skip_scopes, *only.skip_bindings)
@@ -173,24 +173,17 @@ def lock_ready_work_rows_later(
             filters += f" AND w.scope NOT IN ({', '.join('?' for _ in part.scopes_out)})"
             params += part.scopes_out
         size = min(limit, part.limit)
-        lock = " FOR UPDATE OF w SKIP LOCKED" if cx.locks_rows else ""
         if part.bindings is None:
-            reads.append([cx.later(_ready_work_rows_sql(filters) + lock, (*params, size))])
-            continue
-        # A read per binding, each the oldest of its own range of ``conduit_work_ready_order``,
-        # the part's oldest kept below (in order across bindings, which no one index gives).
-        sql = _one_binding_rows_sql(filters) + lock
-        reads.append([cx.later(sql, (*params, b, b, size)) for b in part.bindings])
+            lock = " FOR UPDATE OF w SKIP LOCKED" if cx.locks_rows else ""
+            reads.append(cx.later(_ready_work_rows_sql(filters) + lock, (*params, size)))
+        else:
+            reads.append(cx.later(*_bindings_rows_sql(cx, part.bindings, filters, params, size)))
 
     def take_in() -> dict[str, tuple[Work, bool, bool]]:
         found: list[tuple[Work, bool, bool]] = []
-        for part, part_reads in zip(only.parts, reads, strict=True):
-            rows = [row for read in part_reads for row in decoded_work_rows(read()).values()]
-            if len(part_reads) > 1:  # a read per binding: the part's oldest
-                rows.sort(key=_claim_order)
-                del rows[part.limit:]
-            found += rows
-        if sum(map(len, reads)) > 1:
+        for read in reads:
+            found += decoded_work_rows(read()).values()
+        if len(reads) > 1:
             found.sort(key=_claim_order)
         return {row[0].id: row for row in found[:limit]}
 
@@ -233,6 +226,49 @@ def _one_binding_rows_sql(filters: str, limit: str = "?", columns: str = "") -> 
     (``conduit_work_claimable``) filtering by binding whenever the binding is common in its
     statistics, which say nothing of where in the queue its rows are."""
     return work_rows_select(columns) + _ready_where(filters, limit, "?")
+
+
+def _bindings_rows_sql(
+    cx: Cx, bindings: tuple[str, ...], filters: str, params: tuple[object, ...], size: int
+) -> tuple[str, tuple[object, ...]]:
+    """One statement for the oldest ``size`` ready rows (of ``filters``) of ``bindings``, each
+    binding read as ``_one_binding_rows_sql`` reads one, the oldest of them all kept by the
+    statement: PostgreSQL, a lateral subquery per binding, its rows locked; SQLite, a ``UNION
+    ALL`` of their ids, the rows of the oldest read after. (Twenty bindings read one statement
+    each, every row taken in, cost a SQLite claim 0.6 ms, ten times the walk it replaced.)"""
+    if len(bindings) == 1:
+        lock = " FOR UPDATE OF w SKIP LOCKED" if cx.locks_rows else ""
+        return _one_binding_rows_sql(filters) + lock, (*params, *bindings, *bindings, size)
+    if cx.locks_rows:
+        sql = _lateral_rows_sql(len(bindings), filters, "?") + _IN_CLAIM_ORDER
+        return sql, (*bindings, *params, size, size)
+    # Each binding's oldest ids from the index alone, the oldest of them all, then their rows.
+    each = (
+        "SELECT * FROM (SELECT w.ready_since, w.id FROM conduit_work w "
+        f"{_ready_where(filters, '?', '?')})"
+    )
+    oldest = f"SELECT id FROM ({' UNION ALL '.join(each for _ in bindings)}) " + _IN_ORDER
+    sql = work_rows_select() + f"WHERE w.id IN ({oldest}) ORDER BY w.ready_since, w.id"
+    return sql, (*(value for b in bindings for value in (*params, b, b, size)), size)
+
+
+#: The oldest of several reads, and their ``LIMIT``.
+_IN_ORDER = "ORDER BY ready_since, id LIMIT ?"
+#: A lateral read's (``_lateral_rows_sql``).
+_IN_CLAIM_ORDER = "ORDER BY w.ready_since, w.id LIMIT ?"
+
+
+def _lateral_rows_sql(count: int, filters: str, limit: str, columns: str = "") -> str:
+    """PostgreSQL: the oldest ``limit`` ready rows of each of ``count`` bindings (a ``?`` each,
+    first), each locked (``SKIP LOCKED``) and read from its own range of the index, as
+    ``_one_binding_rows_sql`` reads one (a lateral subquery per binding)."""
+    each = (
+        "(SELECT w.* FROM conduit_work w "
+        f"{_ready_where(filters, limit, 'mine.binding')} FOR UPDATE OF w SKIP LOCKED) w"
+    )
+    values = ", ".join("(?)" for _ in range(count))
+    source = f"(VALUES {values}) AS mine (binding) CROSS JOIN LATERAL {each}"
+    return work_rows_select(columns, source)
 
 
 #: The startable Work with the flags ``work_rows`` gives, oldest first (a claim's read).
@@ -378,16 +414,9 @@ def read_at_once_sql(
     if len(mine) == 1:  # what it starts, read as ``capacity_sized``'s are
         sql = _one_binding_rows_sql("", size, _INPUTS_COLUMN) + lock
         return _inlined(sql, (*mine, *mine, *size_params))
-    # Several bindings: each one's oldest, locked, read from its own range of the index (a
-    # lateral subquery per binding), then the oldest of them all.
-    each = (
-        "(SELECT w.* FROM conduit_work w "
-        f"{_ready_where('', size, 'mine.binding')}{lock}) w"
-    )
-    values = ", ".join("(?)" for _ in mine)
-    source = f"(VALUES {values}) AS mine (binding) CROSS JOIN LATERAL {each}"
-    sql = work_rows_select(_INPUTS_COLUMN, source) + f"ORDER BY w.ready_since, w.id LIMIT {size}"
-    return _inlined(sql, (*mine, *size_params, *size_params))
+    # Several bindings: each one's oldest, then the oldest of them all.
+    sql = _lateral_rows_sql(len(mine), "", size, _INPUTS_COLUMN) + _IN_CLAIM_ORDER
+    return _inlined(sql.replace("LIMIT ?", f"LIMIT {size}"), (*mine, *size_params, *size_params))
 
 
 #: Text written into a statement as it is: a name as configuration allows it (no quote, no

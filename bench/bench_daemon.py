@@ -6,6 +6,7 @@
     .venv/bin/python bench/bench_daemon.py --store postgres --mode pg-down
     .venv/bin/python bench/bench_daemon.py --find-max --rate 100
     .venv/bin/python bench/bench_daemon.py --mode backlog --find-max --rate 100
+    .venv/bin/python bench/bench_daemon.py --rate 300 --foreign 50000          # a foreign backlog
 
 Each system runs in turn, fresh, in the same invocation: ``conduit daemon`` as a subprocess (a
 generated config on a fresh SQLite file, then a fresh PostgreSQL database), then Procrastinate's
@@ -97,6 +98,27 @@ IDLE_POOL = """
 executor = "shell"
 config = { command = "true" }
 """
+
+
+def fill_foreign(url: str, count: int) -> None:
+    """``--foreign``: ``count`` ready Work of a binding the daemon does not have, queued ahead of
+    every job (another daemon's backlog on a shared store, or a binding since removed)."""
+    import anyio
+    import msgspec
+
+    from conduit_core.storage import open_store
+    from conduit_core.storage.conformance import make_input, make_work
+
+    async def fill() -> None:
+        async with await open_store(url) as store:
+            for first in range(0, count, 5_000):
+                await store.create_works([
+                    (msgspec.structs.replace(make_work(f"foreign-{n:07}"), binding="foreign"),
+                     make_input(f"foreign-{n:07}"))
+                    for n in range(first, min(count, first + 5_000))
+                ])  # fmt: skip
+
+    anyio.run(fill)
 
 
 def free_port() -> int:
@@ -273,6 +295,8 @@ class ConduitSystem:
         self.proc: subprocess.Popen[bytes] | None = None
         self.client: ApiClient | None = None
         self.producer: Producer | None = None
+        if args.foreign:
+            fill_foreign(self.db.url if self.db else f"sqlite://{self.sqlite_path}", args.foreign)
 
     @property
     def name(self) -> str:
@@ -691,6 +715,9 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=1000, help="backlog mode's queue depth")
     parser.add_argument("--idle-pool", action="store_true",
                         help="conduit: one more binding, in a second pool, never submitted to")
+    parser.add_argument("--foreign", type=int, default=0,
+                        help="conduit: this many ready Work of a binding the daemon lacks, "
+                        "queued ahead of every job")  # fmt: skip
     parser.add_argument("--kill-every", type=float, default=10.0)
     parser.add_argument("--find-max", action="store_true")
     parser.add_argument("--refine", type=int, default=2, help="find-max: halvings of the last step")

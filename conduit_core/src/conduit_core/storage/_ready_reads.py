@@ -200,7 +200,8 @@ def _ready_work_rows_sql(filters: str = "", limit: str = "?", columns: str = "")
 
 def _ready_where(filters: str, limit: str, binding: str | None = None) -> str:
     """The ready rows' ``WHERE``, claim order and ``LIMIT``; ``binding``: of that binding only
-    (a ``?``, or a column of a lateral join's outer row), read as ``_one_binding`` says."""
+    (a ``?``, or a column of a lateral join's outer row), read as ``_one_binding_rows_sql``
+    says."""
     order = "w.ready_since, w.id"
     if binding is not None:
         filters += f" AND w.binding >= {binding} AND w.binding <= {binding}"
@@ -240,8 +241,7 @@ def _bindings_rows_sql(
         lock = " FOR UPDATE OF w SKIP LOCKED" if cx.locks_rows else ""
         return _one_binding_rows_sql(filters) + lock, (*params, *bindings, *bindings, size)
     if cx.locks_rows:
-        sql = _lateral_rows_sql(len(bindings), filters, "?") + _IN_CLAIM_ORDER
-        return sql, (*bindings, *params, size, size)
+        return _lateral_rows_sql(len(bindings), filters, "?"), (*bindings, *params, size, size)
     # Each binding's oldest ids from the index alone, the oldest of them all, then their rows.
     each = (
         "SELECT * FROM (SELECT w.ready_since, w.id FROM conduit_work w "
@@ -254,21 +254,20 @@ def _bindings_rows_sql(
 
 #: The oldest of several reads, and their ``LIMIT``.
 _IN_ORDER = "ORDER BY ready_since, id LIMIT ?"
-#: A lateral read's (``_lateral_rows_sql``).
-_IN_CLAIM_ORDER = "ORDER BY w.ready_since, w.id LIMIT ?"
 
 
 def _lateral_rows_sql(count: int, filters: str, limit: str, columns: str = "") -> str:
-    """PostgreSQL: the oldest ``limit`` ready rows of each of ``count`` bindings (a ``?`` each,
-    first), each locked (``SKIP LOCKED``) and read from its own range of the index, as
-    ``_one_binding_rows_sql`` reads one (a lateral subquery per binding)."""
+    """PostgreSQL: the oldest ``limit`` ready rows of ``count`` bindings (a ``?`` each, first),
+    each binding's read from its own range of the index and locked (``SKIP LOCKED``), as
+    ``_one_binding_rows_sql`` reads one (a lateral subquery per binding); ``limit`` is written
+    twice, each binding's and the whole read's."""
     each = (
         "(SELECT w.* FROM conduit_work w "
         f"{_ready_where(filters, limit, 'mine.binding')} FOR UPDATE OF w SKIP LOCKED) w"
     )
     values = ", ".join("(?)" for _ in range(count))
     source = f"(VALUES {values}) AS mine (binding) CROSS JOIN LATERAL {each}"
-    return work_rows_select(columns, source)
+    return work_rows_select(columns, source) + f"ORDER BY w.ready_since, w.id LIMIT {limit}"
 
 
 #: The startable Work with the flags ``work_rows`` gives, oldest first (a claim's read).
@@ -415,8 +414,8 @@ def read_at_once_sql(
         sql = _one_binding_rows_sql("", size, _INPUTS_COLUMN) + lock
         return _inlined(sql, (*mine, *mine, *size_params))
     # Several bindings: each one's oldest, then the oldest of them all.
-    sql = _lateral_rows_sql(len(mine), "", size, _INPUTS_COLUMN) + _IN_CLAIM_ORDER
-    return _inlined(sql.replace("LIMIT ?", f"LIMIT {size}"), (*mine, *size_params, *size_params))
+    sql = _lateral_rows_sql(len(mine), "", size, _INPUTS_COLUMN)
+    return _inlined(sql, (*mine, *size_params, *size_params))
 
 
 #: Text written into a statement as it is: a name as configuration allows it (no quote, no

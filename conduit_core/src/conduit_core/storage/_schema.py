@@ -274,10 +274,10 @@ _V17 = (
 )
 
 # The same index on PostgreSQL, and every claim's read of the ready queue now goes through it,
-# a read per binding (``_ready_reads.BY_BINDING``). A daemon's read filtered by its bindings
-# while it walked the ready index in claim order, so Work of another binding queued ahead of
-# its own (another daemon's backlog on a shared store) was passed by row by row at every claim:
-# 28 ms a claim behind 50,000 of it, and growing with it.
+# a range per binding (``_ready_reads._one_binding_rows_sql``). A daemon's read filtered by its
+# bindings while it walked the ready index in claim order, so Work of another binding queued
+# ahead of its own (another daemon's backlog on a shared store) was passed by row by row at
+# every claim: 28 ms a claim behind 50,000 of it, and growing with it.
 _V18 = (
     PerBackend(
         None,

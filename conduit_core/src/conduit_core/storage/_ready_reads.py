@@ -237,11 +237,10 @@ def _bindings_rows_sql(
     statement: PostgreSQL, a lateral subquery per binding, its rows locked; SQLite, a ``UNION
     ALL`` of their ids, the rows of the oldest read after. (Twenty bindings read one statement
     each, every row taken in, cost a SQLite claim 0.6 ms, ten times the walk it replaced.)"""
-    if len(bindings) == 1:
-        lock = " FOR UPDATE OF w SKIP LOCKED" if cx.locks_rows else ""
-        return _one_binding_rows_sql(filters) + lock, (*params, *bindings, *bindings, size)
     if cx.locks_rows:
-        return _lateral_rows_sql(len(bindings), filters, "?"), (*bindings, *params, size, size)
+        return _locked_bindings_rows_sql(bindings, filters, params, "?", (size,))
+    if len(bindings) == 1:
+        return _one_binding_rows_sql(filters), (*params, *bindings, *bindings, size)
     # Each binding's oldest ids from the index alone, the oldest of them all, then their rows.
     each = (
         "SELECT * FROM (SELECT w.ready_since, w.id FROM conduit_work w "
@@ -254,6 +253,24 @@ def _bindings_rows_sql(
 
 #: The oldest of several reads, and their ``LIMIT``.
 _IN_ORDER = "ORDER BY ready_since, id LIMIT ?"
+
+
+def _locked_bindings_rows_sql(
+    bindings: tuple[str, ...],
+    filters: str,
+    params: tuple[object, ...],
+    limit: str,
+    limit_params: tuple[object, ...],
+    columns: str = "",
+) -> tuple[str, tuple[object, ...]]:
+    """PostgreSQL: ``_bindings_rows_sql``'s statement, its rows locked (``SKIP LOCKED``), with
+    a ``limit`` of its own (an expression, and its parameters) and the ``columns`` asked for:
+    one binding's range, or a lateral subquery per binding (``_lateral_rows_sql``)."""
+    if len(bindings) == 1:
+        sql = _one_binding_rows_sql(filters, limit, columns) + " FOR UPDATE OF w SKIP LOCKED"
+        return sql, (*params, *bindings, *bindings, *limit_params)
+    sql = _lateral_rows_sql(len(bindings), filters, limit, columns)
+    return sql, (*bindings, *params, *limit_params, *limit_params)
 
 
 def _lateral_rows_sql(count: int, filters: str, limit: str, columns: str = "") -> str:
@@ -409,13 +426,8 @@ def read_at_once_sql(
     skip = capacity.skip_bindings
     mine = tuple(sorted(b for b in capacity.binding_pools if b not in skip))
     size, size_params = _free_slots_limit(capacity, key, limit)
-    lock = " FOR UPDATE OF w SKIP LOCKED"
-    if len(mine) == 1:  # what it starts, read as ``capacity_sized``'s are
-        sql = _one_binding_rows_sql("", size, _INPUTS_COLUMN) + lock
-        return _inlined(sql, (*mine, *mine, *size_params))
-    # Several bindings: each one's oldest, then the oldest of them all.
-    sql = _lateral_rows_sql(len(mine), "", size, _INPUTS_COLUMN)
-    return _inlined(sql, (*mine, *size_params, *size_params))
+    # What it starts, read as ``capacity_sized``'s reads are.
+    return _inlined(*_locked_bindings_rows_sql(mine, "", (), size, size_params, _INPUTS_COLUMN))
 
 
 #: Text written into a statement as it is: a name as configuration allows it (no quote, no

@@ -47,13 +47,16 @@ UNDO_V6 = (
     "CREATE INDEX conduit_lease_expiry ON conduit_lease (expires_at_ms)",
     # Dedup key release: the key table stays (``IF NOT EXISTS``), its later column goes.
     "ALTER TABLE conduit_submit_key DROP COLUMN expires_at_ms",
-    # Concurrency keys (issue 36).
+    # Parked Work of a key at its limit (V19), then concurrency keys (issue 36).
+    "DROP INDEX conduit_work_ready_order",  # V17 (SQLite), V18 (PostgreSQL), V19
+    "DROP INDEX conduit_work_key_ready",
+    "DROP INDEX conduit_work_key_parked",
+    "ALTER TABLE conduit_work DROP COLUMN key_parked",
     "DROP INDEX conduit_execution_key",
     "ALTER TABLE conduit_execution DROP COLUMN concurrency_key",
     "ALTER TABLE conduit_work DROP COLUMN concurrency_key",
     "ALTER TABLE conduit_work DROP COLUMN key_limit",
     *UNDO_SEARCH,
-    "DROP INDEX IF EXISTS conduit_work_ready_order",  # V17 (SQLite only)
     "DROP INDEX conduit_work_ready_binding",
     "ALTER TABLE conduit_work DROP COLUMN binding",
 )

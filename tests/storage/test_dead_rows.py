@@ -183,6 +183,11 @@ async def test_a_claim_consumes_its_inputs_by_the_floor_alone_and_every_read_agr
 
 #: Schema V14 undone (the store a V13 conduit left): the lease back in a table of its own.
 UNDO_V14 = (
+    # V19's parked Work (the index of V17 and V18 names its column; they make it again).
+    "DROP INDEX conduit_work_key_ready",
+    "DROP INDEX conduit_work_key_parked",
+    "DROP INDEX conduit_work_ready_order",
+    "ALTER TABLE conduit_work DROP COLUMN key_parked",
     """CREATE TABLE conduit_lease (
         execution_id TEXT PRIMARY KEY, work_id TEXT NOT NULL, epoch INTEGER NOT NULL,
         owner TEXT NOT NULL, token TEXT NOT NULL, expires_at_ms BIGINT NOT NULL,

@@ -10,6 +10,11 @@ tests/daemon/test_key_daemons.py's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
+
+import anyio
 import msgspec
 import pytest
 
@@ -18,6 +23,7 @@ from conduit_core.storage import CapacityLimits, Claim, ClaimRefusal, open_store
 from conduit_core.storage.conformance import T0, make_input, make_work, snapshot
 
 pytestmark = pytest.mark.anyio
+T = TypeVar("T")
 
 #: Room for every Work below: only keys (or nothing) refuse.
 ROOMY = CapacityLimits(global_limit=100, concurrency_keys=True)
@@ -43,10 +49,23 @@ def _claimed(outcomes: list[object]) -> list[str]:
     return [c.work.id for c in outcomes if isinstance(c, Claim)]
 
 
+async def _in_transaction(store: object, fn: Callable[[Any], T]) -> T:
+    return await anyio.to_thread.run_sync(partial(store.transaction, fn))  # type: ignore[attr-defined]
+
+
+async def _parked(store: object) -> set[str]:
+    """The ids of the parked Work (``key_parked``: out of the claim's read)."""
+    rows = await _in_transaction(
+        store, lambda cx: cx.rows("SELECT id FROM conduit_work WHERE key_parked = 1")
+    )
+    return {str(row[0]) for row in rows}
+
+
 async def test_a_key_at_its_limit_holds_its_work_back_and_not_other_keys(store_url: str) -> None:
     """Key ``a`` (limit 1) has the three oldest Work, ``b`` (limit 2) two more, then one Work
-    without a key. A claim of 3 takes one of ``a`` and both of ``b``; the next takes the keyless
-    one, though ``a``'s two older Work are ready before it: they are not even read."""
+    without a key. ``a``'s second and third are parked as they are submitted (its limit filled
+    by the first), so a claim of 3 takes ``a0`` and both of ``b`` without reading them; the
+    next takes the keyless one, though ``a``'s two older Work are ready before it."""
     async with await open_store(store_url) as store:
         works = [
             *(_keyed(f"a{i}", "a", at=T0 + i) for i in range(3)),
@@ -55,13 +74,10 @@ async def test_a_key_at_its_limit_holds_its_work_back_and_not_other_keys(store_u
         ]
         for work in works:
             await store.create_work(work, first_input=make_input(f"{work.id}-in"))
+        assert await _parked(store) == {"a1", "a2"}
         first = await _claim(store, 3)
-        # The batch read a0 and a1 together: a1 is refused in memory, with the key named.
-        assert _claimed(first)[:1] == ["a0"]
-        assert set(_claimed(first)) <= {"a0", "b0", "b1"}
-        refused = [r for r in first if isinstance(r, ClaimRefusal)]
-        assert all(r.code == "concurrency_key" and r.limit_name == "key:a" for r in refused)
-        assert any("waiting for key 'a'" in r.message for r in refused)
+        assert _claimed(first) == ["a0", "b0", "b1"]
+        assert [r for r in first if isinstance(r, ClaimRefusal)] == []
         rest = await _claim(store, 10)
         claimed = {*_claimed(first), *_claimed(rest)}
         assert claimed == {"a0", "b0", "b1", "free"}, claimed
@@ -76,14 +92,22 @@ async def test_a_key_at_its_limit_holds_its_work_back_and_not_other_keys(store_u
 
 
 async def test_a_key_limit_holds_without_the_fairness_filter(store_url: str) -> None:
-    """The ready read's filter is only fairness: with it off (no binding declares a key), the
-    claim's own count still refuses a second attempt of a key."""
+    """The ready read's filter and the parking are only fairness: with the filter off (no
+    binding declares a key) and the parked Work unparked by hand, the claim's own count still
+    refuses more attempts of a key than its limit."""
     plain = CapacityLimits(global_limit=100)
     async with await open_store(store_url) as store:
         for i in range(4):
             work = _keyed(f"a{i}", "a", 2, at=T0 + i)
             await store.create_work(work, first_input=make_input(f"{work.id}-in"))
-        assert _claimed(await _claim(store, 10, plain)) == ["a0", "a1"]
+        assert await _parked(store) == {"a2", "a3"}
+        await _in_transaction(store, lambda cx: cx.run("UPDATE conduit_work SET key_parked = 0"))
+        outcomes = await _claim(store, 10, plain)
+        assert _claimed(outcomes) == ["a0", "a1"]
+        refused = [r for r in outcomes if isinstance(r, ClaimRefusal)]
+        assert {r.work_id for r in refused} == {"a2", "a3"}
+        assert all(r.code == "concurrency_key" and r.limit_name == "key:a" for r in refused)
+        assert all("waiting for key 'a' (2 of 2 attempts live)" in r.message for r in refused)
         assert _claimed(await _claim(store, 10, plain)) == []
 
 

@@ -7,7 +7,7 @@ from conduit_core._lazy import lazy_exports
 if TYPE_CHECKING:
     from conduit_core.daemon._gc import tune_garbage_collection
     from conduit_core.daemon._host import HostLoop, PassStep
-    from conduit_core.daemon._key_release import KeyRelease
+    from conduit_core.daemon._key_release import KeyRelease, KeyUnpark
     from conduit_core.daemon._logging import LogFormat, configure_logging
     from conduit_core.daemon._netfs import check_local_filesystem, filesystem_type
     from conduit_core.daemon._paths import DaemonPaths, is_postgres
@@ -26,6 +26,7 @@ else:  # each part loads on first use: the CLI needs DaemonPaths, not the host l
             "HostLoop": "_host",
             "PassStep": "_host",
             "KeyRelease": "_key_release",
+            "KeyUnpark": "_key_release",
             "LogFormat": "_logging",
             "configure_logging": "_logging",
             "check_local_filesystem": "_netfs",
@@ -55,6 +56,7 @@ __all__ = [
     "DaemonRegistry",
     "HostLoop",
     "KeyRelease",
+    "KeyUnpark",
     "LogFormat",
     "PassStep",
     "PgWakeChannel",

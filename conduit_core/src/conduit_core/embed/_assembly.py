@@ -27,6 +27,7 @@ from conduit_core.daemon import (
     DaemonRegistry,
     HostLoop,
     KeyRelease,
+    KeyUnpark,
     PgWakeChannel,
     PidFile,
     RoutinesHost,
@@ -194,6 +195,7 @@ class Assembly:
             log.warning("daemon registry: start not recorded: [%s] %s", exc.code, exc.message)
         host.add_step("daemon registry", registry.heartbeat)
         host.add_step("dedup key release", KeyRelease().step)
+        host.add_step("concurrency key unpark", KeyUnpark().step)
         stack.push_async_callback(registry.stopped)  # after the host loop has returned
         self.service = ApiService(self.config, scheduler, host)
         if self.with_routines:

@@ -272,6 +272,13 @@ class Store(ABC):
         of the table). A row a racing submitter points at a new Work is never deleted."""
 
     @abstractmethod
+    async def unpark_keys(self, *, after: str | None, scan: int) -> tuple[int, str | None]:
+        """Unpark the oldest parked Work of each of the next ``scan`` concurrency keys with
+        parked Work after ``after`` (key order), as far as each key's limit has room: what a
+        write racing the parking left parked (docs/runtime.md, "Concurrency keys"). Returns how
+        many were unparked and where to go on (``None``: the last key was reached)."""
+
+    @abstractmethod
     async def create_works(
         self, items: Sequence[tuple[Work, Event | None]]
     ) -> list[Work | ConduitError]:

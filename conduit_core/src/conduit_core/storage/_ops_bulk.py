@@ -17,6 +17,7 @@ import msgspec
 
 from conduit_core.errors import ConduitError
 from conduit_core.model import Event, Work
+from conduit_core.storage._key_parking import parked_on_insert
 from conduit_core.storage._ops_dependencies import plan_dependencies
 from conduit_core.storage._ops_work import accept_event
 from conduit_core.storage._sql import (
@@ -25,7 +26,9 @@ from conduit_core.storage._sql import (
     Cx,
     SetWrite,
     dump,
+    is_claimable,
     next_event_seqs,
+    ready_rank,
     work_params,
     write_rows,
 )
@@ -40,7 +43,7 @@ _INSERT_WORK = SetWrite(
     f"INSERT INTO conduit_work ({WORK_COLUMNS}) VALUES {WORK_MARKS}",
     f"INSERT INTO conduit_work ({WORK_COLUMNS}) "
     "SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::int[], %b::bigint[], "
-    "%b::text[], %b::text[], %b::bigint[], %b::text[], %b::text[], %b::int[])",
+    "%b::text[], %b::text[], %b::bigint[], %b::text[], %b::text[], %b::int[], %b::int[])",
 )
 #: New event rows, ``_event_row`` each.
 _INSERT_EVENT = SetWrite(
@@ -109,9 +112,16 @@ def create_works(cx: Cx, items: Sequence[tuple[Work, Event | None]]) -> list[Wor
     if plan is not None:
         plan.write(cx)
     if works:
-        write_rows(cx, _INSERT_WORK, [work_params(w, e) for w, e in works])
+        ready = sorted((w for w, _ in works if is_claimable(w)), key=_claim_order)
+        parked = parked_on_insert(cx, ready)
+        rows = [work_params(w, e, parked=w.id in parked) for w, e in works]
+        write_rows(cx, _INSERT_WORK, rows)
     _insert_numbered(cx, inputs)
     return [r for r in results if r is not None]
+
+
+def _claim_order(work: Work) -> tuple[int, str]:
+    return ready_rank(work), work.id
 
 
 def accept_events(cx: Cx, events: Sequence[Event]) -> None:

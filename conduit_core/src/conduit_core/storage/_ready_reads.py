@@ -207,7 +207,8 @@ def _ready_where(filters: str, limit: str, binding: str | None = None) -> str:
         filters += f" AND w.binding >= {binding} AND w.binding <= {binding}"
         order = "w.binding, " + order
     return (
-        f"WHERE w.claimable = 1 AND {UNBLOCKED.replace('conduit_work.', 'w.')}{filters} "
+        "WHERE w.claimable = 1 AND w.key_parked = 0 AND "
+        f"{UNBLOCKED.replace('conduit_work.', 'w.')}{filters} "
         f"ORDER BY {order} LIMIT {limit}"
     )
 

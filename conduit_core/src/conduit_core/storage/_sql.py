@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
@@ -27,7 +27,11 @@ from conduit_core.model import (
     WorkStatus,
     listed_status,
 )
+from conduit_core.storage._cx import Cx as Cx
+from conduit_core.storage._cx import Row as Row
+from conduit_core.storage._cx import SetWrite as SetWrite
 from conduit_core.storage._dependents import settle_dependents
+from conduit_core.storage._key_parking import park_column, unpark_key
 from conduit_core.storage._schema import (
     META_DDL,
     MIGRATIONS,
@@ -35,75 +39,10 @@ from conduit_core.storage._schema import (
     STORE_KIND,
     PerBackend,
 )
+from conduit_core.storage._unsafe import unsafe
 from conduit_core.validation import AMOUNT_CEILING
 
 T = TypeVar("T")
-Row = tuple[Any, ...]
-
-
-class Cx(Protocol):
-    """One open transaction. SQL uses ``?`` placeholders; a backend translates them.
-
-    ``FOR UPDATE [OF t] [SKIP LOCKED]`` clauses lock rows where writers run concurrently
-    (PostgreSQL); a backend with one writer at a time drops them and sets ``locks_rows`` false.
-    """
-
-    #: Whether concurrent writers exist, so invariants need row locks (see docs/architecture.md).
-    locks_rows: bool
-    #: Whether the backend has sequences (PostgreSQL): numbers taken without a row lock.
-    has_sequences: bool
-    #: Whether a parameter may be an array (PostgreSQL): a set-based statement then takes one
-    #: array per column (``unnest``), so its text, and its prepared plan, fit any row count.
-    has_arrays: bool
-    #: While not ``None``, the ids of the Work rows this transaction has updated (every update
-    #: goes through ``save_work`` or ``SAVE_WORK_SQL``): a batch that read rows ahead for its
-    #: operations sets it, to know which of those reads a write has since made stale.
-    works_written: set[str] | None
-    #: The counter rows this transaction has locked (``lock_counter_rows``), by name.
-    counter_locks: set[str]
-
-    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]: ...
-
-    def defer(self, write: SetWrite, params: tuple[Any, ...]) -> None:
-        """``run(write.one, params)``, except that a backend with arrays may hold it back and
-        send the rows of one ``SetWrite`` held together as one statement (``write.many``). What
-        is held goes before the transaction's next other statement and before its commit, each
-        write's rows in the order deferred, so nothing the transaction reads or writes next can
-        tell; only the row locks the writes take are taken that much later. So a caller defers
-        only writes to rows it has already locked, or inserts of rows only it can insert."""
-        ...
-
-    def run(self, sql: str, params: tuple[Any, ...] = ()) -> None:
-        """Execute a statement whose outcome the caller does not read. A backend may send it
-        with the next statement that returns something (PostgreSQL pipelines them), so its
-        error may surface there or at commit: the transaction's error either way."""
-        ...
-
-    def count(self, sql: str, params: tuple[Any, ...] = ()) -> int:
-        """Execute a statement now and return its row count."""
-        ...
-
-    def count_or_restart(self, sql: str, params: tuple[Any, ...] = ()) -> int:
-        """``count`` for an operation's first statement, when that statement alone does the
-        operation if it changes a row: a backend may then commit with it (one round trip for
-        the whole transaction) and return its count; the operation issues nothing more. On a
-        count of 0 nothing was written, and the operation goes on in a transaction that may be
-        a fresh one (begun afresh, so it must not rely on anything read before)."""
-        ...
-
-    def many(self, sql: str, params: list[tuple[Any, ...]]) -> None: ...
-
-    def count_later(self, sql: str, params: tuple[Any, ...] = ()) -> Callable[[], int]:
-        """Send a write now, take its row count when the returned function is called: writes
-        whose counts are taken together go to the server together (one round trip on
-        PostgreSQL). The server still runs every statement in the order sent."""
-        ...
-
-    def later(self, sql: str, params: tuple[Any, ...] = ()) -> Callable[[], list[Row]]:
-        """Send a read now, take its rows when the returned function is called: reads that do
-        not depend on each other go to the server together (one round trip on PostgreSQL). The
-        server still runs every statement in the order sent."""
-        ...
 
 
 _encoder = msgspec.json.Encoder()
@@ -180,16 +119,6 @@ def stored_event(row: Row) -> Event:
     if event.pending and not row[1]:
         return msgspec.structs.replace(event, pending=False)
     return event
-
-
-class SetWrite(NamedTuple):
-    """A write of one row (``one``, ``?`` placeholders; the row's id is parameter ``key``) and
-    the same write for many rows as one statement (``many``: one array per column, in binary,
-    in the same order; see ``Cx.defer``)."""
-
-    one: str
-    many: str
-    key: int = -1
 
 
 def as_columns(rows: Iterable[tuple[Any, ...]]) -> tuple[list[Any], ...]:
@@ -276,8 +205,11 @@ def ready_rank(work: Work) -> int:
     return work.updated_at_ms - PRIORITY_STEP_MS * work.priority
 
 
-def work_params(work: Work, first_input: Event | None = None) -> tuple[Any, ...]:
-    """Column values of a Work row, in table order (also used by bulk loaders)."""
+def work_params(
+    work: Work, first_input: Event | None = None, *, parked: bool = False
+) -> tuple[Any, ...]:
+    """Column values of a Work row, in table order (also used by bulk loaders); ``parked``:
+    claimable, but its key's limit full (``_key_parking``)."""
     return (
         work.id,
         listed_status(work),
@@ -290,6 +222,7 @@ def work_params(work: Work, first_input: Event | None = None) -> tuple[Any, ...]
         first_input_column(first_input),
         work.concurrency_key,
         work.key_limit,
+        int(parked),
     )
 
 
@@ -297,7 +230,7 @@ def work_params(work: Work, first_input: Event | None = None) -> tuple[Any, ...]
 #: written once, at insert).
 WORK_COLUMNS = (
     "id, status, scope, claimable, ready_since, data, binding, created_at_ms, first_input, "
-    "concurrency_key, key_limit"
+    "concurrency_key, key_limit, key_parked"
 )
 #: ``VALUES`` placeholders for one row of ``WORK_COLUMNS``.
 WORK_MARKS = "(" + ", ".join("?" for _ in WORK_COLUMNS.split(",")) + ")"
@@ -308,15 +241,16 @@ def insert_work(cx: Cx, work: Work, first_input: Event | None = None) -> None:
            work_params(work, first_input))  # fmt: skip
 
 
-SAVE_WORK_SQL = (
-    "UPDATE conduit_work SET status = ?, scope = ?, claimable = ?, ready_since = ?, data = ? "
-    "WHERE id = ?"
-)
-
-
 def save_work_params(work: Work) -> tuple[Any, ...]:
     # The binding never changes once the Work exists: not rewritten.
     return (*work_params(work)[1:6], work.id)
+
+
+def _saved_work_params(work: Work) -> tuple[Any, ...]:
+    """``SAVE_WORK``'s parameters: ``save_work_params`` with the claimable flag again (the
+    parking's) before the id."""
+    p = save_work_params(work)
+    return (*p[:-1], p[2], work.id)
 
 
 def save_work(cx: Cx, work: Work, *, locked: bool = False) -> None:
@@ -328,10 +262,14 @@ def save_work(cx: Cx, work: Work, *, locked: bool = False) -> None:
     settles = work.has_dependents and work.status.terminal
     if settles:
         work = msgspec.structs.replace(work, has_dependents=False)
+    checked = not unsafe("key_check")
+    write = SAVE_WORK if checked else _SAVE_WORK_UNPARKED
     if locked:
-        cx.defer(SAVE_WORK, save_work_params(work))
+        cx.defer(write, _saved_work_params(work))
     else:
-        cx.run(SAVE_WORK_SQL, save_work_params(work))
+        cx.run(write.one, _saved_work_params(work))
+    if work.concurrency_key is not None and not is_claimable(work):
+        unpark_key(cx, work.concurrency_key)  # it may have left the key a place
     if cx.works_written is not None:
         cx.works_written.add(work.id)
     if settles:
@@ -362,13 +300,24 @@ def _record_dependency_failed(cx: Cx, work: Work, dependency: Work) -> None:
     )
 
 
-SAVE_WORK = SetWrite(
-    SAVE_WORK_SQL,
-    "UPDATE conduit_work SET status = v.status, scope = v.scope, claimable = v.claimable, "
-    "ready_since = v.ready_since, data = v.data "
-    "FROM unnest(%b::text[], %b::text[], %b::int[], %b::bigint[], %b::text[], %b::text[]) "
-    "AS v(status, scope, claimable, ready_since, data, id) WHERE conduit_work.id = v.id",
-)
+def _save_work_write(park: str) -> SetWrite:
+    return SetWrite(
+        "UPDATE conduit_work SET status = ?, scope = ?, claimable = ?, ready_since = ?, "
+        f"data = ?, {park.format(new='?')} WHERE id = ?",
+        "UPDATE conduit_work SET status = v.status, scope = v.scope, claimable = v.claimable, "
+        f"ready_since = v.ready_since, data = v.data, {park.format(new='v.new_claimable')} "
+        "FROM unnest(%b::text[], %b::text[], %b::int[], %b::bigint[], %b::text[], %b::int[], "
+        "%b::text[]) AS v(status, scope, claimable, ready_since, data, new_claimable, id) "
+        "WHERE conduit_work.id = v.id",
+    )
+
+
+#: A Work's row rewritten (``_saved_work_params``), parked if it enters the ready queue while
+#: its key's limit is full (``_key_parking.park_column``).
+SAVE_WORK = _save_work_write(park_column("{new}"))
+#: The same with no Work parked: a race detector's negative control with the key check off
+#: (``_unsafe``), where parking would keep the limit in its place.
+_SAVE_WORK_UNPARKED = _save_work_write("key_parked = 0 * {new}")
 
 
 def find_work(cx: Cx, work_id: str, *, lock: bool = False) -> Work | None:
@@ -473,6 +422,8 @@ def save_execution(cx: Cx, ex: Execution, *, locked: bool = False) -> None:
         cx.defer(SAVE_EXECUTION, params)
     else:
         cx.run(SAVE_EXECUTION.one, params)
+    if not p[6]:
+        unpark_key(cx, ex.concurrency_key)  # its key's slot may be free
 
 
 #: The attempt's row and a new lease on it, in one write (a resume, a recovery claim).

@@ -28,6 +28,7 @@ from conduit_core.model import (
     Work,
     WorkStatus,
 )
+from conduit_core.storage import _key_parking as parking
 from conduit_core.storage import _ops_attempts as att
 from conduit_core.storage import _ops_budgets as _budgets
 from conduit_core.storage import _ops_bulk as bulk
@@ -189,6 +190,13 @@ class SqlStore(Store):
         if not rows:
             return 0, going_on
         return await self._write(keyed.delete_submit_keys, rows), going_on
+
+    async def unpark_keys(self, *, after: str | None, scan: int) -> tuple[int, str | None]:
+        # A read first: an idle sweep takes no write transaction (nor SQLite's one writer).
+        keys, going_on = await self._read(parking.parked_keys_after, after, scan)
+        if not keys:
+            return 0, going_on
+        return await self._write(parking.unpark_keys, keys), going_on
 
     async def create_works(
         self, items: Sequence[tuple[Work, Event | None]]

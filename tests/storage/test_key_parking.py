@@ -1,0 +1,189 @@
+"""Ready Work of a concurrency key at its limit is parked, out of the claim's read (issue 32).
+
+A claim read the ready queue in claim order and passed by the Work of a key at its limit row by
+row (``_keys.READY_KEY_FILTER``), so a key with a backlog and its slot held cost every claim a
+pass over that backlog (20 ms on SQLite, 43 ms on PostgreSQL behind 20,000). Such Work is now
+parked as it becomes ready (``_key_parking``), unparked, oldest first, by the write that frees
+a place of its key, and by the daemon's sweep (``Store.unpark_keys``) where a racing write
+could not see it. Both backends, through the store's public operations; the read's cost is
+measured on the database's side (``_read_cost``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
+
+import anyio
+import msgspec
+import pytest
+
+from conduit_core.model import ExecutionStatus, Work, WorkStatus
+from conduit_core.storage import CapacityLimits, Claim, ClaimRequest, open_store
+from conduit_core.storage._contract import AttemptEnd
+from conduit_core.storage._ops_work import ClaimWrites
+from conduit_core.storage._ready_reads import read_ready_later
+from conduit_core.storage.conformance import T0, make_input, make_work, snapshot
+from tests.storage._read_cost import read_cost
+
+pytestmark = pytest.mark.anyio
+T = TypeVar("T")
+
+#: A daemon's limits: its one binding (``b``) in the global pool, keys enforced.
+LIMITS = CapacityLimits(global_limit=100, binding_pools={"b": None}, concurrency_keys=True)
+
+
+def _keyed(work_id: str, key: str | None, limit: int = 1, *, at: int = T0) -> Work:
+    return msgspec.structs.replace(
+        make_work(work_id), concurrency_key=key, key_limit=limit, updated_at_ms=at,
+        created_at_ms=at,
+    )  # fmt: skip
+
+
+async def _submit(store: Any, *works: Work) -> None:
+    """One by one, as ``POST /v1/work`` does (the Work becomes ready with its first input)."""
+    for work in works:
+        await store.create_work(work, first_input=make_input(f"{work.id}-in"))
+
+
+async def _in_transaction(store: Any, fn: Callable[[Any], T]) -> T:
+    return await anyio.to_thread.run_sync(partial(store.transaction, fn))
+
+
+async def _parked(store: Any) -> list[str]:
+    rows = await _in_transaction(store, lambda cx: cx.rows(
+        "SELECT id FROM conduit_work WHERE key_parked = 1 AND claimable = 1 ORDER BY id"))  # fmt: skip
+    return [str(row[0]) for row in rows]
+
+
+async def _claim(store: Any, limit: int = 10) -> list[Claim]:
+    outcomes = await store.claim_ready(
+        limit=limit, snapshot_for=lambda work: snapshot(), owner="o", now_ms=T0 + 10,
+        lease_ms=60_000, capacity=LIMITS,
+    )  # fmt: skip
+    return [c for c in outcomes if isinstance(c, Claim)]
+
+
+async def _complete(store: Any, claim: Claim) -> None:
+    end = AttemptEnd(status=ExecutionStatus.COMPLETED, exclusion_confirmed=True)
+    await store.finish_attempt(
+        claim.lease, end, now_ms=T0 + 20,
+        work=lambda w: msgspec.structs.replace(w, status=WorkStatus.COMPLETED),
+    )  # fmt: skip
+
+
+def _read(cx: Any) -> list[str]:
+    ready = read_ready_later(cx, LIMITS, 4, ClaimWrites(cx))
+    assert ready is not None
+    return sorted(ready.rows())
+
+
+@pytest.mark.parametrize("store_url", ["sqlite", "postgres"], indirect=True)
+async def test_a_claim_reads_past_none_of_a_full_keys_backlog(store_url: str) -> None:
+    """Key ``k`` (limit 1) holds its slot; its backlog, queued ahead of 100 Work without a key,
+    grows from 10 to 3,000. The claim's read returns the same four Work and costs about the same
+    (on the code before, SQLite's steps and PostgreSQL's tuples grew with the backlog)."""
+    async with await open_store(store_url) as store:
+        await _submit(store, _keyed("k-head", "k", at=T0 - 10_000))
+        (holder,) = await _claim(store)
+        assert holder.work.id == "k-head"
+
+        async def backlog(first: int, count: int) -> None:
+            await store.create_works([
+                (_keyed(f"k{n:05}", "k", at=T0 - 5_000 + n), make_input(f"k{n:05}"))
+                for n in range(first, first + count)
+            ])  # fmt: skip
+
+        await backlog(0, 10)
+        await store.create_works([
+            (_keyed(f"free{n:03}", None, at=T0 + n), make_input(f"free{n:03}")) for n in range(100)
+        ])  # fmt: skip
+        small, small_cost = read_cost(store_url, _read)
+        await backlog(10, 2_990)
+        assert len(await _parked(store)) == 3_000
+        large, large_cost = read_cost(store_url, _read)
+    assert small == large == ["free000", "free001", "free002", "free003"]
+    assert large_cost <= small_cost * 2 + 20, (small_cost, large_cost)
+
+
+async def test_a_keys_work_runs_in_order_within_its_limit(store_url: str) -> None:
+    """Six Work of ``k`` (limit 2), submitted one by one: the last four are parked. Each ended
+    attempt unparks the oldest parked, so the claims take them in order, never more than two
+    live, and all six run."""
+    async with await open_store(store_url) as store:
+        await _submit(store, *(_keyed(f"w{n}", "k", 2, at=T0 + n) for n in range(6)))
+        assert await _parked(store) == ["w2", "w3", "w4", "w5"]
+        live = await _claim(store)
+        order = [c.work.id for c in live]
+        assert order == ["w0", "w1"]
+        while live:
+            await _complete(store, live.pop(0))
+            more = await _claim(store)
+            assert len(live) + len(more) <= 2
+            live += more
+            order += [c.work.id for c in more]
+        assert order == [f"w{n}" for n in range(6)]
+        assert await _parked(store) == []
+
+
+async def test_a_ready_work_cancelled_unparks_the_next(store_url: str) -> None:
+    """``w0`` is ready (no attempt yet), ``w1`` and ``w2`` parked behind it. Cancelling ``w0``
+    frees its place in the key: ``w1`` is unparked and claimed, ``w2`` stays parked."""
+    async with await open_store(store_url) as store:
+        await _submit(store, *(_keyed(f"w{n}", "k", at=T0 + n) for n in range(3)))
+        assert await _parked(store) == ["w1", "w2"]
+        await store.cancel_work("w0", now_ms=T0 + 5)
+        assert await _parked(store) == ["w2"]
+        assert [c.work.id for c in await _claim(store)] == ["w1"]
+
+
+async def test_a_batch_parks_its_work_beyond_the_keys_room(store_url: str) -> None:
+    """A bulk submit decides for its own rows: of 50 Work of ``k`` (limit 3), one of which is
+    already ready, the two oldest of the batch stay unparked, by claim order, not batch order."""
+    async with await open_store(store_url) as store:
+        await _submit(store, _keyed("first", "k", 3, at=T0))
+        batch = [_keyed(f"b{n:02}", "k", 3, at=T0 + 100 - n) for n in range(50)]
+        await store.create_works([(w, make_input(w.id)) for w in batch])
+        parked = await _parked(store)
+        assert len(parked) == 48
+        assert {"b49", "b48"}.isdisjoint(parked)  # the oldest two (earliest ready)
+        assert [c.work.id for c in await _claim(store)] == ["first", "b49", "b48"]
+
+
+async def test_the_sweep_unparks_what_a_racing_write_left_parked(store_url: str) -> None:
+    """Five keys, each with only parked Work and no slot holder (what a parking that committed
+    beside the write freeing the key leaves): nothing is claimable until the sweep, which reads
+    the keys two at a time and unparks each key's oldest."""
+    async with await open_store(store_url) as store:
+        await _submit(store, *(
+            _keyed(f"{key}-{n}", key, at=T0 + n) for key in "abcde" for n in range(2)
+        ))  # fmt: skip
+        await _in_transaction(store, lambda cx: cx.run(
+            "UPDATE conduit_work SET key_parked = 1 WHERE concurrency_key IS NOT NULL"))  # fmt: skip
+        assert await _claim(store) == []
+        pages = []
+        unparked, after = await store.unpark_keys(after=None, scan=2)
+        pages.append((unparked, after))
+        while after is not None:
+            unparked, after = await store.unpark_keys(after=after, scan=2)
+            pages.append((unparked, after))
+        assert pages == [(2, "b"), (2, "d"), (1, None)]
+        claimed = sorted(c.work.id for c in await _claim(store))
+        assert claimed == ["a-0", "b-0", "c-0", "d-0", "e-0"]
+        # Each key is at its limit again: the sweep finds nothing to unpark.
+        assert await store.unpark_keys(after=None, scan=10) == (0, None)
+
+
+async def test_a_claim_by_id_of_a_parked_work_still_counts_the_key(store_url: str) -> None:
+    """Parking keeps Work out of the ready read only: a claim by id (a recovery, a retry now)
+    of a parked Work is decided by the key's locked count, as before."""
+    async with await open_store(store_url) as store:
+        await _submit(store, *(_keyed(f"w{n}", "k", at=T0 + n) for n in range(2)))
+        assert await _parked(store) == ["w1"]
+        outcomes = await store.claim_attempts(
+            [ClaimRequest(work_id="w1", snapshot=snapshot())], owner="o", now_ms=T0,
+            lease_ms=60_000, capacity=LIMITS,
+        )  # fmt: skip
+        assert isinstance(outcomes[0], Claim)  # no holder yet: the key has room
+        assert await _claim(store) == []  # w0: the key's one slot is taken

@@ -211,3 +211,38 @@ def test_priority_from_the_cli_the_api_and_the_binding(
     assert status == 400, answer
     refused = daemon.cli("work", "submit", "ok", "--priority", "11", check=False)
     assert refused.returncode != 0
+
+
+def test_the_daemon_unparks_what_a_racing_write_left_parked(
+    tmp_path: Path, store: str, daemons: list[Daemon]
+) -> None:
+    """A Work of key ``s`` stored parked while its key has room, as a parking that committed
+    beside the write freeing the key's last place leaves it on PostgreSQL (nothing will write
+    the key again): the daemon's sweep unparks it, and it starts."""
+    import anyio
+    import msgspec
+
+    from conduit_core.model import WorkKind
+    from conduit_core.storage import open_store_sync
+    from conduit_core.storage._ops_work import create_work
+    from conduit_core.storage.conformance import make_input, make_work
+
+    (daemon,) = start_daemons(tmp_path, store, daemons, count=1, slots=4)
+    work = msgspec.structs.replace(
+        make_work("s1", kind=WorkKind.TASK), binding="keyed-held", concurrency_key="s",
+        key_limit=1,
+    )
+    first_input = msgspec.structs.replace(make_input("s1-in"), payload={"customer": "s"})
+
+    def stranded(cx: object) -> None:
+        create_work(cx, work, first_input)  # type: ignore[arg-type]
+        cx.run("UPDATE conduit_work SET key_parked = 1 WHERE id = 's1'")  # type: ignore[attr-defined]
+
+    handle = open_store_sync(store if "://" in store else Path(store))
+    try:
+        handle.transaction(stranded)  # type: ignore[attr-defined]
+    finally:
+        anyio.run(handle.aclose)
+    wait_for("s1 to start, unparked by the sweep", lambda: daemon.runs("s1", "start"), 30)
+    daemon.release("s1")
+    daemon.wait_status("s1", "completed", timeout=30)

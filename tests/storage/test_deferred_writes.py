@@ -183,7 +183,7 @@ _DATA = "SELECT id, data FROM conduit_work ORDER BY id"
 
 
 def _save(work_id: str, data: str) -> tuple[Any, ...]:
-    return ("ready", "default", 0, T0, data, 0, work_id)
+    return ("ready", "default", 0, T0, data, 0, T0, work_id)
 
 
 async def _in_transaction(store: Store, fn: Callable[[Any], T], *, write: bool = True) -> T:

@@ -34,10 +34,12 @@ T = TypeVar("T")
 LIMITS = CapacityLimits(global_limit=100, binding_pools={"b": None}, concurrency_keys=True)
 
 
-def _keyed(work_id: str, key: str | None, limit: int = 1, *, at: int = T0) -> Work:
+def _keyed(
+    work_id: str, key: str | None, limit: int = 1, *, at: int = T0, priority: int = 0
+) -> Work:
     return msgspec.structs.replace(
         make_work(work_id), concurrency_key=key, key_limit=limit, updated_at_ms=at,
-        created_at_ms=at,
+        created_at_ms=at, priority=priority,
     )  # fmt: skip
 
 
@@ -125,6 +127,22 @@ async def test_a_keys_work_runs_in_order_within_its_limit(store_url: str) -> Non
             order += [c.work.id for c in more]
         assert order == [f"w{n}" for n in range(6)]
         assert await _parked(store) == []
+
+
+async def test_a_higher_priority_work_of_a_key_still_goes_first(store_url: str) -> None:
+    """``low`` is ready and unparked when ``high`` (five points of priority, so ahead of it in
+    claim order) arrives: ``high`` is not parked behind it, and starts first, as it did before
+    anything was parked; ``later`` is parked behind both. All three start, one at a time."""
+    async with await open_store(store_url) as store:
+        await _submit(store, _keyed("low", "k", at=T0), _keyed("high", "k", at=T0 + 1, priority=5),
+                      _keyed("later", "k", at=T0 + 2))  # fmt: skip
+        assert await _parked(store) == ["later"]
+        order: list[str] = []
+        while len(order) < 3:
+            (claim,) = await _claim(store)
+            order.append(claim.work.id)
+            await _complete(store, claim)
+        assert order == ["high", "low", "later"]
 
 
 async def test_a_ready_work_cancelled_unparks_the_next(store_url: str) -> None:

@@ -24,7 +24,7 @@ locked count (``_keys.KeyCounts``) still decides.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from conduit_core.model import Work
 from conduit_core.storage._cx import Cx
@@ -49,28 +49,38 @@ def _holders(key: str) -> str:
     )
 
 
-def _unparked(key: str) -> str:
+def _unparked(key: str, up_to: str | None = None) -> str:
+    """The key's unparked ready Work; ``up_to``: of those, the ones ready no later."""
+    ranked = "" if up_to is None else f" AND u.ready_since <= {up_to}"
     return (
         f"(SELECT COUNT(*) FROM conduit_work u WHERE u.concurrency_key = {key} "
-        "AND u.claimable = 1 AND u.key_parked = 0 AND u.concurrency_key IS NOT NULL)"
+        f"AND u.claimable = 1 AND u.key_parked = 0 AND u.concurrency_key IS NOT NULL{ranked})"
     )
 
 
-def park_column(new_claimable: str) -> str:
-    """The ``key_parked = …`` assignment of a Work's update, ``new_claimable`` the value it
-    writes to ``claimable`` (a ``?`` or a column): 0 for a Work without a key or leaving the
-    ready queue, unchanged for one that stays in it, and for one that enters it, 1 when its
-    key's slot holders and unparked ready Work fill its ``key_limit`` already."""
+def park_column(new_claimable: str, new_rank: str) -> str:
+    """The ``key_parked = …`` assignment of a Work's update, ``new_claimable`` and
+    ``new_rank`` the values it writes to ``claimable`` and ``ready_since`` (each a ``?`` or a
+    column): 0 for a Work without a key or leaving the ready queue, unchanged for one that stays
+    in it, and for one that enters it, 1 when its key's slot holders and the unparked ready Work
+    ahead of it in claim order fill its ``key_limit`` already. (Counting only those ahead, a
+    Work of higher priority than the key's unparked Work is not parked behind them: it goes
+    first, as it did when nothing was parked; they stay unparked beyond the limit, each passed
+    by at a claim until it starts.)"""
     key = "conduit_work.concurrency_key"
     return (
         f"key_parked = CASE WHEN {key} IS NULL OR {new_claimable} = 0 THEN 0 "
         "WHEN conduit_work.claimable = 1 THEN conduit_work.key_parked "
-        f"WHEN {_holders(key)} + {_unparked(key)} >= conduit_work.key_limit THEN 1 ELSE 0 END"
+        f"WHEN {_holders(key)} + {_unparked(key, new_rank)} >= conduit_work.key_limit THEN 1 "
+        "ELSE 0 END"
     )
 
 
 #: The key's oldest parked Work made unparked, as many as its limit has room for (the limit of
-#: its oldest parked Work; none when it has none). Four parameters, each the key.
+#: its oldest parked Work; none when it has none). Four parameters, each the key. Where rows
+#: are locked, a row another transaction holds is passed by (``SKIP LOCKED``): two batches
+#: unparking the same two keys in opposite orders never wait for each other (a deadlock), and
+#: two transactions each freeing a place of one key unpark one Work each.
 _UNPARK_SQL = (
     "UPDATE conduit_work SET key_parked = 0 WHERE id IN ("
     "SELECT p.id FROM conduit_work p "
@@ -81,18 +91,23 @@ _UNPARK_SQL = (
     "WHERE h.concurrency_key = ? AND h.claimable = 1 AND h.key_parked = 1 "
     f"ORDER BY h.ready_since, h.id LIMIT 1) - {_holders('?')} - {_unparked('?')} AS n) r))"
 )
+_UNPARK_LOCKED_SQL = _UNPARK_SQL[:-1] + " FOR UPDATE OF p SKIP LOCKED)"
+
+
+def _unpark_sql(cx: Cx) -> str:
+    return _UNPARK_LOCKED_SQL if cx.locks_rows else _UNPARK_SQL
 
 
 def unpark_key(cx: Cx, key: str | None) -> None:
     """Unpark ``key``'s oldest parked Work as far as its limit has room (after a write that
     may have freed a place of the key; nothing when it has none)."""
     if key is not None and not unsafe("key_check"):
-        cx.run(_UNPARK_SQL, (key, key, key, key))
+        cx.run(_unpark_sql(cx), (key, key, key, key))
 
 
 def unpark_keys(cx: Cx, keys: Sequence[str]) -> int:
     """``unpark_key`` for each of ``keys`` (the sweep): how many Work were unparked."""
-    counts = [cx.count_later(_UNPARK_SQL, (key, key, key, key)) for key in keys]
+    counts = [cx.count_later(_unpark_sql(cx), (key, key, key, key)) for key in keys]
     return sum(count() for count in counts)
 
 
@@ -122,10 +137,13 @@ def _chunks(values: Sequence[str]) -> Iterator[tuple[str, ...]]:
         yield tuple(values[offset : offset + _CHUNK])
 
 
-def parked_on_insert(cx: Cx, ready: Sequence[Work]) -> set[str]:
-    """The ids among ``ready`` (new claimable Work inserted together, in claim order) to
-    insert parked: for each key, its Work beyond what its slot holders and unparked ready Work
-    leave of its limit. One grouped read of each count per chunk of keys, none without keys.
+def parked_on_insert(
+    cx: Cx, ready: Sequence[Work], rank_of: Callable[[Work], int]
+) -> set[str]:
+    """The ids among ``ready`` (new claimable Work inserted together, in claim order, each at
+    ``rank_of``) to insert parked: as ``park_column`` decides, each key's Work of the batch
+    counted in that order. Two reads per chunk of keys (the slot holders, grouped; the ranks
+    of the unparked ready Work, a few per key), none without keys.
     (With the key check switched off, a race detector's negative control, nothing is parked,
     so that the detector still sees the limit exceeded.)"""
     keyed = [w for w in ready if w.concurrency_key is not None]
@@ -138,18 +156,24 @@ def parked_on_insert(cx: Cx, ready: Sequence[Work]) -> set[str]:
         reads.append(cx.later(
             "SELECT concurrency_key, COUNT(*) FROM conduit_execution WHERE holds_slot = 1 "
             f"AND concurrency_key IN ({marks}) GROUP BY concurrency_key", chunk))  # fmt: skip
-        reads.append(cx.later(
-            "SELECT concurrency_key, COUNT(*) FROM conduit_work WHERE claimable = 1 "
-            f"AND key_parked = 0 AND concurrency_key IN ({marks}) GROUP BY concurrency_key",
-            chunk))  # fmt: skip
-    taken: Counter[str] = Counter()
+    unparked: dict[str, list[int]] = {}  # per key, the ranks of its unparked ready Work
+    for chunk in _chunks(keys):
+        marks = ", ".join("?" for _ in chunk)
+        rows = cx.rows(
+            "SELECT concurrency_key, ready_since FROM conduit_work WHERE claimable = 1 "
+            f"AND key_parked = 0 AND concurrency_key IN ({marks})", chunk)  # fmt: skip
+        for key, rank in rows:
+            unparked.setdefault(str(key), []).append(int(rank))
+    holders: Counter[str] = Counter()
     for read in reads:
         for key, count in read():
-            taken[str(key)] += int(count)
+            holders[str(key)] += int(count)
+    taken: Counter[str] = Counter()  # per key, the batch's Work unparked so far
     parked: set[str] = set()
     for work in keyed:
         key = str(work.concurrency_key)
-        if taken[key] >= work.key_limit:
+        ahead = sum(1 for rank in unparked.get(key, ()) if rank <= rank_of(work))
+        if holders[key] + ahead + taken[key] >= work.key_limit:
             parked.add(work.id)
         else:
             taken[key] += 1

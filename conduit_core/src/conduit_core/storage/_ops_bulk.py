@@ -113,7 +113,7 @@ def create_works(cx: Cx, items: Sequence[tuple[Work, Event | None]]) -> list[Wor
         plan.write(cx)
     if works:
         ready = sorted((w for w, _ in works if is_claimable(w)), key=_claim_order)
-        parked = parked_on_insert(cx, ready)
+        parked = parked_on_insert(cx, ready, ready_rank)
         rows = [work_params(w, e, parked=w.id in parked) for w, e in works]
         write_rows(cx, _INSERT_WORK, rows)
     _insert_numbered(cx, inputs)

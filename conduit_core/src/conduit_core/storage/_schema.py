@@ -299,8 +299,8 @@ _V19 = (
     "DROP INDEX conduit_work_ready_order",
     "CREATE INDEX conduit_work_ready_order ON conduit_work (binding, ready_since, id) "
     "WHERE claimable = 1 AND key_parked = 0",
-    # A key's unparked ready Work, counted when a Work of it becomes claimable.
-    "CREATE INDEX conduit_work_key_ready ON conduit_work (concurrency_key) "
+    # A key's unparked ready Work, counted (those ahead of it) when a Work of it becomes ready.
+    "CREATE INDEX conduit_work_key_ready ON conduit_work (concurrency_key, ready_since) "
     "WHERE claimable = 1 AND key_parked = 0 AND concurrency_key IS NOT NULL",
     # A key's parked Work, oldest first (unparking), and the keys that have any (the sweep).
     "CREATE INDEX conduit_work_key_parked ON conduit_work (concurrency_key, ready_since, id) "

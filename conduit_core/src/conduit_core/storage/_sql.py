@@ -247,10 +247,10 @@ def save_work_params(work: Work) -> tuple[Any, ...]:
 
 
 def _saved_work_params(work: Work) -> tuple[Any, ...]:
-    """``SAVE_WORK``'s parameters: ``save_work_params`` with the claimable flag again (the
-    parking's) before the id."""
+    """``SAVE_WORK``'s parameters: ``save_work_params`` with the claimable flag and the rank
+    again (the parking's) before the id."""
     p = save_work_params(work)
-    return (*p[:-1], p[2], work.id)
+    return (*p[:-1], p[2], p[3], work.id)
 
 
 def save_work(cx: Cx, work: Work, *, locked: bool = False) -> None:
@@ -303,21 +303,23 @@ def _record_dependency_failed(cx: Cx, work: Work, dependency: Work) -> None:
 def _save_work_write(park: str) -> SetWrite:
     return SetWrite(
         "UPDATE conduit_work SET status = ?, scope = ?, claimable = ?, ready_since = ?, "
-        f"data = ?, {park.format(new='?')} WHERE id = ?",
+        f"data = ?, {park.format(new='?', rank='?')} WHERE id = ?",
         "UPDATE conduit_work SET status = v.status, scope = v.scope, claimable = v.claimable, "
-        f"ready_since = v.ready_since, data = v.data, {park.format(new='v.new_claimable')} "
+        "ready_since = v.ready_since, data = v.data, "
+        f"{park.format(new='v.new_claimable', rank='v.new_rank')} "
         "FROM unnest(%b::text[], %b::text[], %b::int[], %b::bigint[], %b::text[], %b::int[], "
-        "%b::text[]) AS v(status, scope, claimable, ready_since, data, new_claimable, id) "
+        "%b::bigint[], %b::text[]) "
+        "AS v(status, scope, claimable, ready_since, data, new_claimable, new_rank, id) "
         "WHERE conduit_work.id = v.id",
     )
 
 
 #: A Work's row rewritten (``_saved_work_params``), parked if it enters the ready queue while
 #: its key's limit is full (``_key_parking.park_column``).
-SAVE_WORK = _save_work_write(park_column("{new}"))
+SAVE_WORK = _save_work_write(park_column("{new}", "{rank}"))
 #: The same with no Work parked: a race detector's negative control with the key check off
 #: (``_unsafe``), where parking would keep the limit in its place.
-_SAVE_WORK_UNPARKED = _save_work_write("key_parked = 0 * {new}")
+_SAVE_WORK_UNPARKED = _save_work_write("key_parked = 0 * {new} * {rank}")
 
 
 def find_work(cx: Cx, work_id: str, *, lock: bool = False) -> Work | None:

@@ -7,6 +7,7 @@
     .venv/bin/python bench/bench_daemon.py --find-max --rate 100
     .venv/bin/python bench/bench_daemon.py --mode backlog --find-max --rate 100
     .venv/bin/python bench/bench_daemon.py --rate 300 --foreign 50000          # a foreign backlog
+    .venv/bin/python bench/bench_daemon.py --rate 300 --key-backlog 20000      # one key's backlog
 
 Each system runs in turn, fresh, in the same invocation: ``conduit daemon`` as a subprocess (a
 generated config on a fresh SQLite file, then a fresh PostgreSQL database), then Procrastinate's
@@ -100,21 +101,37 @@ config = { command = "true" }
 """
 
 
-def fill_foreign(url: str, count: int) -> None:
-    """``--foreign``: ``count`` ready Work of a binding the daemon does not have, queued ahead of
-    every job (another daemon's backlog on a shared store, or a binding since removed)."""
+#: ``--key-backlog``: a binding whose Work run one at a time per customer (its own start log).
+KEYED_BINDING = """
+[bindings.keyed]
+executor = "echo"
+config = {{ sleep_ms = {job_ms}, start_log = "{start_log}" }}
+concurrency_key = "{{customer}}"
+key_limit = 1
+"""
+
+
+def fill_ahead(url: str, count: int, prefix: str, **fields: object) -> None:
+    """``count`` ready Work (``fields`` set on each), queued ahead of every job: ``--foreign``,
+    of a binding the daemon does not have (another daemon's backlog on a shared store, or a
+    binding since removed); ``--key-backlog``, of one customer of the keyed binding, which
+    runs them one at a time beside the jobs."""
     import anyio
     import msgspec
 
     from conduit_core.storage import open_store
-    from conduit_core.storage.conformance import make_input, make_work
+    from conduit_core.storage.conformance import make_input as make_event
+    from conduit_core.storage.conformance import make_work
+
+    def make_input(n: str) -> object:
+        return msgspec.structs.replace(make_event(n), payload={"customer": "big"})
 
     async def fill() -> None:
         async with await open_store(url) as store:
             for first in range(0, count, 5_000):
                 await store.create_works([
-                    (msgspec.structs.replace(make_work(f"foreign-{n:07}"), binding="foreign"),
-                     make_input(f"foreign-{n:07}"))
+                    (msgspec.structs.replace(make_work(f"{prefix}-{n:07}"), **fields),
+                     make_input(f"{prefix}-{n:07}"))
                     for n in range(first, min(count, first + 5_000))
                 ])  # fmt: skip
 
@@ -291,12 +308,18 @@ class ConduitSystem:
                 workers=args.workers, port=self.port, job_ms=args.job_ms,
                 start_log=self.start_log, idle_pool=IDLE_POOL if args.idle_pool else "",
             )
+            + (KEYED_BINDING.format(job_ms=args.job_ms, start_log=root / "keyed-starts.log")
+               if args.key_backlog else "")
         )  # fmt: skip
         self.proc: subprocess.Popen[bytes] | None = None
         self.client: ApiClient | None = None
         self.producer: Producer | None = None
+        url = self.db.url if self.db else f"sqlite://{self.sqlite_path}"
         if args.foreign:
-            fill_foreign(self.db.url if self.db else f"sqlite://{self.sqlite_path}", args.foreign)
+            fill_ahead(url, args.foreign, "foreign", binding="foreign")
+        if args.key_backlog:
+            fill_ahead(url, args.key_backlog, "keyed", binding="keyed", concurrency_key="big",
+                       key_limit=1)  # fmt: skip
 
     @property
     def name(self) -> str:
@@ -718,6 +741,9 @@ def main() -> None:
     parser.add_argument("--foreign", type=int, default=0,
                         help="conduit: this many ready Work of a binding the daemon lacks, "
                         "queued ahead of every job")  # fmt: skip
+    parser.add_argument("--key-backlog", type=int, default=0,
+                        help="conduit: this many ready Work of one concurrency key (limit 1) "
+                        "queued ahead of every job, run one at a time beside them")  # fmt: skip
     parser.add_argument("--kill-every", type=float, default=10.0)
     parser.add_argument("--find-max", action="store_true")
     parser.add_argument("--refine", type=int, default=2, help="find-max: halvings of the last step")

@@ -325,6 +325,11 @@ class ConduitSystem:
     def name(self) -> str:
         return f"conduit-{self.kind}"
 
+    def keyed_started(self) -> int:
+        """``--key-backlog``: how many of the key's Work have started so far."""
+        log = self.root / "keyed-starts.log"
+        return len(log.read_text().splitlines()) if log.exists() else 0
+
     def start(self) -> None:
         # The test plugin's two start gates are then asked only about Work that names them, as a
         # user's gates select some Work (no gate is asked in this bench).
@@ -567,6 +572,8 @@ def measure(system: Any, rate: float, args: argparse.Namespace) -> dict[str, Any
         "submitted": submitted, "unfinished_after_drain": unfinished,
         "lost": unfinished if stalled or not unfinished else None,
         "ran_twice": starts.twice(), "windows": windows,
+        **({"key_backlog_started": system.keyed_started()}
+           if args.key_backlog and isinstance(system, ConduitSystem) else {}),
         **({"resumed_after_s": resumed_after(system)} if args.mode == "pg-down" else {}),
         **({"back_at_rate_after_s": back_at_rate_after(start_times(system), system.faults_at,
                                                        rate)}

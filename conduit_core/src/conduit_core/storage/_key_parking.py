@@ -81,15 +81,22 @@ def park_column(new_claimable: str, new_rank: str) -> str:
 #: are locked, a row another transaction holds is passed by (``SKIP LOCKED``): two batches
 #: unparking the same two keys in opposite orders never wait for each other (a deadlock), and
 #: two transactions each freeing a place of one key unpark one Work each.
+def _room(key: str) -> str:
+    """How many more of the key's Work its limit has room for (the limit of its oldest parked
+    Work, less its slot holders and unparked ready Work; NULL when it has none parked)."""
+    return (
+        "((SELECT h.key_limit FROM conduit_work h "
+        f"WHERE h.concurrency_key = {key} AND h.claimable = 1 AND h.key_parked = 1 "
+        f"ORDER BY h.ready_since, h.id LIMIT 1) - {_holders(key)} - {_unparked(key)})"
+    )
+
+
 _UNPARK_SQL = (
     "UPDATE conduit_work SET key_parked = 0 WHERE id IN ("
     "SELECT p.id FROM conduit_work p "
     "WHERE p.concurrency_key = ? AND p.claimable = 1 AND p.key_parked = 1 "
     "ORDER BY p.ready_since, p.id "
-    "LIMIT (SELECT CASE WHEN r.n > 0 THEN r.n ELSE 0 END FROM (SELECT "
-    "(SELECT h.key_limit FROM conduit_work h "
-    "WHERE h.concurrency_key = ? AND h.claimable = 1 AND h.key_parked = 1 "
-    f"ORDER BY h.ready_since, h.id LIMIT 1) - {_holders('?')} - {_unparked('?')} AS n) r))"
+    f"LIMIT (SELECT CASE WHEN r.n > 0 THEN r.n ELSE 0 END FROM (SELECT {_room('?')} AS n) r))"
 )
 _UNPARK_LOCKED_SQL = _UNPARK_SQL[:-1] + " FOR UPDATE OF p SKIP LOCKED)"
 
@@ -112,24 +119,28 @@ def unpark_keys(cx: Cx, keys: Sequence[str]) -> int:
 
 
 #: The next keys with parked Work after a key, in key order (each found through the parked
-#: index, however many Work a key has): parameters the key after, the key after, the count.
+#: index, however many Work a key has), each with whether its limit has room: parameters the
+#: key after, the count.
 _PARKED_KEYS_SQL = (
-    "WITH RECURSIVE k (key, n) AS ("
+    "WITH RECURSIVE pk (key, n) AS ("
     "SELECT (SELECT MIN(w.concurrency_key) FROM conduit_work w "
     "WHERE w.claimable = 1 AND w.key_parked = 1 AND w.concurrency_key > ?), 1 "
     "UNION ALL "
     "SELECT (SELECT MIN(w.concurrency_key) FROM conduit_work w "
-    "WHERE w.claimable = 1 AND w.key_parked = 1 AND w.concurrency_key > k.key), k.n + 1 "
-    "FROM k WHERE k.key IS NOT NULL AND k.n < ?) "
-    "SELECT key FROM k WHERE key IS NOT NULL"
+    "WHERE w.claimable = 1 AND w.key_parked = 1 AND w.concurrency_key > pk.key), pk.n + 1 "
+    "FROM pk WHERE pk.key IS NOT NULL AND pk.n < ?) "
+    f"SELECT key, CASE WHEN {_room('pk.key')} > 0 THEN 1 ELSE 0 END FROM pk "
+    "WHERE key IS NOT NULL"
 )
 
 
 def parked_keys_after(cx: Cx, after: str | None, scan: int) -> tuple[list[str], str | None]:
-    """The next ``scan`` keys with parked Work after ``after`` (``None``: from the first), and
-    where to go on (``None``: the last key was reached)."""
-    keys = [str(row[0]) for row in cx.rows(_PARKED_KEYS_SQL, (after or "", scan))]
-    return keys, (keys[-1] if len(keys) == scan else None)
+    """Of the next ``scan`` keys with parked Work after ``after`` (``None``: from the first),
+    those whose limit has room, and where to go on (``None``: the last key was reached). A read
+    only: the sweep writes nothing when no key has room."""
+    rows = cx.rows(_PARKED_KEYS_SQL, (after or "", scan))
+    with_room = [str(key) for key, room in rows if room]
+    return with_room, (str(rows[-1][0]) if len(rows) == scan else None)
 
 
 def _chunks(values: Sequence[str]) -> Iterator[tuple[str, ...]]:

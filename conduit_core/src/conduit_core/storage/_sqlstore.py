@@ -192,7 +192,8 @@ class SqlStore(Store):
         return await self._write(keyed.delete_submit_keys, rows), going_on
 
     async def unpark_keys(self, *, after: str | None, scan: int) -> tuple[int, str | None]:
-        # A read first: an idle sweep takes no write transaction (nor SQLite's one writer).
+        # A read first: a sweep that finds no key with room takes no write transaction (nor
+        # SQLite's one writer), however many keys have parked Work.
         keys, going_on = await self._read(parking.parked_keys_after, after, scan)
         if not keys:
             return 0, going_on

@@ -5,12 +5,13 @@ is at its limit (``_keys.READY_KEY_FILTER``). Filtered while walking, such Work 
 row by row at every claim: a key with a backlog of 20,000 and its slot held cost each claim
 20 ms on SQLite and 43 ms on PostgreSQL. So a ready Work is *parked* (``key_parked`` = 1, out
 of that index, still ``claimable`` for every count and listing) when it becomes claimable
-while its key's slot holders and unparked ready Work already fill the key's limit:
+while its key's slot holders and the key's unparked ready Work ahead of it in claim order
+already fill the key's limit:
 
 - a Work that becomes claimable through ``save_work`` is decided by the write itself
   (``park_column``, from the key's counts as the statement sees them);
-- a bulk insert decides in memory, the batch's Work of a key oldest first
-  (``parked_on_insert``, one grouped read of the keys' counts).
+- a bulk insert decides in memory, the batch's Work of a key in claim order
+  (``parked_on_insert``, from two reads of the keys' counts, sent together).
 
 A write that frees a place of the key (an attempt that no longer holds its slot, a Work of
 the key that leaves the ready queue) unparks the key's oldest parked Work as far as the limit
@@ -161,24 +162,23 @@ def parked_on_insert(
     if not keyed or unsafe("key_check"):
         return set()
     keys = sorted({str(w.concurrency_key) for w in keyed})
-    reads = []
+    holder_reads, unparked_reads = [], []
     for chunk in _chunks(keys):
         marks = ", ".join("?" for _ in chunk)
-        reads.append(cx.later(
+        holder_reads.append(cx.later(
             "SELECT concurrency_key, COUNT(*) FROM conduit_execution WHERE holds_slot = 1 "
             f"AND concurrency_key IN ({marks}) GROUP BY concurrency_key", chunk))  # fmt: skip
-    unparked: dict[str, list[int]] = {}  # per key, the ranks of its unparked ready Work
-    for chunk in _chunks(keys):
-        marks = ", ".join("?" for _ in chunk)
-        rows = cx.rows(
+        unparked_reads.append(cx.later(
             "SELECT concurrency_key, ready_since FROM conduit_work WHERE claimable = 1 "
-            f"AND key_parked = 0 AND concurrency_key IN ({marks})", chunk)  # fmt: skip
-        for key, rank in rows:
-            unparked.setdefault(str(key), []).append(int(rank))
+            f"AND key_parked = 0 AND concurrency_key IN ({marks})", chunk))  # fmt: skip
     holders: Counter[str] = Counter()
-    for read in reads:
+    for read in holder_reads:
         for key, count in read():
             holders[str(key)] += int(count)
+    unparked: dict[str, list[int]] = {}  # per key, the ranks of its unparked ready Work
+    for read in unparked_reads:
+        for key, rank in read():
+            unparked.setdefault(str(key), []).append(int(rank))
     taken: Counter[str] = Counter()  # per key, the batch's Work unparked so far
     parked: set[str] = set()
     for work in keyed:

@@ -205,3 +205,34 @@ async def test_a_claim_by_id_of_a_parked_work_still_counts_the_key(store_url: st
         )  # fmt: skip
         assert isinstance(outcomes[0], Claim)  # no holder yet: the key has room
         assert await _claim(store) == []  # w0: the key's one slot is taken
+
+
+#: Schema 19 undone: the store an earlier conduit left (its keyed backlog unparked, walked).
+UNDO_V19 = (
+    "DROP INDEX conduit_work_key_ready",
+    "DROP INDEX conduit_work_key_parked",
+    "DROP INDEX conduit_work_ready_order",
+    "ALTER TABLE conduit_work DROP COLUMN key_parked",
+    "CREATE INDEX conduit_work_ready_order ON conduit_work (binding, ready_since, id) "
+    "WHERE claimable = 1",
+    "UPDATE conduit_meta SET value = '18' WHERE key = 'schema_version'",
+)
+
+
+async def test_an_upgraded_stores_key_backlog_is_parked_and_swept_back(store_url: str) -> None:
+    """A store of schema 18 with three ready Work of ``k`` (limit 1) and one without a key:
+    the upgrade parks the key's three, the sweep unparks the oldest, and claims take it and the
+    keyless one, then the next of ``k`` once the first has ended."""
+    async with await open_store(store_url) as store:
+        await _submit(store, *(_keyed(f"w{n}", "k", at=T0 + n) for n in range(3)),
+                      _keyed("free", None, at=T0 + 9))  # fmt: skip
+        for statement in UNDO_V19:
+            await _in_transaction(store, lambda cx, sql=statement: cx.run(sql))
+    async with await open_store(store_url) as store:  # migrates 18 -> 19
+        assert await _parked(store) == ["w0", "w1", "w2"]
+        assert [c.work.id for c in await _claim(store)] == ["free"]
+        assert await store.unpark_keys(after=None, scan=10) == (1, None)
+        (first,) = await _claim(store)
+        assert first.work.id == "w0"
+        await _complete(store, first)
+        assert [c.work.id for c in await _claim(store)] == ["w1"]

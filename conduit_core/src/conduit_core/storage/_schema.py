@@ -305,6 +305,10 @@ _V19 = (
     # A key's parked Work, oldest first (unparking), and the keys that have any (the sweep).
     "CREATE INDEX conduit_work_key_parked ON conduit_work (concurrency_key, ready_since, id) "
     "WHERE claimable = 1 AND key_parked = 1",
+    # A key's backlog queued before the upgrade: all of it parked, and the daemon's sweep
+    # unparks each key's oldest as its room allows (within a second of its start), so that
+    # backlog too is out of the claim's read at once rather than once it has drained.
+    "UPDATE conduit_work SET key_parked = 1 WHERE claimable = 1 AND concurrency_key IS NOT NULL",
 )
 
 #: Ordered forward migrations; ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.

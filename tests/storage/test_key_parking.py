@@ -11,11 +11,8 @@ measured on the database's side (``_read_cost``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
-import anyio
 import msgspec
 import pytest
 
@@ -24,23 +21,15 @@ from conduit_core.storage import CapacityLimits, Claim, ClaimRequest, open_store
 from conduit_core.storage._contract import AttemptEnd
 from conduit_core.storage._ops_work import ClaimWrites
 from conduit_core.storage._ready_reads import read_ready_later
-from conduit_core.storage.conformance import T0, make_input, make_work, snapshot
+from conduit_core.storage.conformance import T0, make_input, snapshot
+from tests.storage._keyed import in_transaction, keyed_work, parked_ids
 from tests.storage._read_cost import read_cost
 
 pytestmark = pytest.mark.anyio
-T = TypeVar("T")
 
 #: A daemon's limits: its one binding (``b``) in the global pool, keys enforced.
 LIMITS = CapacityLimits(global_limit=100, binding_pools={"b": None}, concurrency_keys=True)
 
-
-def _keyed(
-    work_id: str, key: str | None, limit: int = 1, *, at: int = T0, priority: int = 0
-) -> Work:
-    return msgspec.structs.replace(
-        make_work(work_id), concurrency_key=key, key_limit=limit, updated_at_ms=at,
-        created_at_ms=at, priority=priority,
-    )  # fmt: skip
 
 
 async def _submit(store: Any, *works: Work) -> None:
@@ -49,14 +38,6 @@ async def _submit(store: Any, *works: Work) -> None:
         await store.create_work(work, first_input=make_input(f"{work.id}-in"))
 
 
-async def _in_transaction(store: Any, fn: Callable[[Any], T]) -> T:
-    return await anyio.to_thread.run_sync(partial(store.transaction, fn))
-
-
-async def _parked(store: Any) -> list[str]:
-    rows = await _in_transaction(store, lambda cx: cx.rows(
-        "SELECT id FROM conduit_work WHERE key_parked = 1 AND claimable = 1 ORDER BY id"))  # fmt: skip
-    return [str(row[0]) for row in rows]
 
 
 async def _claim(store: Any, limit: int = 10) -> list[Claim]:
@@ -87,23 +68,23 @@ async def test_a_claim_reads_past_none_of_a_full_keys_backlog(store_url: str) ->
     grows from 10 to 3,000. The claim's read returns the same four Work and costs about the same
     (on the code before, SQLite's steps and PostgreSQL's tuples grew with the backlog)."""
     async with await open_store(store_url) as store:
-        await _submit(store, _keyed("k-head", "k", at=T0 - 10_000))
+        await _submit(store, keyed_work("k-head", "k", at=T0 - 10_000))
         (holder,) = await _claim(store)
         assert holder.work.id == "k-head"
 
         async def backlog(first: int, count: int) -> None:
             await store.create_works([
-                (_keyed(f"k{n:05}", "k", at=T0 - 5_000 + n), make_input(f"k{n:05}"))
+                (keyed_work(f"k{n:05}", "k", at=T0 - 5_000 + n), make_input(f"k{n:05}"))
                 for n in range(first, first + count)
             ])  # fmt: skip
 
         await backlog(0, 10)
         await store.create_works([
-            (_keyed(f"free{n:03}", None, at=T0 + n), make_input(f"free{n:03}")) for n in range(100)
+            (keyed_work(f"free{n:03}", None, at=T0 + n), make_input(f"free{n:03}")) for n in range(100)
         ])  # fmt: skip
         small, small_cost = read_cost(store_url, _read)
         await backlog(10, 2_990)
-        assert len(await _parked(store)) == 3_000
+        assert len(await parked_ids(store)) == 3_000
         large, large_cost = read_cost(store_url, _read)
     assert small == large == ["free000", "free001", "free002", "free003"]
     assert large_cost <= small_cost * 2 + 20, (small_cost, large_cost)
@@ -114,8 +95,8 @@ async def test_a_keys_work_runs_in_order_within_its_limit(store_url: str) -> Non
     attempt unparks the oldest parked, so the claims take them in order, never more than two
     live, and all six run."""
     async with await open_store(store_url) as store:
-        await _submit(store, *(_keyed(f"w{n}", "k", 2, at=T0 + n) for n in range(6)))
-        assert await _parked(store) == ["w2", "w3", "w4", "w5"]
+        await _submit(store, *(keyed_work(f"w{n}", "k", 2, at=T0 + n) for n in range(6)))
+        assert await parked_ids(store) == ["w2", "w3", "w4", "w5"]
         live = await _claim(store)
         order = [c.work.id for c in live]
         assert order == ["w0", "w1"]
@@ -126,7 +107,7 @@ async def test_a_keys_work_runs_in_order_within_its_limit(store_url: str) -> Non
             live += more
             order += [c.work.id for c in more]
         assert order == [f"w{n}" for n in range(6)]
-        assert await _parked(store) == []
+        assert await parked_ids(store) == []
 
 
 async def test_a_higher_priority_work_of_a_key_still_goes_first(store_url: str) -> None:
@@ -134,9 +115,9 @@ async def test_a_higher_priority_work_of_a_key_still_goes_first(store_url: str) 
     claim order) arrives: ``high`` is not parked behind it, and starts first, as it did before
     anything was parked; ``later`` is parked behind both. All three start, one at a time."""
     async with await open_store(store_url) as store:
-        await _submit(store, _keyed("low", "k", at=T0), _keyed("high", "k", at=T0 + 1, priority=5),
-                      _keyed("later", "k", at=T0 + 2))  # fmt: skip
-        assert await _parked(store) == ["later"]
+        await _submit(store, keyed_work("low", "k", at=T0), keyed_work("high", "k", at=T0 + 1, priority=5),
+                      keyed_work("later", "k", at=T0 + 2))  # fmt: skip
+        assert await parked_ids(store) == ["later"]
         order: list[str] = []
         while len(order) < 3:
             (claim,) = await _claim(store)
@@ -149,10 +130,10 @@ async def test_a_ready_work_cancelled_unparks_the_next(store_url: str) -> None:
     """``w0`` is ready (no attempt yet), ``w1`` and ``w2`` parked behind it. Cancelling ``w0``
     frees its place in the key: ``w1`` is unparked and claimed, ``w2`` stays parked."""
     async with await open_store(store_url) as store:
-        await _submit(store, *(_keyed(f"w{n}", "k", at=T0 + n) for n in range(3)))
-        assert await _parked(store) == ["w1", "w2"]
+        await _submit(store, *(keyed_work(f"w{n}", "k", at=T0 + n) for n in range(3)))
+        assert await parked_ids(store) == ["w1", "w2"]
         await store.cancel_work("w0", now_ms=T0 + 5)
-        assert await _parked(store) == ["w2"]
+        assert await parked_ids(store) == ["w2"]
         assert [c.work.id for c in await _claim(store)] == ["w1"]
 
 
@@ -160,10 +141,10 @@ async def test_a_batch_parks_its_work_beyond_the_keys_room(store_url: str) -> No
     """A bulk submit decides for its own rows: of 50 Work of ``k`` (limit 3), one of which is
     already ready, the two oldest of the batch stay unparked, by claim order, not batch order."""
     async with await open_store(store_url) as store:
-        await _submit(store, _keyed("first", "k", 3, at=T0))
-        batch = [_keyed(f"b{n:02}", "k", 3, at=T0 + 100 - n) for n in range(50)]
+        await _submit(store, keyed_work("first", "k", 3, at=T0))
+        batch = [keyed_work(f"b{n:02}", "k", 3, at=T0 + 100 - n) for n in range(50)]
         await store.create_works([(w, make_input(w.id)) for w in batch])
-        parked = await _parked(store)
+        parked = await parked_ids(store)
         assert len(parked) == 48
         assert {"b49", "b48"}.isdisjoint(parked)  # the oldest two (earliest ready)
         assert [c.work.id for c in await _claim(store)] == ["first", "b49", "b48"]
@@ -175,9 +156,9 @@ async def test_the_sweep_unparks_what_a_racing_write_left_parked(store_url: str)
     the keys two at a time and unparks each key's oldest."""
     async with await open_store(store_url) as store:
         await _submit(store, *(
-            _keyed(f"{key}-{n}", key, at=T0 + n) for key in "abcde" for n in range(2)
+            keyed_work(f"{key}-{n}", key, at=T0 + n) for key in "abcde" for n in range(2)
         ))  # fmt: skip
-        await _in_transaction(store, lambda cx: cx.run(
+        await in_transaction(store, lambda cx: cx.run(
             "UPDATE conduit_work SET key_parked = 1 WHERE concurrency_key IS NOT NULL"))  # fmt: skip
         assert await _claim(store) == []
         pages = []
@@ -197,8 +178,8 @@ async def test_a_claim_by_id_of_a_parked_work_still_counts_the_key(store_url: st
     """Parking keeps Work out of the ready read only: a claim by id (a recovery, a retry now)
     of a parked Work is decided by the key's locked count, as before."""
     async with await open_store(store_url) as store:
-        await _submit(store, *(_keyed(f"w{n}", "k", at=T0 + n) for n in range(2)))
-        assert await _parked(store) == ["w1"]
+        await _submit(store, *(keyed_work(f"w{n}", "k", at=T0 + n) for n in range(2)))
+        assert await parked_ids(store) == ["w1"]
         outcomes = await store.claim_attempts(
             [ClaimRequest(work_id="w1", snapshot=snapshot())], owner="o", now_ms=T0,
             lease_ms=60_000, capacity=LIMITS,
@@ -224,12 +205,12 @@ async def test_an_upgraded_stores_key_backlog_is_parked_and_swept_back(store_url
     the upgrade parks the key's three, the sweep unparks the oldest, and claims take it and the
     keyless one, then the next of ``k`` once the first has ended."""
     async with await open_store(store_url) as store:
-        await _submit(store, *(_keyed(f"w{n}", "k", at=T0 + n) for n in range(3)),
-                      _keyed("free", None, at=T0 + 9))  # fmt: skip
+        await _submit(store, *(keyed_work(f"w{n}", "k", at=T0 + n) for n in range(3)),
+                      keyed_work("free", None, at=T0 + 9))  # fmt: skip
         for statement in UNDO_V19:
-            await _in_transaction(store, lambda cx, sql=statement: cx.run(sql))
+            await in_transaction(store, lambda cx, sql=statement: cx.run(sql))
     async with await open_store(store_url) as store:  # migrates 18 -> 19
-        assert await _parked(store) == ["w0", "w1", "w2"]
+        assert await parked_ids(store) == ["w0", "w1", "w2"]
         assert [c.work.id for c in await _claim(store)] == ["free"]
         assert await store.unpark_keys(after=None, scan=10) == (1, None)
         (first,) = await _claim(store)

@@ -10,32 +10,18 @@ tests/daemon/test_key_daemons.py's.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
-from typing import Any, TypeVar
-
-import anyio
 import msgspec
 import pytest
 
-from conduit_core.model import Work
 from conduit_core.storage import CapacityLimits, Claim, ClaimRefusal, open_store
-from conduit_core.storage.conformance import T0, make_input, make_work, snapshot
+from conduit_core.storage.conformance import T0, make_input, snapshot
+from tests.storage._keyed import in_transaction, keyed_work, parked_ids
 
 pytestmark = pytest.mark.anyio
-T = TypeVar("T")
 
 #: Room for every Work below: only keys (or nothing) refuse.
 ROOMY = CapacityLimits(global_limit=100, concurrency_keys=True)
 
-
-def _keyed(
-    work_id: str, key: str | None, limit: int = 1, *, at: int = T0, priority: int = 0
-) -> Work:
-    return msgspec.structs.replace(
-        make_work(work_id), concurrency_key=key, key_limit=limit, updated_at_ms=at,
-        created_at_ms=at, priority=priority,
-    )  # fmt: skip
 
 
 async def _claim(store: object, limit: int, capacity: CapacityLimits = ROOMY) -> list[object]:
@@ -49,16 +35,6 @@ def _claimed(outcomes: list[object]) -> list[str]:
     return [c.work.id for c in outcomes if isinstance(c, Claim)]
 
 
-async def _in_transaction(store: object, fn: Callable[[Any], T]) -> T:
-    return await anyio.to_thread.run_sync(partial(store.transaction, fn))  # type: ignore[attr-defined]
-
-
-async def _parked(store: object) -> set[str]:
-    """The ids of the parked Work (``key_parked``: out of the claim's read)."""
-    rows = await _in_transaction(
-        store, lambda cx: cx.rows("SELECT id FROM conduit_work WHERE key_parked = 1")
-    )
-    return {str(row[0]) for row in rows}
 
 
 async def test_a_key_at_its_limit_holds_its_work_back_and_not_other_keys(store_url: str) -> None:
@@ -68,13 +44,13 @@ async def test_a_key_at_its_limit_holds_its_work_back_and_not_other_keys(store_u
     next takes the keyless one, though ``a``'s two older Work are ready before it."""
     async with await open_store(store_url) as store:
         works = [
-            *(_keyed(f"a{i}", "a", at=T0 + i) for i in range(3)),
-            *(_keyed(f"b{i}", "b", 2, at=T0 + 3 + i) for i in range(2)),
-            _keyed("free", None, at=T0 + 9),
+            *(keyed_work(f"a{i}", "a", at=T0 + i) for i in range(3)),
+            *(keyed_work(f"b{i}", "b", 2, at=T0 + 3 + i) for i in range(2)),
+            keyed_work("free", None, at=T0 + 9),
         ]
         for work in works:
             await store.create_work(work, first_input=make_input(f"{work.id}-in"))
-        assert await _parked(store) == {"a1", "a2"}
+        assert await parked_ids(store) == ["a1", "a2"]
         first = await _claim(store, 3)
         assert _claimed(first) == ["a0", "b0", "b1"]
         assert [r for r in first if isinstance(r, ClaimRefusal)] == []
@@ -98,10 +74,10 @@ async def test_a_key_limit_holds_without_the_fairness_filter(store_url: str) -> 
     plain = CapacityLimits(global_limit=100)
     async with await open_store(store_url) as store:
         for i in range(4):
-            work = _keyed(f"a{i}", "a", 2, at=T0 + i)
+            work = keyed_work(f"a{i}", "a", 2, at=T0 + i)
             await store.create_work(work, first_input=make_input(f"{work.id}-in"))
-        assert await _parked(store) == {"a2", "a3"}
-        await _in_transaction(store, lambda cx: cx.run("UPDATE conduit_work SET key_parked = 0"))
+        assert await parked_ids(store) == ["a2", "a3"]
+        await in_transaction(store, lambda cx: cx.run("UPDATE conduit_work SET key_parked = 0"))
         outcomes = await _claim(store, 10, plain)
         assert _claimed(outcomes) == ["a0", "a1"]
         refused = [r for r in outcomes if isinstance(r, ClaimRefusal)]
@@ -116,7 +92,7 @@ async def test_a_claim_by_id_checks_the_key_too(store_url: str) -> None:
 
     async with await open_store(store_url) as store:
         for i in range(2):
-            work = _keyed(f"a{i}", "a")
+            work = keyed_work(f"a{i}", "a")
             await store.create_work(work, first_input=make_input(f"{work.id}-in"))
         outcomes = await store.claim_attempts(
             [ClaimRequest(work_id=w, snapshot=snapshot()) for w in ("a0", "a1")],
@@ -133,10 +109,10 @@ async def test_higher_priority_first_and_aging_lets_low_priority_through(store_u
     minute = 60_000
     async with await open_store(store_url) as store:
         works = [
-            _keyed("lo", None, at=T0, priority=0),
-            _keyed("hi", None, at=T0 + minute, priority=5),
-            _keyed("old", None, at=T0 - 5 * minute, priority=-5),
-            _keyed("older", None, at=T0 - 6 * minute, priority=-5),
+            keyed_work("lo", None, at=T0, priority=0),
+            keyed_work("hi", None, at=T0 + minute, priority=5),
+            keyed_work("old", None, at=T0 - 5 * minute, priority=-5),
+            keyed_work("older", None, at=T0 - 6 * minute, priority=-5),
         ]
         for work in works:
             await store.create_work(work, first_input=make_input(f"{work.id}-in"))
@@ -157,7 +133,7 @@ async def test_a_parked_attempt_resumes_only_when_its_key_has_room(store_url: st
 
     async with await open_store(store_url) as store:
         for i in range(2):
-            work = _keyed(f"a{i}", "a", at=T0 + i)
+            work = keyed_work(f"a{i}", "a", at=T0 + i)
             await store.create_work(work, first_input=make_input(f"{work.id}-in"))
         (first,) = [c for c in await _claim(store, 10) if isinstance(c, Claim)]
         wait = Wait(execution_id=first.execution.id, work_id=first.work.id, event_type="go",

@@ -3,10 +3,10 @@ that a backend with arrays may send for many rows at once (``SetWrite``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
-__all__ = ["Cx", "Row", "SetWrite"]
+__all__ = ["Cx", "Row", "SetWrite", "chunks"]
 
 Row = tuple[Any, ...]
 
@@ -84,3 +84,9 @@ class Cx(Protocol):
         not depend on each other go to the server together (one round trip on PostgreSQL). The
         server still runs every statement in the order sent."""
         ...
+
+
+def chunks(values: Sequence[str], size: int) -> list[tuple[str, ...]]:
+    """``values`` in runs of at most ``size``: the parameters of one statement each (a
+    statement's parameters are bounded: SQLite's at 32,766)."""
+    return [tuple(values[o : o + size]) for o in range(0, len(values), size)]

@@ -25,10 +25,10 @@ locked count (``_keys.KeyCounts``) still decides.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 from conduit_core.model import Work
-from conduit_core.storage._cx import Cx
+from conduit_core.storage._cx import Cx, chunks
 from conduit_core.storage._unsafe import unsafe
 
 __all__ = [
@@ -144,11 +144,6 @@ def parked_keys_after(cx: Cx, after: str | None, scan: int) -> tuple[list[str], 
     return with_room, (str(rows[-1][0]) if len(rows) == scan else None)
 
 
-def _chunks(values: Sequence[str]) -> Iterator[tuple[str, ...]]:
-    for offset in range(0, len(values), _CHUNK):
-        yield tuple(values[offset : offset + _CHUNK])
-
-
 def parked_on_insert(
     cx: Cx, ready: Sequence[Work], rank_of: Callable[[Work], int]
 ) -> set[str]:
@@ -163,7 +158,7 @@ def parked_on_insert(
         return set()
     keys = sorted({str(w.concurrency_key) for w in keyed})
     holder_reads, unparked_reads = [], []
-    for chunk in _chunks(keys):
+    for chunk in chunks(keys, _CHUNK):
         marks = ", ".join("?" for _ in chunk)
         holder_reads.append(cx.later(
             "SELECT concurrency_key, COUNT(*) FROM conduit_execution WHERE holds_slot = 1 "

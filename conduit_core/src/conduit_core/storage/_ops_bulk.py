@@ -10,13 +10,14 @@ the one-row operations' (``create_work``, ``accept_event``) applied in order.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
 from conduit_core.errors import ConduitError
 from conduit_core.model import Event, Work
+from conduit_core.storage._cx import chunks
 from conduit_core.storage._key_parking import parked_on_insert
 from conduit_core.storage._ops_dependencies import plan_dependencies
 from conduit_core.storage._ops_work import accept_event
@@ -55,14 +56,9 @@ _INSERT_EVENT = SetWrite(
 )
 
 
-def _chunks(values: Sequence[str]) -> Iterator[Sequence[str]]:
-    for offset in range(0, len(values), _CHUNK):
-        yield values[offset : offset + _CHUNK]
-
-
 def _existing(cx: Cx, table: str, column: str, values: Sequence[str]) -> set[str]:
     found: set[str] = set()
-    for chunk in _chunks(sorted(set(values))):
+    for chunk in chunks(sorted(set(values)), _CHUNK):
         marks = ", ".join("?" for _ in chunk)
         rows = cx.rows(f"SELECT {column} FROM {table} WHERE {column} IN ({marks})", tuple(chunk))
         found.update(str(r[0]) for r in rows)

@@ -14,6 +14,7 @@ import msgspec
 
 from conduit_core.errors import ConduitError, NotFoundError
 from conduit_core.model import Event, Routine, RoutineStatus, Work
+from conduit_core.storage._cx import chunks
 from conduit_core.storage._ops_bulk import accept_events
 from conduit_core.storage._ops_work import accept_event
 from conduit_core.storage._routine_records import (
@@ -149,7 +150,7 @@ _CHUNK = 1_000
 def _routines_by_id(cx: Cx, ids: Sequence[str], *, lock: bool) -> dict[str, Routine]:
     """The rows ``ids`` (missing ones left out); ``lock``: row-locked in id order till commit."""
     found: dict[str, Routine] = {}
-    for chunk in _chunks(sorted(set(ids))):
+    for chunk in chunks(sorted(set(ids)), _CHUNK):
         marks = ", ".join("?" for _ in chunk)
         sql = f"SELECT id, data FROM conduit_routine WHERE id IN ({marks}) ORDER BY id"
         for routine_id, data in cx.rows(sql + (" FOR UPDATE" if lock else ""), chunk):
@@ -339,13 +340,13 @@ def running_fires(
     work_ids = sorted({r.fired_work_id for r in routines if r.fired_work_id is not None})
     inputs = {r.id: input_id(r) for r in routines}
     works: dict[str, Work] = {}
-    for chunk in _chunks(work_ids):
+    for chunk in chunks(work_ids, _CHUNK):
         marks = ", ".join("?" for _ in chunk)
         for (data,) in cx.rows(f"SELECT data FROM conduit_work WHERE id IN ({marks})", chunk):
             work = Codec.work.decode(data)
             works[work.id] = work
     pending: set[str] = set()
-    for chunk in _chunks(sorted({i for i in inputs.values() if i is not None})):
+    for chunk in chunks(sorted({i for i in inputs.values() if i is not None}), _CHUNK):
         marks = ", ".join("?" for _ in chunk)
         sql = f"SELECT e.id FROM conduit_event e WHERE {STILL_PENDING} AND e.id IN ({marks})"
         pending.update(str(r[0]) for r in cx.rows(sql, chunk))
@@ -357,10 +358,6 @@ def running_fires(
         )
         for r in routines
     ]
-
-
-def _chunks(values: Sequence[str]) -> list[tuple[str, ...]]:
-    return [tuple(values[o : o + _CHUNK]) for o in range(0, len(values), _CHUNK)]
 
 
 def next_due_at(cx: Cx) -> int | None:

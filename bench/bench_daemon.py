@@ -8,6 +8,7 @@
     .venv/bin/python bench/bench_daemon.py --mode backlog --find-max --rate 100
     .venv/bin/python bench/bench_daemon.py --rate 300 --foreign 50000          # a foreign backlog
     .venv/bin/python bench/bench_daemon.py --rate 300 --key-backlog 20000      # one key's backlog
+    .venv/bin/python bench/bench_daemon.py --rate 300 --scope-backlog 20000    # a full scope's
 
 Each system runs in turn, fresh, in the same invocation: ``conduit daemon`` as a subprocess (a
 generated config on a fresh SQLite file, then a fresh PostgreSQL database), then Procrastinate's
@@ -108,6 +109,18 @@ executor = "echo"
 config = {{ sleep_ms = {job_ms}, start_log = "{start_log}" }}
 concurrency_key = "{{customer}}"
 key_limit = 1
+"""
+
+#: ``--scope-backlog``: a binding whose Work run in a scope limited to one at a time (its own
+#: start log); its backlog is queued ahead of every job, the scope full while one of it runs.
+SCOPED_BINDING = """
+[scopes.big]
+limits.concurrency = 1
+
+[bindings.scoped]
+executor = "echo"
+scope = "big"
+config = {{ sleep_ms = {job_ms}, start_log = "{start_log}" }}
 """
 
 
@@ -310,6 +323,8 @@ class ConduitSystem:
             )
             + (KEYED_BINDING.format(job_ms=args.job_ms, start_log=root / "keyed-starts.log")
                if args.key_backlog else "")
+            + (SCOPED_BINDING.format(job_ms=args.job_ms, start_log=root / "scoped-starts.log")
+               if args.scope_backlog else "")
         )  # fmt: skip
         self.proc: subprocess.Popen[bytes] | None = None
         self.client: ApiClient | None = None
@@ -320,14 +335,17 @@ class ConduitSystem:
         if args.key_backlog:
             fill_ahead(url, args.key_backlog, "keyed", binding="keyed", concurrency_key="big",
                        key_limit=1)  # fmt: skip
+        if args.scope_backlog:
+            fill_ahead(url, args.scope_backlog, "scoped", binding="scoped", scope="big")
 
     @property
     def name(self) -> str:
         return f"conduit-{self.kind}"
 
-    def keyed_started(self) -> int:
-        """``--key-backlog``: how many of the key's Work have started so far."""
-        log = self.root / "keyed-starts.log"
+    def backlog_started(self, which: str) -> int:
+        """``--key-backlog`` (``keyed``), ``--scope-backlog`` (``scoped``): how many of that
+        backlog's Work have started so far."""
+        log = self.root / f"{which}-starts.log"
         return len(log.read_text().splitlines()) if log.exists() else 0
 
     def start(self) -> None:
@@ -572,8 +590,10 @@ def measure(system: Any, rate: float, args: argparse.Namespace) -> dict[str, Any
         "submitted": submitted, "unfinished_after_drain": unfinished,
         "lost": unfinished if stalled or not unfinished else None,
         "ran_twice": starts.twice(), "windows": windows,
-        **({"key_backlog_started": system.keyed_started()}
+        **({"key_backlog_started": system.backlog_started("keyed")}
            if args.key_backlog and isinstance(system, ConduitSystem) else {}),
+        **({"scope_backlog_started": system.backlog_started("scoped")}
+           if args.scope_backlog and isinstance(system, ConduitSystem) else {}),
         **({"resumed_after_s": resumed_after(system)} if args.mode == "pg-down" else {}),
         **({"back_at_rate_after_s": back_at_rate_after(start_times(system), system.faults_at,
                                                        rate)}
@@ -751,6 +771,9 @@ def main() -> None:
     parser.add_argument("--key-backlog", type=int, default=0,
                         help="conduit: this many ready Work of one concurrency key (limit 1) "
                         "queued ahead of every job, run one at a time beside them")  # fmt: skip
+    parser.add_argument("--scope-backlog", type=int, default=0,
+                        help="conduit: this many ready Work of a scope limited to 1, queued "
+                        "ahead of every job, run one at a time beside them")  # fmt: skip
     parser.add_argument("--kill-every", type=float, default=10.0)
     parser.add_argument("--find-max", action="store_true")
     parser.add_argument("--refine", type=int, default=2, help="find-max: halvings of the last step")

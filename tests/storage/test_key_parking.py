@@ -217,3 +217,22 @@ async def test_an_upgraded_stores_key_backlog_is_parked_and_swept_back(store_url
         assert first.work.id == "w0"
         await _complete(store, first)
         assert [c.work.id for c in await _claim(store)] == ["w1"]
+
+
+async def test_a_keyed_settlement_sends_one_unpark(sqlite_url: str) -> None:
+    """An attempt's settlement frees its key's place once: the attempt's own write (its slot
+    no longer held) unparks the next Work. The write of its Work, which was running and not in
+    the ready queue, frees no place, and sends no second unpark (it did until 7 Dec, a
+    statement per keyed settlement that changed nothing)."""
+    async with await open_store(sqlite_url) as store:
+        await _submit(store, *(keyed_work(f"w{n}", "k", at=T0 + n) for n in range(3)))
+        (claim,) = await _claim(store)
+        sent: list[str] = []
+        store._conn.set_trace_callback(sent.append)
+        try:
+            await _complete(store, claim)
+        finally:
+            store._conn.set_trace_callback(None)
+        unparks = [sql for sql in sent if sql.startswith("UPDATE conduit_work SET key_parked = 0")]
+        assert len(unparks) == 1, unparks
+        assert await parked_ids(store) == ["w2"]

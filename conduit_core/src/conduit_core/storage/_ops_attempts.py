@@ -48,6 +48,7 @@ from conduit_core.storage._sql import (
     dump,
     first,
     first_segment,
+    is_claimable,
     lease_of,
     load_execution,
     load_work,
@@ -799,7 +800,8 @@ def _settle(cx: Cx, ex: Execution, work: Work, decide: Decision, now_ms: int) ->
     # The attempt (with its lease) and its Work are locked: their writes may go with those of
     # the batch's other settlements (``Cx.defer``). The attempt's write drops its lease.
     save_execution(cx, ex, locked=True)
-    save_work(cx, changed_work(work, settlement.work(work), now_ms), locked=True)
+    after = changed_work(work, settlement.work(work), now_ms)
+    save_work(cx, after, locked=True, was_claimable=is_claimable(work))
     for timer in settlement.arm:
         arm_timer(cx, timer)
     if settlement.wait is not None:

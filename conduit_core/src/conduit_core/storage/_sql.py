@@ -253,9 +253,12 @@ def _saved_work_params(work: Work) -> tuple[Any, ...]:
     return (*p[:-1], p[2], p[3], work.id)
 
 
-def save_work(cx: Cx, work: Work, *, locked: bool = False) -> None:
+def save_work(
+    cx: Cx, work: Work, *, locked: bool = False, was_claimable: bool | None = None
+) -> None:
     """Update the Work's row; ``locked``: this transaction has locked it already, so the write
-    may be deferred (``Cx.defer``).
+    may be deferred (``Cx.defer``); ``was_claimable``: whether it was in the ready queue
+    before this write, when the caller knows (``None``: it may have been).
 
     A Work that ends (a terminal status) while others wait for it settles them here, in the
     same transaction, whichever operation ended it (``_ops_dependencies.settle_dependents``)."""
@@ -268,8 +271,10 @@ def save_work(cx: Cx, work: Work, *, locked: bool = False) -> None:
         cx.defer(write, _saved_work_params(work))
     else:
         cx.run(write.one, _saved_work_params(work))
-    if work.concurrency_key is not None and not is_claimable(work):
-        unpark_key(cx, work.concurrency_key)  # it may have left the key a place
+    if work.concurrency_key is not None and not is_claimable(work) and was_claimable is not False:
+        # It may have left the ready queue, and a place of its key with it. A Work that was not
+        # in it (a settled attempt's: its attempt's write freed the place and unparked) left none.
+        unpark_key(cx, work.concurrency_key)
     if cx.works_written is not None:
         cx.works_written.add(work.id)
     if settles:

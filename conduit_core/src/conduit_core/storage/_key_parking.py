@@ -77,11 +77,6 @@ def park_column(new_claimable: str, new_rank: str) -> str:
     )
 
 
-#: The key's oldest parked Work made unparked, as many as its limit has room for (the limit of
-#: its oldest parked Work; none when it has none). Four parameters, each the key. Where rows
-#: are locked, a row another transaction holds is passed by (``SKIP LOCKED``): two batches
-#: unparking the same two keys in opposite orders never wait for each other (a deadlock), and
-#: two transactions each freeing a place of one key unpark one Work each.
 def _room(key: str) -> str:
     """How many more of the key's Work its limit has room for (the limit of its oldest parked
     Work, less its slot holders and unparked ready Work; NULL when it has none parked)."""
@@ -92,6 +87,11 @@ def _room(key: str) -> str:
     )
 
 
+#: The key's oldest parked Work made unparked, as many as its limit has room for (the limit of
+#: its oldest parked Work; none when it has none). Four parameters, each the key. Where rows
+#: are locked, a row another transaction holds is passed by (``SKIP LOCKED``): two batches
+#: unparking the same two keys in opposite orders never wait for each other (a deadlock), and
+#: two transactions each freeing a place of one key unpark one Work each.
 _UNPARK_SQL = (
     "UPDATE conduit_work SET key_parked = 0 WHERE id IN ("
     "SELECT p.id FROM conduit_work p "

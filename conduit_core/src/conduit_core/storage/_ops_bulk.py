@@ -60,7 +60,7 @@ def _existing(cx: Cx, table: str, column: str, values: Sequence[str]) -> set[str
     found: set[str] = set()
     for chunk in chunks(sorted(set(values)), _CHUNK):
         marks = ", ".join("?" for _ in chunk)
-        rows = cx.rows(f"SELECT {column} FROM {table} WHERE {column} IN ({marks})", tuple(chunk))
+        rows = cx.rows(f"SELECT {column} FROM {table} WHERE {column} IN ({marks})", chunk)
         found.update(str(r[0]) for r in rows)
     return found
 

@@ -11,6 +11,7 @@ import pytest
 
 from conduit_core.storage import CapacityLimits, Claim, open_store
 from conduit_core.storage.conformance import T0, make_input, make_work, snapshot
+from tests.storage._undo import UNDO_V20
 
 pytestmark = pytest.mark.anyio
 
@@ -47,6 +48,7 @@ UNDO_V6 = (
     "CREATE INDEX conduit_lease_expiry ON conduit_lease (expires_at_ms)",
     # Dedup key release: the key table stays (``IF NOT EXISTS``), its later column goes.
     "ALTER TABLE conduit_submit_key DROP COLUMN expires_at_ms",
+    *UNDO_V20,
     # Parked Work of a key at its limit (V19), then concurrency keys (issue 36).
     "DROP INDEX conduit_work_ready_order",  # V17 (SQLite), V18 (PostgreSQL), V19
     "DROP INDEX conduit_work_key_ready",

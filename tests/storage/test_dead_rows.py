@@ -32,6 +32,7 @@ from conduit_core.storage import (
 )
 from conduit_core.storage._schema import TABLES
 from conduit_core.storage.conformance import LEASE_MS, T0, make_input, make_work, snapshot
+from tests.storage._undo import UNDO_V20
 
 pytestmark = pytest.mark.anyio
 
@@ -183,6 +184,7 @@ async def test_a_claim_consumes_its_inputs_by_the_floor_alone_and_every_read_agr
 
 #: Schema V14 undone (the store a V13 conduit left): the lease back in a table of its own.
 UNDO_V14 = (
+    *UNDO_V20,
     # V19's parked Work (the index of V17 and V18 names its column; they make it again).
     "DROP INDEX conduit_work_key_ready",
     "DROP INDEX conduit_work_key_parked",

@@ -24,6 +24,7 @@ from conduit_core.storage._ready_reads import read_ready_later
 from conduit_core.storage.conformance import T0, make_input, snapshot
 from tests.storage._keyed import in_transaction, keyed_work, parked_ids
 from tests.storage._read_cost import read_cost
+from tests.storage._undo import UNDO_V20
 
 pytestmark = pytest.mark.anyio
 
@@ -188,8 +189,9 @@ async def test_a_claim_by_id_of_a_parked_work_still_counts_the_key(store_url: st
         assert await _claim(store) == []  # w0: the key's one slot is taken
 
 
-#: Schema 19 undone: the store an earlier conduit left (its keyed backlog unparked, walked).
+#: Schemas 20 and 19 undone: the store an earlier conduit left (its key backlog walked).
 UNDO_V19 = (
+    *UNDO_V20,
     "DROP INDEX conduit_work_key_ready",
     "DROP INDEX conduit_work_key_parked",
     "DROP INDEX conduit_work_ready_order",

@@ -702,11 +702,14 @@ _BLOCKED_SQL = (
     "AND w.id IN (SELECT x.work_id FROM conduit_execution x WHERE x.holds_slot = 1)"
 )
 
-#: A group's oldest startable Work, where the oldest ready one was blocked.
-_OLDEST_STARTABLE_SQL = (
-    "SELECT ready_since FROM conduit_work WHERE claimable = 1 AND binding = ? AND scope = ? "
-    f"AND {UNBLOCKED} ORDER BY ready_since LIMIT 1"
-)
+#: A group's oldest startable Work, where the oldest ready one was blocked: the oldest of its
+#: unparked and of its parked Work, each read in order from ``conduit_work_ready_binding``
+#: (binding, scope, key_parked, ready_since, id; schema 20).
+_OLDEST_STARTABLE_SQL = "SELECT MIN(ready_since) FROM ({} UNION ALL {}) AS oldest".format(*(
+    "SELECT * FROM (SELECT ready_since FROM conduit_work WHERE claimable = 1 AND binding = ? "
+    f"AND scope = ? AND key_parked = {parked} AND {UNBLOCKED} ORDER BY ready_since LIMIT 1) AS "
+    f"parked_{parked}" for parked in (0, 1)
+))
 
 
 def ready_groups(cx: Cx) -> dict[tuple[str, str], tuple[int, int]]:
@@ -728,8 +731,8 @@ def ready_groups(cx: Cx) -> dict[tuple[str, str], tuple[int, int]]:
             if int(since) == oldest:
                 recheck.add(key)
     for key in recheck:
-        found = cx.rows(_OLDEST_STARTABLE_SQL, key) if groups[key][0] > 0 else []
-        if found:
+        found = cx.rows(_OLDEST_STARTABLE_SQL, (*key, *key)) if groups[key][0] > 0 else []
+        if found and found[0][0] is not None:
             groups[key] = (groups[key][0], int(found[0][0]))
         else:
             groups[key] = (0, 0)

@@ -20,6 +20,11 @@ from conduit_core.storage._ops_work import (
     read_inputs_and_slots,
     work_rows_select,
 )
+from conduit_core.storage._scope_ranges import (
+    PresentScopes,
+    present_scopes_later,
+    scope_ranges_sql,
+)
 from conduit_core.storage._sql import Codec, Cx, Row, is_claimable, ready_rank, save_work
 from conduit_core.storage._unsafe import unsafe
 
@@ -133,30 +138,49 @@ def _by_scope_group(
     return split
 
 
+class SizedRead(NamedTuple):
+    """``sized_batch``'s answer: the limits counted, the slices worth reading, and the scopes
+    with ready Work per binding where scope limits apply (sent with the count)."""
+
+    slots: Slots | None = None
+    only: ReadySlices | None = None
+    present: PresentScopes | None = None
+
+
 def sized_batch(
     cx: Cx, capacity: CapacityLimits | None, limit: int, writes: ClaimWrites
-) -> tuple[Slots | None, ReadySlices | None] | None:
+) -> SizedRead | None:
     """A claim batch's ``Slots`` (counted) and the slices of the ready queue worth reading
-    (``capacity_sized``); ``None`` when no slot is free, so nothing is read."""
+    (``capacity_sized``); ``None`` when no slot is free, so nothing is read. Where scope limits
+    apply, the scopes with ready Work go to the server with the count (one round trip): the
+    read is then by scope range (``_by_scope``)."""
     if capacity is None:
-        return None, None
+        return SizedRead()
     slots = Slots(cx, capacity, before_count=writes.flush)
-    slots.count_later()()
+    counted = slots.count_later()
+    present = None
+    if capacity.scope_limits and capacity.binding_pools:
+        mine = sorted(b for b in capacity.binding_pools if b not in capacity.skip_bindings)
+        present = present_scopes_later(cx, mine)
+    counted()
     only = capacity_sized(slots, limit)
-    return None if only is None else (slots, only)
+    return None if only is None else SizedRead(slots, only, present)
 
 
 def lock_ready_work_rows_later(
-    cx: Cx, limit: int, only: ReadySlices | None = None
+    cx: Cx, limit: int, only: ReadySlices | None = None, present: PresentScopes | None = None
 ) -> Callable[[], dict[str, tuple[Work, bool, bool]]]:
     """``ready_work`` and ``work_rows`` of what it finds, in one statement: the startable Work,
     oldest first, each with its hold and slot flags, each row locked, skipping rows another
     claim holds (several schedulers then take different Work instead of the same oldest rows).
     The flags come from the statement's snapshot, as with ``lock_work_rows`` and
     ``skip_locked``. ``only``: just those slices of it (``capacity_sized``; a statement each,
-    all sent at once), the oldest ``limit`` of what they find."""
+    all sent at once), the oldest ``limit`` of what they find; where a scope limit shapes them,
+    by scope range (``present``: the scopes with ready Work per binding, if already sent)."""
     if only is None:
         only = ReadySlices((ReadySlice(limit),))
+    if _by_scope(only):
+        return _scope_ranges_later(cx, limit, only, present)
     skip = READY_KEY_FILTER if only.keyed else ""
     if only.skip_scopes:
         skip += f" AND w.scope NOT IN ({', '.join('?' for _ in only.skip_scopes)})"
@@ -179,13 +203,56 @@ def lock_ready_work_rows_later(
         else:
             reads.append(cx.later(*_bindings_rows_sql(cx, part.bindings, filters, params, size)))
 
+    return lambda: _oldest(reads, limit)
+
+
+def _oldest(
+    reads: list[Callable[[], list[Row]]], limit: int
+) -> dict[str, tuple[Work, bool, bool]]:
+    """The oldest ``limit`` rows of ``reads`` (each in claim order), in claim order."""
+    found: list[tuple[Work, bool, bool]] = []
+    for read in reads:
+        found += decoded_work_rows(read()).values()
+    if len(reads) > 1:
+        found.sort(key=_claim_order)
+    return {row[0].id: row for row in found[:limit]}
+
+
+def _by_scope(only: ReadySlices) -> bool:
+    """Whether a scope limit shapes the read (a full scope skipped, a scope with room read
+    apart from the rest), each slice of known bindings: then it is read by scope range."""
+    shaped = bool(only.skip_scopes) or any(p.scopes_in or p.scopes_out for p in only.parts)
+    return shaped and all(p.bindings is not None for p in only.parts)
+
+
+def _scope_ranges_later(
+    cx: Cx, limit: int, only: ReadySlices, present: PresentScopes | None
+) -> Callable[[], dict[str, tuple[Work, bool, bool]]]:
+    """``lock_ready_work_rows_later`` where a scope limit shapes the read (``_scope_ranges``):
+    the scopes with ready Work found per binding (``present``, or a round trip now), then each
+    slice's pairs of binding and scope, less every full scope and each slice's own exclusions,
+    read through their own ranges (one statement per slice, all sent at once)."""
+    if present is None:
+        bindings = sorted({b for part in only.parts for b in part.bindings or ()})
+        present = present_scopes_later(cx, bindings)
+    skip = set(only.skip_scopes)
+    filters = READY_KEY_FILTER if only.keyed else ""
+
     def take_in() -> dict[str, tuple[Work, bool, bool]]:
-        found: list[tuple[Work, bool, bool]] = []
-        for read in reads:
-            found += decoded_work_rows(read()).values()
-        if len(reads) > 1:
-            found.sort(key=_claim_order)
-        return {row[0].id: row for row in found[:limit]}
+        scopes_of = present()
+        reads: list[Callable[[], list[Row]]] = []
+        for part in only.parts:
+            pairs = [
+                (binding, scope)
+                for binding in part.bindings or ()
+                for scope in sorted(scopes_of.get(binding, ()))
+                if scope not in skip and scope not in part.scopes_out
+                and (not part.scopes_in or scope in part.scopes_in)
+            ]
+            if pairs:
+                size = min(limit, part.limit)
+                reads.append(cx.later(*scope_ranges_sql(cx, pairs, filters, size)))
+        return _oldest(reads, limit)
 
     return take_in
 
@@ -356,8 +423,8 @@ def read_ready_later(
     sized = sized_batch(cx, capacity, limit, writes)
     if sized is None:
         return None
-    slots, only = sized
-    return ReadyRead(slots, lock_ready_work_rows_later(cx, limit, only), inputs_read=False)
+    rows = lock_ready_work_rows_later(cx, limit, sized.only, sized.present)
+    return ReadyRead(sized.slots, rows, inputs_read=False)
 
 
 #: Each ready row's pending input, as a column (PostgreSQL: the events' documents, oldest

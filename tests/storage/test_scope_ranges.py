@@ -26,6 +26,7 @@ from conduit_core.model import Work
 from conduit_core.storage import CapacityLimits, Claim, open_store
 from conduit_core.storage._ops_work import ClaimWrites
 from conduit_core.storage._ready_reads import read_ready_later
+from conduit_core.storage._scope_ranges import MAX_PAIRS
 from conduit_core.storage.conformance import T0, make_input, make_work, snapshot
 from tests.storage._read_cost import read_cost
 
@@ -124,3 +125,21 @@ async def test_claims_take_every_scope_in_claim_order_within_its_limit(store_url
         )  # fmt: skip
     claimed = [c.work.id for c in outcomes if isinstance(c, Claim)]
     assert claimed == ["w0", "w1", "w2", "w4", "w5"]
+
+
+@pytest.mark.parametrize("store_url", ["sqlite", "postgres"], indirect=True)
+async def test_a_slice_of_more_scopes_than_a_statement_reads_is_walked(store_url: str) -> None:
+    """More (binding, scope) pairs than one statement reads by range (``MAX_PAIRS``; SQLite
+    takes 500 terms in a ``UNION ALL``): that slice is read by walking, as before, and still
+    takes the oldest Work outside the full scope."""
+    capacity = _limits(1)
+    many = MAX_PAIRS + 6
+    async with await open_store(store_url) as store:
+        await _hold_a_slot_of_big(store, capacity)
+        await _backlog(store, 0, 10)
+        await store.create_works([
+            (_work(f"m{n:03}", "a", f"scope{n:03}", T0 + many - n), make_input(f"m{n:03}"))
+            for n in range(many)
+        ])  # fmt: skip
+        found, _ = read_cost(store_url, _read(capacity))
+    assert found == [f"m{n:03}" for n in range(many - 4, many)]

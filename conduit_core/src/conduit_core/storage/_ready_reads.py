@@ -21,6 +21,7 @@ from conduit_core.storage._ops_work import (
     work_rows_select,
 )
 from conduit_core.storage._scope_ranges import (
+    MAX_PAIRS,
     PresentScopes,
     present_scopes_later,
     scope_ranges_sql,
@@ -181,29 +182,33 @@ def lock_ready_work_rows_later(
         only = ReadySlices((ReadySlice(limit),))
     if _by_scope(only):
         return _scope_ranges_later(cx, limit, only, present)
-    skip = READY_KEY_FILTER if only.keyed else ""
-    if only.skip_scopes:
-        skip += f" AND w.scope NOT IN ({', '.join('?' for _ in only.skip_scopes)})"
-    if only.skip_bindings:
-        skip += f" AND w.binding NOT IN ({', '.join('?' for _ in only.skip_bindings)})"
-    reads: list[Callable[[], list[Row]]] = []  # per part
-    for part in only.parts:
-        filters = skip
-        params: tuple[object, ...] = (*only.skip_scopes, *only.skip_bindings)
-        if part.scopes_in:
-            filters += f" AND w.scope IN ({', '.join('?' for _ in part.scopes_in)})"
-            params += part.scopes_in
-        if part.scopes_out:
-            filters += f" AND w.scope NOT IN ({', '.join('?' for _ in part.scopes_out)})"
-            params += part.scopes_out
-        size = min(limit, part.limit)
-        if part.bindings is None:
-            lock = " FOR UPDATE OF w SKIP LOCKED" if cx.locks_rows else ""
-            reads.append(cx.later(_ready_work_rows_sql(filters) + lock, (*params, size)))
-        else:
-            reads.append(cx.later(*_bindings_rows_sql(cx, part.bindings, filters, params, size)))
-
+    reads = [_walk_later(cx, only, part, limit) for part in only.parts]  # per part
     return lambda: _oldest(reads, limit)
+
+
+def _walk_later(
+    cx: Cx, only: ReadySlices, part: ReadySlice, limit: int
+) -> Callable[[], list[Row]]:
+    """One slice's read, walking each of its bindings' range in claim order (or the whole ready
+    queue) and filtering out what it does not take as it goes: full scopes, its own exclusions,
+    bindings the claimer lacks, keys at their limit."""
+    filters = READY_KEY_FILTER if only.keyed else ""
+    if only.skip_scopes:
+        filters += f" AND w.scope NOT IN ({', '.join('?' for _ in only.skip_scopes)})"
+    if only.skip_bindings:
+        filters += f" AND w.binding NOT IN ({', '.join('?' for _ in only.skip_bindings)})"
+    params: tuple[object, ...] = (*only.skip_scopes, *only.skip_bindings)
+    if part.scopes_in:
+        filters += f" AND w.scope IN ({', '.join('?' for _ in part.scopes_in)})"
+        params += part.scopes_in
+    if part.scopes_out:
+        filters += f" AND w.scope NOT IN ({', '.join('?' for _ in part.scopes_out)})"
+        params += part.scopes_out
+    size = min(limit, part.limit)
+    if part.bindings is None:
+        lock = " FOR UPDATE OF w SKIP LOCKED" if cx.locks_rows else ""
+        return cx.later(_ready_work_rows_sql(filters) + lock, (*params, size))
+    return cx.later(*_bindings_rows_sql(cx, part.bindings, filters, params, size))
 
 
 def _oldest(
@@ -249,7 +254,9 @@ def _scope_ranges_later(
                 if scope not in skip and scope not in part.scopes_out
                 and (not part.scopes_in or scope in part.scopes_in)
             ]
-            if pairs:
+            if len(pairs) > MAX_PAIRS:
+                reads.append(_walk_later(cx, only, part, limit))  # a statement's bound
+            elif pairs:
                 size = min(limit, part.limit)
                 reads.append(cx.later(*scope_ranges_sql(cx, pairs, filters, size)))
         return _oldest(reads, limit)

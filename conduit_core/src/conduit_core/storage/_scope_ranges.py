@@ -31,6 +31,10 @@ _NEXT_SCOPE = {
 }
 
 
+#: The most (binding, scope) pairs one statement reads by range (SQLite allows 500 terms in a
+#: ``UNION ALL``); a slice with more is read by walking its bindings' ranges, as before.
+MAX_PAIRS = 64
+
 #: The scopes with ready Work per binding, taken in when called (``present_scopes_later``).
 PresentScopes = Callable[[], dict[str, set[str]]]
 

@@ -11,6 +11,10 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from conduit_core.storage import CapacityLimits
+from conduit_core.storage._ops_work import ClaimWrites
+from conduit_core.storage._ready_reads import read_ready_later
+
 T = TypeVar("T")
 
 #: Index entries read by this transaction, over every index of the Work table.
@@ -22,6 +26,18 @@ _PG_HEAP = (
     "SELECT COALESCE(SUM(seq_tup_read), 0) FROM pg_stat_xact_user_tables "
     "WHERE relname = 'conduit_work'"
 )
+
+
+def ready_ids(capacity: CapacityLimits, limit: int = 4) -> Callable[[Any], list[str]]:
+    """A claim's read of the ready queue (``read_ready_later``) for up to ``limit`` Work under
+    ``capacity``, as ``read_cost`` runs it: the ids it returns, sorted."""
+
+    def read(cx: Any) -> list[str]:
+        ready = read_ready_later(cx, capacity, limit, ClaimWrites(cx))
+        assert ready is not None
+        return sorted(ready.rows())
+
+    return read
 
 
 def read_cost(store_url: str, read: Callable[[Any], T]) -> tuple[T, int]:

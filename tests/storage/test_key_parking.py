@@ -19,11 +19,9 @@ import pytest
 from conduit_core.model import ExecutionStatus, Work, WorkStatus
 from conduit_core.storage import CapacityLimits, Claim, ClaimRequest, open_store
 from conduit_core.storage._contract import AttemptEnd
-from conduit_core.storage._ops_work import ClaimWrites
-from conduit_core.storage._ready_reads import read_ready_later
 from conduit_core.storage.conformance import T0, make_input, snapshot
 from tests.storage._keyed import in_transaction, keyed_work, parked_ids
-from tests.storage._read_cost import read_cost
+from tests.storage._read_cost import read_cost, ready_ids
 from tests.storage._undo import UNDO_V20
 
 pytestmark = pytest.mark.anyio
@@ -57,12 +55,6 @@ async def _complete(store: Any, claim: Claim) -> None:
     )  # fmt: skip
 
 
-def _read(cx: Any) -> list[str]:
-    ready = read_ready_later(cx, LIMITS, 4, ClaimWrites(cx))
-    assert ready is not None
-    return sorted(ready.rows())
-
-
 @pytest.mark.parametrize("store_url", ["sqlite", "postgres"], indirect=True)
 async def test_a_claim_reads_past_none_of_a_full_keys_backlog(store_url: str) -> None:
     """Key ``k`` (limit 1) holds its slot; its backlog, queued ahead of 100 Work without a key,
@@ -83,10 +75,10 @@ async def test_a_claim_reads_past_none_of_a_full_keys_backlog(store_url: str) ->
         await store.create_works([
             (keyed_work(f"free{n:03}", None, at=T0 + n), make_input(f"free{n:03}")) for n in range(100)
         ])  # fmt: skip
-        small, small_cost = read_cost(store_url, _read)
+        small, small_cost = read_cost(store_url, ready_ids(LIMITS))
         await backlog(10, 2_990)
         assert len(await parked_ids(store)) == 3_000
-        large, large_cost = read_cost(store_url, _read)
+        large, large_cost = read_cost(store_url, ready_ids(LIMITS))
     assert small == large == ["free000", "free001", "free002", "free003"]
     assert large_cost <= small_cost * 2 + 20, (small_cost, large_cost)
 

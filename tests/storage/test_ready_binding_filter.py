@@ -30,10 +30,8 @@ import msgspec
 import pytest
 
 from conduit_core.storage import CapacityLimits, open_store
-from conduit_core.storage._ops_work import ClaimWrites
-from conduit_core.storage._ready_reads import read_ready_later
 from conduit_core.storage.conformance import make_input, make_work
-from tests.storage._read_cost import read_cost
+from tests.storage._read_cost import read_cost, ready_ids
 
 pytestmark = pytest.mark.anyio
 
@@ -46,15 +44,6 @@ TWO_BINDINGS = CapacityLimits(global_limit=8, binding_pools={"a": None, "c": Non
 TWELVE = CapacityLimits(
     global_limit=8, binding_pools={"a": None, "c": None, **{f"m{n}": None for n in range(10)}}
 )
-
-
-def _read(capacity: CapacityLimits) -> Any:
-    def read(cx: Any) -> list[str]:
-        ready = read_ready_later(cx, capacity, 4, ClaimWrites(cx))
-        assert ready is not None
-        return sorted(ready.rows())
-
-    return read
 
 
 async def _add(store: Any, binding: str, first: int, count: int, *, priority: int = 0) -> None:
@@ -79,9 +68,9 @@ async def test_a_claim_reads_its_own_bindings_as_far_as_it_keeps(
         await _add(store, "z", 0, 10, priority=5)
         await _add(store, "a", 0, 100)
         await _add(store, "c", 0, 10)  # younger than every "a"
-        small, small_cost = read_cost(store_url, _read(capacity))
+        small, small_cost = read_cost(store_url, ready_ids(capacity))
         await _add(store, "z", 10, 2_990, priority=5)
         await _add(store, "a", 100, 2_900)
-        large, large_cost = read_cost(store_url, _read(capacity))
+        large, large_cost = read_cost(store_url, ready_ids(capacity))
     assert small == large == ["a00000", "a00001", "a00002", "a00003"]
     assert large_cost <= small_cost * 2 + 20, (small_cost, large_cost)

@@ -24,11 +24,9 @@ import pytest
 
 from conduit_core.model import Work
 from conduit_core.storage import CapacityLimits, Claim, open_store
-from conduit_core.storage._ops_work import ClaimWrites
-from conduit_core.storage._ready_reads import read_ready_later
 from conduit_core.storage._scope_ranges import MAX_PAIRS
 from conduit_core.storage.conformance import T0, make_input, make_work, snapshot
-from tests.storage._read_cost import read_cost
+from tests.storage._read_cost import read_cost, ready_ids
 
 pytestmark = pytest.mark.anyio
 
@@ -55,15 +53,6 @@ async def _backlog(store: Any, first: int, count: int) -> None:
         (_work(f"big{n:05}", "as"[n % 2], "big", T0 - 5_000 + n), make_input(f"big{n:05}"))
         for n in range(first, first + count)
     ])  # fmt: skip
-
-
-def _read(capacity: CapacityLimits) -> Any:
-    def read(cx: Any) -> list[str]:
-        ready = read_ready_later(cx, capacity, 4, ClaimWrites(cx))
-        assert ready is not None
-        return sorted(ready.rows())
-
-    return read
 
 
 async def _hold_a_slot_of_big(store: Any, capacity: CapacityLimits) -> None:
@@ -97,9 +86,9 @@ async def test_a_claim_reads_past_none_of_a_scopes_backlog(
             (_work(f"{b}{n:03}", b, "root", T0 + 2 * n + i), make_input(f"{b}{n:03}"))
             for n in range(50) for i, b in enumerate("as")
         ])  # fmt: skip
-        small, small_cost = read_cost(store_url, _read(capacity))
+        small, small_cost = read_cost(store_url, ready_ids(capacity))
         await _backlog(store, 10, 2_990)
-        large, large_cost = read_cost(store_url, _read(capacity))
+        large, large_cost = read_cost(store_url, ready_ids(capacity))
     assert small == large == expected
     assert large_cost <= small_cost * 2 + 20, (small_cost, large_cost)
 
@@ -141,5 +130,5 @@ async def test_a_slice_of_more_scopes_than_a_statement_reads_is_walked(store_url
             (_work(f"m{n:03}", "a", f"scope{n:03}", T0 + many - n), make_input(f"m{n:03}"))
             for n in range(many)
         ])  # fmt: skip
-        found, _ = read_cost(store_url, _read(capacity))
+        found, _ = read_cost(store_url, ready_ids(capacity))
     assert found == [f"m{n:03}" for n in range(many - 4, many)]

@@ -176,11 +176,12 @@ def lock_ready_work_rows_later(
     claim holds (several schedulers then take different Work instead of the same oldest rows).
     The flags come from the statement's snapshot, as with ``lock_work_rows`` and
     ``skip_locked``. ``only``: just those slices of it (``capacity_sized``; a statement each,
-    all sent at once), the oldest ``limit`` of what they find; where a scope limit shapes them,
-    by scope range (``present``: the scopes with ready Work per binding, if already sent)."""
+    all sent at once), the oldest ``limit`` of what they find; where a scope limit shapes them
+    and ``present`` was sent (the scopes with ready Work per binding, ``sized_batch``), by
+    scope range."""
     if only is None:
         only = ReadySlices((ReadySlice(limit),))
-    if _by_scope(only):
+    if present is not None and _by_scope(only):
         return _scope_ranges_later(cx, limit, only, present)
     reads = [_walk_later(cx, only, part, limit) for part in only.parts]  # per part
     return lambda: _oldest(reads, limit)
@@ -231,15 +232,12 @@ def _by_scope(only: ReadySlices) -> bool:
 
 
 def _scope_ranges_later(
-    cx: Cx, limit: int, only: ReadySlices, present: PresentScopes | None
+    cx: Cx, limit: int, only: ReadySlices, present: PresentScopes
 ) -> Callable[[], dict[str, tuple[Work, bool, bool]]]:
     """``lock_ready_work_rows_later`` where a scope limit shapes the read (``_scope_ranges``):
-    the scopes with ready Work found per binding (``present``, or a round trip now), then each
-    slice's pairs of binding and scope, less every full scope and each slice's own exclusions,
-    read through their own ranges (one statement per slice, all sent at once)."""
-    if present is None:
-        bindings = sorted({b for part in only.parts for b in part.bindings or ()})
-        present = present_scopes_later(cx, bindings)
+    from the scopes with ready Work per binding (``present``), each slice's pairs of binding
+    and scope, less every full scope and each slice's own exclusions, read through their own
+    ranges (one statement per slice, all sent at once)."""
     skip = set(only.skip_scopes)
     filters = READY_KEY_FILTER if only.keyed else ""
 

@@ -151,6 +151,15 @@ def test_metrics_match_the_store(
     # it returns, so a write in flight at the scrape (the running job's lease renewal) is
     # counted in its batch only.
     assert writes <= batched <= writes + 2
+    # A batch's time in its store thread is counted when it ends (its size when it is taken),
+    # and it is never longer than the wait of any write in it: summed over batches, it is at
+    # most the writes' summed latency, and above zero.
+    batches = value(found, "conduit_store_write_batch_size_count")
+    timed = value(found, "conduit_store_write_batch_seconds_count")
+    assert timed <= batches <= timed + 2
+    assert 0 < value(found, "conduit_store_write_batch_seconds_sum") <= value(
+        found, "conduit_store_write_seconds_sum"
+    )
 
     # Approving the held deploy moves the gauges with the store.
     daemon.cli("approve", deploy)

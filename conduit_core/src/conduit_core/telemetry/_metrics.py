@@ -125,6 +125,13 @@ class Metrics:
             buckets=_WRITE_BUCKETS,
             registry=r,
         )
+        self.store_batch_time = HotHistogram(
+            "conduit_store_write_batch_seconds",
+            "How long one group-commit transaction ran in its store thread, from its first "
+            "statement to its commit (reruns included, queueing not)",
+            buckets=_WRITE_BUCKETS,
+            registry=r,
+        )
         self.store_batch_size = HotHistogram(
             "conduit_store_write_batch_size",
             "Writes committed together in one group-commit transaction",
@@ -199,6 +206,9 @@ class Metrics:
 
     def store_batch(self, size: int) -> None:
         self.store_batch_size.observe(size)
+
+    def store_batch_ran(self, seconds: float) -> None:
+        self.store_batch_time.observe(seconds)
 
     def store_write(self, seconds: float) -> None:
         self.store_write_latency.observe(seconds)

@@ -167,3 +167,37 @@ async def test_an_idle_program_that_dies_shows_gone_until_the_next_request() -> 
         assert (supervisor.state()["status"], supervisor.state()["restarts"]) == ("running", 1)
     finally:
         await supervisor.close()
+
+
+@pytest.mark.anyio
+async def test_a_program_that_fails_its_start_waits_a_second_then_doubling() -> None:
+    """A failed start (dead before its handshake) is started again after 1 s, then 2 s, 4 s...,
+    counted from the failure; a program that handshook and then died still restarts after 0.1 s
+    (``test_an_idle_program_that_dies_shows_gone_until_the_next_request``)."""
+    now = [100.0]
+    supervisor = ProgramSupervisor(
+        "broken", ("/bin/sh", "-c", "exit 3"), expected=None,
+        settings=ProgramSettings(handshake_timeout=HANDSHAKE_S), clock=lambda: now[0],
+    )  # fmt: skip
+    try:
+        for failed_starts, wait in ((1, "1.0"), (2, "2.0"), (3, "4.0")):
+            with pytest.raises(OperationError):
+                await supervisor.connection()  # due now: started at once, and fails
+            assert supervisor.state()["failed_starts"] == failed_starts
+            with pytest.raises(OperationError) as caught:
+                await supervisor.connection(wait_for_start=False)
+            assert caught.value.code == "executor_unavailable"
+            assert caught.value.message.endswith(f"the next start is in {wait} s")
+            now[0] += float(wait)
+        capped = ProgramSupervisor(
+            "broken", ("/bin/sh", "-c", "exit 3"), expected=None,
+            settings=ProgramSettings(handshake_timeout=HANDSHAKE_S, backoff_max=0.3),
+            clock=lambda: now[0],
+        )  # fmt: skip
+        with pytest.raises(OperationError):
+            await capped.connection()
+        with pytest.raises(OperationError) as caught:
+            await capped.connection(wait_for_start=False)
+        assert caught.value.message.endswith("the next start is in 0.3 s")  # the cap holds
+    finally:
+        await supervisor.close()

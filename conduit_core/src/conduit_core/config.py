@@ -169,7 +169,8 @@ class ExecutorProgram(_Section, frozen=True, kw_only=True):
     #: Refused callbacks of the program per second (on average); past it the daemon reads the
     #: program's output only as fast as this.
     callbacks_refused_per_second: Annotated[float, msgspec.Meta(ge=1, le=1_000_000)] = 2000.0
-    #: The longest wait before a program that keeps dying is started again (0.1 s doubling).
+    #: The longest wait before a program that keeps dying is started again (0.1 s doubling; 1 s
+    #: doubling after a start that failed before its handshake).
     restart_backoff_max_seconds: PositiveSeconds = 10.0
 
     def spec(self, source: str) -> ProgramSpec:

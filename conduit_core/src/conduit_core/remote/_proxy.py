@@ -84,6 +84,10 @@ class ProgramSettings:
     #: run / recover / stop / inject must be answered within this (``wait`` has no limit).
     request_timeout: float = 120.0
     backoff_initial: float = 0.1
+    #: The first wait after a start that failed (the program died or hung before its handshake):
+    #: more likely a broken install than bad luck, and each start costs an interpreter's start-up,
+    #: so it is not started again five times in its first second and a half (doubling as above).
+    failed_start_initial: float = 1.0
     backoff_max: float = 10.0
     #: A program that lived this long before it died restarts at once (its failures reset).
     stable_after: float = 30.0
@@ -184,9 +188,10 @@ class ProgramSupervisor:
                 self._conn = None  # counted (and logged) once, however many starts it takes
             elif conn is not None:
                 conn.kill()  # made under another event loop (a test's): it cannot serve this one
-            delay = self._backoff()
             if self.status == "failed":  # counted from that failure, not from this call
-                delay = min(delay, max(self._next_start - self._clock(), 0.0))
+                delay = max(self._next_start - self._clock(), 0.0)
+            else:
+                delay = self._backoff()
             if self.status == "restarting":
                 # Names the program and the failure only, never a request's content.
                 log.info("%s; restarting it in %.1f s", self.last_error, delay)
@@ -206,7 +211,7 @@ class ProgramSupervisor:
                 if fresh is not None:  # it answered, as another executor: not ours to keep
                     await fresh.shutdown(grace=1.0)
                 self._failures += 1
-                self._next_start = self._clock() + self._backoff()
+                self._next_start = self._clock() + self._backoff(failed_start=True)
                 self.failed_starts += 1
                 self.status = "failed"
                 self.last_error = exc.message
@@ -218,10 +223,12 @@ class ProgramSupervisor:
             self.status = "running"
             return conn
 
-    def _backoff(self) -> float:
+    def _backoff(self, *, failed_start: bool = False) -> float:
         if not self._failures:
             return 0.0
-        delay: float = self.settings.backoff_initial * 2 ** (self._failures - 1)
+        settings = self.settings
+        initial = settings.failed_start_initial if failed_start else settings.backoff_initial
+        delay: float = initial * 2 ** (self._failures - 1)
         return min(delay, self.settings.backoff_max)
 
     async def close(self) -> None:

@@ -43,7 +43,7 @@ from typing import Any
 import psutil
 from bench_daemon import FreshDatabase, free_port, launch_daemon, stop_daemon, wait_until
 
-from conduit_core.http import ApiClient, SubmitRequest, WorkDetail
+from conduit_core.http import ApiClient, Health, SubmitRequest, WorkDetail
 
 HERE = Path(__file__).resolve().parent
 PROGRAM = HERE.parent / "tests" / "daemon" / "_hostile_program.py"
@@ -105,6 +105,14 @@ class Run:
     def show(self, work_id: str) -> WorkDetail:
         assert self.client is not None
         return self.client.request("GET", f"/v1/work/{work_id}", None, WorkDetail)
+
+    def program_starts(self) -> int:
+        """The hostile program's starts that failed or followed its death so far (its
+        supervisor's ``failed_starts`` and ``restarts``): each one an interpreter's start-up."""
+        assert self.client is not None
+        health = self.client.request("GET", "/v1/health", None, Health)
+        (program,) = [p for p in health.programs if p.executor == "hostile"]
+        return program.failed_starts + program.restarts
 
     def cancel(self, work_id: str) -> None:
         assert self.client is not None
@@ -179,6 +187,7 @@ def measure(store: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
 
             works = produce(submit, args.rate, args.seconds)
             stop.set()
+            program_starts = run.program_starts()
             if load is not None:
                 load.join(30)
             wait_until("the shell Work to end", lambda: all(_done(run, w) for w in works), 120)
@@ -195,7 +204,7 @@ def measure(store: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
             twice = sum(1 for w in works if len(starts.get(w, ())) > 1)
             return {
                 "store": store, "scenario": mode, "waits": waits, "rss_grew_mib": grew,
-                "ran_twice": twice, "never_started": never,
+                "ran_twice": twice, "never_started": never, "program_starts": program_starts,
             }  # fmt: skip
         finally:
             run.stop()
@@ -212,6 +221,8 @@ def summary(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, A
         # Each round's own p99: the alone rounds' spread is how far the machine alone moves it.
         "start_p99_by_round_ms": [percentile(r["waits"], 99) for r in runs],
         "rss_grew_mib": max(r["rss_grew_mib"] for r in runs),
+        # How often the daemon started the hostile program during each round's shell Work.
+        "program_starts_by_round": [r["program_starts"] for r in runs],
         "ran_twice": sum(r["ran_twice"] for r in runs),
         "never_started": sum(r["never_started"] for r in runs),
         "load_average": round(os.getloadavg()[0], 1),
@@ -235,15 +246,16 @@ def produce(submit: Callable[[str], str], rate: float, seconds: float) -> list[s
 
 def table(results: list[dict[str, Any]]) -> None:
     print("\n| store | scenario | shell Work | start p50 / p99 ms | p99 / alone | p99 by round ms "
-          "| memory grew MiB | ran twice | never started |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| program (re)starts by round | memory grew MiB | ran twice | never started |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     alone = {r["store"]: r["start_p99_ms"] for r in results if r["scenario"] == "alone"}
     for r in results:
         base = alone.get(r["store"])
         ratio = f"{r['start_p99_ms'] / base:.2f}" if base and r["start_p99_ms"] else "-"
         by_round = ", ".join(str(p) for p in r["start_p99_by_round_ms"])
+        starts = ", ".join(str(n) for n in r["program_starts_by_round"])
         print(f"| {r['store']} | {r['scenario']} | {r['shell_started']} | {r['start_p50_ms']} / "
-              f"{r['start_p99_ms']} | {ratio} | {by_round} | {r['rss_grew_mib']} | "
+              f"{r['start_p99_ms']} | {ratio} | {by_round} | {starts} | {r['rss_grew_mib']} | "
               f"{r['ran_twice']} | {r['never_started']} |")  # fmt: skip
 
 

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from conduit_core.errors import ManifestError, PluginLoadError
@@ -199,5 +200,34 @@ async def test_a_program_that_fails_its_start_waits_a_second_then_doubling() -> 
         with pytest.raises(OperationError) as caught:
             await capped.connection(wait_for_start=False)
         assert caught.value.message.endswith("the next start is in 0.3 s")  # the cap holds
+    finally:
+        await supervisor.close()
+
+
+@pytest.mark.anyio
+async def test_a_fail_fast_call_queued_behind_a_failing_start_fails_with_it() -> None:
+    """A stop (``wait_for_start=False``) that queued behind a start which then failed fails at
+    once with that failure: it neither waits out the new backoff nor starts the program again."""
+    supervisor = ProgramSupervisor(
+        "broken", ("/bin/sh", "-c", "exit 3"), expected=None,
+        settings=ProgramSettings(handshake_timeout=HANDSHAKE_S),
+    )  # fmt: skip
+    outcomes: list[str] = []
+
+    async def call(wait_for_start: bool) -> None:
+        try:
+            await supervisor.connection(wait_for_start=wait_for_start)
+        except OperationError as exc:
+            outcomes.append(exc.message)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call, True)  # starts the program, which fails its start
+            await anyio.lowlevel.checkpoint()  # it holds the start lock now
+            assert supervisor.state()["status"] == "not started"
+            tg.start_soon(call, False)  # passes the first check, queues on the lock
+        assert len(outcomes) == 2
+        assert supervisor.state()["failed_starts"] == 1  # the queued call started nothing
+        assert re.search(r"the next start is in (0\.\d|1\.0) s$", outcomes[1]), outcomes
     finally:
         await supervisor.close()

@@ -169,16 +169,15 @@ class ProgramSupervisor:
         conn = self._conn
         if conn is not None and conn.alive and conn.loop is loop:
             return conn
-        if not wait_for_start and self.status == "failed" and self._clock() < self._next_start:
-            raise OperationError(
-                "executor_unavailable",
-                f"{self.last_error}; the next start is in {self._next_start - self._clock():.1f} s",
-            )
+        if not wait_for_start:
+            self._fail_fast()
         lock = self._locks.setdefault(loop, asyncio.Lock())
         async with lock:
             conn = self._conn
             if conn is not None and conn.alive and conn.loop is loop:
                 return conn
+            if not wait_for_start:  # a start it queued behind may have failed meanwhile
+                self._fail_fast()
             if conn is not None and conn.loop is loop and conn.gone is not None:
                 lived = self._clock() - self._started_at
                 self._failures = 0 if lived >= self.settings.stable_after else self._failures + 1
@@ -222,6 +221,14 @@ class ProgramSupervisor:
             self._conn = conn
             self.status = "running"
             return conn
+
+    def _fail_fast(self) -> None:
+        """While the last start failed and the next is not due, fail with that failure."""
+        if self.status == "failed" and self._clock() < self._next_start:
+            raise OperationError(
+                "executor_unavailable",
+                f"{self.last_error}; the next start is in {self._next_start - self._clock():.1f} s",
+            )
 
     def _backoff(self, *, failed_start: bool = False) -> float:
         if not self._failures:

@@ -20,8 +20,10 @@ shell Work started, its submit → start p50/p99 in ms to a tenth (from the wall
 just before its ``POST /v1/work`` to the one its shell command writes as its first act, ``date
 +%s.%N``: the store's own times are whole milliseconds, too coarse for a p99 of 4 ms to be
 judged within 20 %), the p99's ratio to the same store's run alone, each round's own p99 (the
-alone rounds' spread is how far the machine alone moves a p99), the daemon's
-resident memory growth (peak over the sampled baseline), shell Work that ran twice or never.
+alone rounds' spread is how far the machine alone moves a p99), the hostile program's failed
+starts and restarts in each round (its supervisor's counts, from ``GET /v1/health``), the
+daemon's resident memory growth (peak over the sampled baseline), shell Work that ran twice or
+never.
 Then a table. The issue's target: p99 within 20 % of alone, memory bounded.
 """
 

@@ -180,6 +180,11 @@ async def test_a_program_that_fails_its_start_waits_a_second_then_doubling() -> 
         "broken", ("/bin/sh", "-c", "exit 3"), expected=None,
         settings=ProgramSettings(handshake_timeout=HANDSHAKE_S), clock=lambda: now[0],
     )  # fmt: skip
+    capped = ProgramSupervisor(
+        "broken", ("/bin/sh", "-c", "exit 3"), expected=None,
+        settings=ProgramSettings(handshake_timeout=HANDSHAKE_S, backoff_max=0.3),
+        clock=lambda: now[0],
+    )  # fmt: skip
     try:
         for failed_starts, wait in ((1, "1.0"), (2, "2.0"), (3, "4.0")):
             with pytest.raises(OperationError):
@@ -190,11 +195,6 @@ async def test_a_program_that_fails_its_start_waits_a_second_then_doubling() -> 
             assert caught.value.code == "executor_unavailable"
             assert caught.value.message.endswith(f"the next start is in {wait} s")
             now[0] += float(wait)
-        capped = ProgramSupervisor(
-            "broken", ("/bin/sh", "-c", "exit 3"), expected=None,
-            settings=ProgramSettings(handshake_timeout=HANDSHAKE_S, backoff_max=0.3),
-            clock=lambda: now[0],
-        )  # fmt: skip
         with pytest.raises(OperationError):
             await capped.connection()
         with pytest.raises(OperationError) as caught:
@@ -202,6 +202,7 @@ async def test_a_program_that_fails_its_start_waits_a_second_then_doubling() -> 
         assert caught.value.message.endswith("the next start is in 0.3 s")  # the cap holds
     finally:
         await supervisor.close()
+        await capped.close()
 
 
 @pytest.mark.anyio

@@ -236,7 +236,7 @@ class ProgramSupervisor:
         settings = self.settings
         initial = settings.failed_start_initial if failed_start else settings.backoff_initial
         delay: float = initial * 2 ** (self._failures - 1)
-        return min(delay, self.settings.backoff_max)
+        return min(delay, settings.backoff_max)
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -24,7 +24,13 @@ from conduit_executors_shell import ShellExecutor
 from conduit_executors_shell._metadata import JobRecord
 from conduit_executors_shell._processes import find_wrapper
 from conduit_executors_shell._wrapper_checks import WrapperChecks, wrappers_alive
-from tests.shell._harness import FileCallbacks, make_context, wait_until, wait_until_async
+from tests.shell._harness import (
+    FileCallbacks,
+    make_context,
+    tagged_processes,
+    wait_until,
+    wait_until_async,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -83,15 +89,6 @@ def test_the_batch_proves_exactly_what_find_wrapper_proves(
 
 def _ctime(process: subprocess.Popen[bytes]) -> float:
     return psutil.Process(process.pid).create_time()
-
-
-def _group_alive(pgid: int) -> bool:
-    """A process of the group that is not a zombie (what the shell executor's census sees)."""
-    for process in psutil.process_iter(["status"]):
-        with contextlib.suppress(psutil.Error):
-            if process.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(process.pid) == pgid:
-                return True
-    return False
 
 
 def _status(pid: int) -> str | None:
@@ -164,14 +161,13 @@ async def test_batched_recovery_adopts_and_refuses_as_the_single_path(
         finished = await jobs.launch("finished", "exit 3")
         dead = await jobs.launch("dead", "sleep 60")
         assert (await finished["handle"].wait()).summary == "exit status 3"
-        dead_group = dead["recovery"]["process"]["pgid"]
-        os.killpg(dead_group, signal.SIGKILL)
+        os.killpg(dead["recovery"]["process"]["pgid"], signal.SIGKILL)
         with pytest.raises(OperationError, match="without recording an exit status"):
             await dead["handle"].wait()  # reaps the wrapper, as a later daemon would never see
         # SIGKILL is sent, not yet suffered: a job process still exiting is one recovery must
-        # call ambiguous. Both paths below judge the group once the kernel has ended it.
+        # call ambiguous. Both paths below judge the job once no live process of it is left.
         await wait_until_async(
-            lambda: not _group_alive(dead_group), f"process group {dead_group} to end"
+            lambda: not tagged_processes(dead["execution_id"]), "the killed job's processes to end"
         )
         unrelated = leaders[0]
         # Another process now holds a pid a job's record names: its own create time differs.
